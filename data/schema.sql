@@ -1,0 +1,76 @@
+-- The catalog database, built from the text files under data/ (spec 10).
+-- Constraints fire on every insert, for the shipped rows and for a user's own.
+
+CREATE TABLE hardware (
+    name                VARCHAR PRIMARY KEY CHECK (regexp_full_match(name, '[A-Z0-9_]+')),
+    vendor              VARCHAR NOT NULL,
+    arch                VARCHAR NOT NULL,
+    family              VARCHAR NOT NULL,
+    kind                VARCHAR NOT NULL CHECK (kind IN ('gpu', 'tpu', 'npu', 'cpu', 'apple_soc')),
+    year                INTEGER CHECK (year BETWEEN 2000 AND 2100),
+    tflops_bf16         DOUBLE CHECK (tflops_bf16 > 0),
+    tflops_fp16         DOUBLE CHECK (tflops_fp16 > 0),
+    tflops_fp16_acc16   DOUBLE CHECK (tflops_fp16_acc16 > 0),
+    tflops_fp8          DOUBLE CHECK (tflops_fp8 > 0),
+    tflops_int8         DOUBLE CHECK (tflops_int8 > 0),
+    tflops_tf32         DOUBLE CHECK (tflops_tf32 > 0),
+    tflops_fp32         DOUBLE CHECK (tflops_fp32 > 0),
+    memory_gb           DOUBLE NOT NULL CHECK (memory_gb > 0),
+    memory_bw_gbs       DOUBLE NOT NULL CHECK (memory_bw_gbs > 0),
+    memory_type         VARCHAR,
+    scaleup_bw_gbs      DOUBLE CHECK (scaleup_bw_gbs > 0),
+    scaleup_latency_us  DOUBLE CHECK (scaleup_latency_us >= 0),
+    scaleup_domain      INTEGER CHECK (scaleup_domain >= 1),
+    host_link           VARCHAR,
+    tdp_w               DOUBLE CHECK (tdp_w > 0),
+    idle_w              DOUBLE CHECK (idle_w >= 0),
+    compute_capability  VARCHAR,
+    verified            BOOLEAN NOT NULL,
+    source              VARCHAR,
+    notes               VARCHAR,
+    CHECK (coalesce(tflops_bf16, tflops_fp16, tflops_fp8, tflops_int8, tflops_tf32, tflops_fp32) IS NOT NULL),
+    CHECK (idle_w IS NULL OR tdp_w IS NULL OR idle_w < tdp_w)
+);
+
+CREATE TABLE hardware_alias (
+    alias VARCHAR PRIMARY KEY CHECK (regexp_full_match(alias, '[A-Z0-9_]+')),
+    name  VARCHAR NOT NULL
+);
+
+CREATE TABLE host_links (
+    host_link VARCHAR PRIMARY KEY,
+    bw_gbs    DOUBLE NOT NULL CHECK (bw_gbs > 0),
+    source    VARCHAR NOT NULL
+);
+
+CREATE TABLE arch_ratios (
+    arch              VARCHAR PRIMARY KEY,
+    bf16_per_fp32_min DOUBLE,
+    bf16_per_fp32_max DOUBLE,
+    fp8_per_bf16_min  DOUBLE,
+    fp8_per_bf16_max  DOUBLE,
+    source            VARCHAR NOT NULL
+);
+
+CREATE TABLE hardware_sources (
+    name   VARCHAR NOT NULL,
+    "column" VARCHAR NOT NULL,
+    source VARCHAR NOT NULL
+);
+
+CREATE TABLE hardware_cost (
+    name         VARCHAR NOT NULL,
+    provider     VARCHAR NOT NULL,
+    tier         VARCHAR NOT NULL,
+    usd_per_hour DOUBLE NOT NULL CHECK (usd_per_hour > 0),
+    as_of        DATE NOT NULL,
+    source       VARCHAR NOT NULL
+);
+
+CREATE TABLE constants (
+    name   VARCHAR PRIMARY KEY,
+    value  DOUBLE NOT NULL,
+    unit   VARCHAR NOT NULL,
+    source VARCHAR,
+    note   VARCHAR
+);

@@ -1,0 +1,28 @@
+"""ridgeline: an LLM inference performance estimator with a Rust core.
+
+>>> import ridgeline
+>>> e = ridgeline.estimate("meta-llama/Llama-3.1-8B", "H100_SXM")
+>>> e.fits
+True
+"""
+
+from .catalog import Catalog, Device
+from .errors import (
+    CatalogError,
+    DoesNotFitError,
+    HardwareError,
+    ModelConfigError,
+    PlanError,
+    RidgelineError,
+    UnknownNameError,
+)
+from .estimate import Estimate, estimate
+from .models import Model
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Catalog", "Device", "Estimate", "Model", "estimate",
+    "RidgelineError", "PlanError", "ModelConfigError", "HardwareError", "UnknownNameError",
+    "DoesNotFitError", "CatalogError", "__version__",
+]

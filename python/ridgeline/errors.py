@@ -1,0 +1,39 @@
+"""ridgeline's exceptions: all are ValueErrors, each with the CLI exit code it maps to.
+
+They are created in the Rust core (one mapping from the core's error enum) and
+re-exported here under their public path.
+"""
+
+from ._core import (
+    CatalogError,
+    DoesNotFitError,
+    HardwareError,
+    ModelConfigError,
+    PlanError,
+    RidgelineError,
+    UnknownNameError,
+)
+
+EXIT_CODES: dict[type, int] = {
+    PlanError: 2,
+    ModelConfigError: 2,
+    HardwareError: 2,
+    CatalogError: 2,
+    UnknownNameError: 3,
+    DoesNotFitError: 4,
+    RidgelineError: 2,
+}
+
+
+def exit_code(e: BaseException) -> int:
+    """The CLI exit code of an error: 2 usage, 3 unknown name, 4 does not fit."""
+    for cls in type(e).__mro__:
+        if cls in EXIT_CODES:
+            return EXIT_CODES[cls]
+    return 1
+
+
+__all__ = [
+    "RidgelineError", "PlanError", "ModelConfigError", "HardwareError", "UnknownNameError",
+    "DoesNotFitError", "CatalogError", "EXIT_CODES", "exit_code",
+]

@@ -1,0 +1,244 @@
+"""One plan, one call into the Rust core: ``ridgeline.estimate(model, hardware, **plan)``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Mapping, Optional, Sequence
+
+from . import _core
+from .catalog import Catalog, Device, default_catalog
+from .errors import DoesNotFitError, PlanError
+from .models import Model
+
+GB = 1e9
+
+#: What every estimate says about its efficiencies until calibration exists.
+UNCALIBRATED = "uncalibrated"
+UNCALIBRATED_NOTE = (
+    "efficiencies are 1.0 (no calibration row for this device and runtime): "
+    "the times are an optimistic bound on what a real runtime achieves"
+)
+_UNCALIBRATED_EFF = json.dumps({"eta_compute": 1.0, "eta_mem": 1.0, "t_launch_s": 0.0, "t_layer_s": 0.0, "t_step_s": 0.0})
+
+BREAKDOWN_COLUMNS = {
+    "phase": "prefill or decode",
+    "op": "operator name",
+    "layer_group": "which layers (or 'model' for embedding/head)",
+    "launches": "kernel launches over the phase",
+    "flops": "floating-point operations over the phase (2 per MAC)",
+    "bytes": "bytes moved to or from device memory over the phase",
+    "compute_s": "time at the compute roof (s)",
+    "memory_s": "time at the memory roof (s)",
+    "comm_s": "collective communication time (s)",
+    "launch_s": "kernel launch overhead (s)",
+    "time_s": "priced time: max(compute, memory) + launch, or comm + launch (s)",
+    "bound": "compute, memory or comm",
+    "intensity": "FLOPs per byte",
+}
+
+
+def _positive_int(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        else:
+            raise PlanError(f"{name}: must be a positive integer, got {v!r}")
+    if v < 1:
+        raise PlanError(f"{name}: must be a positive integer (>= 1), got {v}")
+    return int(v)
+
+
+def _protocol(cat: Catalog) -> str:
+    return json.dumps({
+        "beta_ll": cat.constant("nccl_beta_ll"),
+        "beta_ll128": cat.constant("nccl_beta_ll128"),
+        "beta_simple": cat.constant("nccl_beta_simple"),
+        "ll_max_bytes": cat.constant("nccl_ll_max_bytes"),
+        "ll128_max_bytes": cat.constant("nccl_ll128_max_bytes"),
+    })
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """The result of one plan. Times in seconds, sizes in bytes, rates per second."""
+
+    model: str
+    hardware: str
+    plan: Mapping[str, Any]
+    ttft_s: float
+    tpot_s: Optional[float]
+    e2e_s: float
+    throughput_tok_s: float
+    prefill_tok_s: float
+    prefill: Mapping[str, Any]
+    decode: Mapping[str, Any]
+    memory: Mapping[str, Any]
+    fits: bool
+    calibration: str
+    calibration_note: str
+    verified: bool
+    estimated: bool
+    gemm_dtype: str
+    attention_dtype: str
+    peak_tflops: float
+    memory_bw_gbs: float
+    params: Mapping[str, int]
+    warnings: tuple[str, ...]
+    _breakdown: Mapping[str, Sequence[Any]] = dataclasses.field(repr=False, compare=False)
+    _group_labels: tuple[str, ...] = dataclasses.field(repr=False, compare=False)
+
+    @property
+    def mfu_prefill(self) -> float:
+        return float(self.prefill["mfu"])
+
+    @property
+    def mbu_decode(self) -> float:
+        return float(self.decode["mbu"])
+
+    def breakdown_rows(self) -> list[dict[str, Any]]:
+        b = self._breakdown
+        rows = []
+        for i in range(len(b["op"])):
+            g = b["group"][i]
+            r = {
+                "phase": b["phase"][i],
+                "op": b["op"][i],
+                "layer_group": "model" if g < 0 else self._group_labels[g],
+            }
+            for k in ("launches", "flops", "bytes", "compute_s", "memory_s", "comm_s", "launch_s", "time_s"):
+                r[k] = b[k][i]
+            r["bound"] = "comm" if r["comm_s"] > 0 else ("compute" if r["compute_s"] >= r["memory_s"] else "memory")
+            r["intensity"] = r["flops"] / r["bytes"] if r["bytes"] > 0 else None
+            rows.append(r)
+        return rows
+
+    @property
+    def breakdown(self) -> Any:
+        """Per-operator rows as a Polars DataFrame (columns in ``BREAKDOWN_COLUMNS``)."""
+        import polars as pl
+
+        return pl.DataFrame(self.breakdown_rows(), schema={
+            "phase": pl.Utf8, "op": pl.Utf8, "layer_group": pl.Utf8, "launches": pl.Float64,
+            "flops": pl.Float64, "bytes": pl.Float64, "compute_s": pl.Float64, "memory_s": pl.Float64,
+            "comm_s": pl.Float64, "launch_s": pl.Float64, "time_s": pl.Float64, "bound": pl.Utf8,
+            "intensity": pl.Float64,
+        })
+
+    def to_dict(self, breakdown: bool = False) -> dict[str, Any]:
+        """A JSON-ready dict; the keys are stable and documented in the README."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if not f.name.startswith("_")}
+        d["warnings"] = list(self.warnings)
+        d["plan"] = dict(self.plan)
+        d["params"] = dict(self.params)
+        if breakdown:
+            d["breakdown"] = self.breakdown_rows()
+        return d
+
+
+def _group_labels(model: Model) -> tuple[str, ...]:
+    out = []
+    for g in model.layer_groups:
+        a = g["attention"]
+        attn = f"window {a['window']}" if a.get("window") else "full attention"
+        ffn = "moe" if g["ffn"]["kind"] == "moe" else "dense"
+        out.append(f"{g['count']} layers, {attn}, {ffn}")
+    return tuple(out)
+
+
+def estimate(
+    model: str | Model,
+    hardware: str | Device,
+    *,
+    batch: int = 1,
+    prompt: int = 1024,
+    output: int = 256,
+    tp: int = 1,
+    dtype: str = "bf16",
+    weight_dtype: Optional[str] = None,
+    kv_dtype: Optional[str] = None,
+    chunk: Optional[int] = None,
+    runtime: Optional[str] = None,
+    allow_no_fit: bool = False,
+    breakdown: bool = True,
+    catalog: Optional[Catalog] = None,
+) -> Estimate:
+    """Estimates TTFT, TPOT, throughput and memory of one plan.
+
+    Args:
+        model: a bundled Hugging Face id, a path to a config.json, or a ``Model``.
+        hardware: a catalog name or alias, or a ``Device``.
+        batch: concurrent sequences.
+        prompt: prompt tokens per sequence.
+        output: output tokens per sequence (the first comes from prefill).
+        tp: tensor-parallel degree.
+        dtype: activation (compute) dtype: bf16, fp16, fp32 or tf32.
+        weight_dtype: weight dtype of the linear layers (default: ``dtype``).
+        kv_dtype: KV-cache dtype (default: ``dtype``).
+        chunk: chunked-prefill token budget per step (default: one prefill step).
+        runtime: the serving runtime the numbers should describe (calibration key).
+        allow_no_fit: return a result with ``fits = False`` instead of raising.
+        breakdown: keep per-operator rows.
+        catalog: a ``Catalog`` other than the default one.
+
+    Raises:
+        PlanError, ModelConfigError, UnknownNameError, DoesNotFitError.
+
+    >>> e = estimate("meta-llama/Llama-3.1-8B", "H100_SXM")
+    >>> e.calibration, e.fits
+    ('uncalibrated', True)
+    """
+    cat = catalog or default_catalog()
+    m = model if isinstance(model, Model) else Model.from_config(model)
+    dev = hardware if isinstance(hardware, Device) else cat.get(hardware)
+    plan = {
+        "batch": _positive_int("batch", batch),
+        "prompt": _positive_int("prompt", prompt),
+        "output": _positive_int("output", output),
+        "tp": _positive_int("tp", tp),
+        "dtype": dtype,
+        "weight_dtype": weight_dtype,
+        "kv_dtype": kv_dtype,
+        "chunk": None if chunk is None else _positive_int("chunk", chunk),
+        "gpu_memory_utilization": cat.constant("gpu_memory_utilization"),
+    }
+    for k in ("dtype", "weight_dtype", "kv_dtype"):
+        if plan[k] is not None and not isinstance(plan[k], str):
+            raise PlanError(f"{k}: expected a dtype name such as bf16, got {plan[k]!r}")
+    plan_json = _plan_json(plan)
+    r = _core.estimate(m._core, dev.core, plan_json, _UNCALIBRATED_EFF, _protocol_cached(cat), breakdown)
+    mem = r["memory"]
+    if not mem["fits"] and not allow_no_fit:
+        raise DoesNotFitError(
+            f"{m.name} on {dev.name} (batch {plan['batch']}, {plan['prompt']}+{plan['output']} tokens, TP {plan['tp']}) "
+            f"needs {mem['total_bytes'] / GB:.1f} GB per device but {mem['budget_bytes'] / GB:.1f} GB is usable "
+            f"({dev.memory_gb:g} GB x gpu_memory_utilization {plan['gpu_memory_utilization']:g}): "
+            f"short by {mem['shortfall_bytes'] / GB:.1f} GB; use more TP, a smaller batch or a shorter context "
+            "(or --allow-no-fit to see the numbers)")
+    warnings = list(r["warnings"])
+    if not dev.verified:
+        warnings.append(f"{dev.name} is not vendor-reconciled in the catalog (verified = false): results are estimated")
+    return Estimate(
+        model=m.name, hardware=dev.name, plan={k: v for k, v in plan.items()} | {"runtime": runtime},
+        ttft_s=r["ttft_s"], tpot_s=r["tpot_s"], e2e_s=r["e2e_s"], throughput_tok_s=r["throughput_tok_s"],
+        prefill_tok_s=r["prefill_tok_s"], prefill=r["prefill"], decode=r["decode"], memory=mem,
+        fits=bool(mem["fits"]), calibration=UNCALIBRATED, calibration_note=UNCALIBRATED_NOTE,
+        verified=dev.verified, estimated=not dev.verified, gemm_dtype=r["gemm_dtype"],
+        attention_dtype=r["attention_dtype"], peak_tflops=r["peak_flops"] / 1e12,
+        memory_bw_gbs=r["memory_bw"] / 1e9, params=m.params, warnings=tuple(warnings),
+        _breakdown=r["breakdown"], _group_labels=_group_labels(m),
+    )
+
+
+def _plan_json(plan: Mapping[str, Any]) -> str:
+    return json.dumps({k: v for k, v in plan.items() if v is not None})
+
+
+_PROTO: dict[int, str] = {}
+
+
+def _protocol_cached(cat: Catalog) -> str:
+    key = id(cat)
+    if key not in _PROTO:
+        _PROTO[key] = _protocol(cat)
+    return _PROTO[key]

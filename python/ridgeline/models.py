@@ -1,0 +1,430 @@
+"""Model configs: the one normaliser of raw Hugging Face keys (spec 20).
+
+``Model.from_config(name_or_path)`` reads a bundled config (by its Hugging Face
+id) or any local ``config.json`` / model folder, and turns it into one typed
+structure. The engine and the parameter counter read only that structure.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from . import _data
+from .errors import ModelConfigError, UnknownNameError
+
+# Step 1 of the gated-FFN cascade: activation names that only ever mean a gated MLP.
+_GATED_ACTIVATIONS = {"swiglu", "geglu", "reglu", "glu", "silu_and_mul", "gelu_and_mul", "swiglu_oai"}
+
+# Step 2: the structural fact of each family's modeling code (an MLP with gate_proj or not),
+# keyed by architectures[0] first, then model_type.
+_GATED_BY_ARCH = {
+    "LlamaForCausalLM": True, "MistralForCausalLM": True, "MixtralForCausalLM": True,
+    "Qwen2ForCausalLM": True, "Qwen3ForCausalLM": True, "Qwen2MoeForCausalLM": True,
+    "Qwen3MoeForCausalLM": True, "GemmaForCausalLM": True, "Gemma2ForCausalLM": True,
+    "Gemma3ForCausalLM": True, "Gemma3ForConditionalGeneration": True, "Phi3ForCausalLM": True,
+    "GPT2LMHeadModel": False, "GPTNeoXForCausalLM": False, "OPTForCausalLM": False,
+    "FalconForCausalLM": False, "BloomForCausalLM": False, "MPTForCausalLM": False,
+    "PhiForCausalLM": False, "Starcoder2ForCausalLM": False, "NemotronForCausalLM": False,
+}
+_GATED_BY_TYPE = {
+    "llama": True, "mistral": True, "mixtral": True, "qwen2": True, "qwen3": True,
+    "qwen2_moe": True, "qwen3_moe": True, "gemma": True, "gemma2": True, "gemma3": True,
+    "gemma3_text": True, "phi3": True, "deepseek_v2": True, "deepseek_v3": True, "olmo2": True,
+    "cohere": True, "granite": True,
+    "gpt2": False, "gpt_neox": False, "opt": False, "falcon": False, "bloom": False, "mpt": False,
+    "phi": False, "starcoder2": False, "nemotron": False,
+}
+# Families whose norms are LayerNorm (weight + bias); the rest use RMSNorm.
+_LAYERNORM_TYPES = {"gpt2", "gpt_neox", "opt", "falcon", "bloom", "mpt", "phi", "starcoder2"}
+# Class defaults of tie_word_embeddings when the key is absent (transformers config classes).
+_TIED_BY_DEFAULT = {"gpt2", "opt", "falcon", "starcoder2", "gemma", "gemma2", "gemma3", "gemma3_text", "bloom"}
+# Families with learned absolute position embeddings: (key for the row count, extra rows).
+_LEARNED_POSITIONS = {"gpt2": ("n_positions", 0), "opt": ("max_position_embeddings", 2)}
+# Families whose attention and MLP carry biases everywhere (c_attn/c_proj/c_fc with bias).
+_ALL_BIAS_TYPES = {"gpt2", "gpt_neox", "opt", "phi", "bloom"}
+# rope_scaling types that extend the trained window; the others already report the extended length.
+_EXTENDING_ROPE = {"yarn"}
+
+_ACTIVATIONS = {
+    "silu": "silu", "swish": "silu", "swiglu": "silu", "silu_and_mul": "silu",
+    "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_tanh": "gelu_tanh", "geglu": "gelu_tanh", "gelu_and_mul": "gelu_tanh",
+    "relu": "relu", "reglu": "relu", "relu2": "relu2", "squared_relu": "relu2", "glu": "silu",
+}
+
+
+def _get(cfg: Mapping[str, Any], *keys: str) -> Any:
+    for k in keys:
+        if k in cfg and cfg[k] is not None:
+            return cfg[k]
+    return None
+
+
+def _count(cfg: Mapping[str, Any], keys: tuple[str, ...], *, required: bool = True,
+           default: Optional[int] = None, allow_zero: bool = False) -> int:
+    v = _get(cfg, *keys)
+    if v is None:
+        if default is not None or not required:
+            return default if default is not None else 0
+        raise ModelConfigError(f"model config key '{keys[0]}': missing (also looked for {', '.join(keys[1:]) or 'no alias'})")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
+        raise ModelConfigError(f"model config key '{keys[0]}': expected a whole number, got {v!r}")
+    v = int(v)
+    if v < 0 or (v == 0 and not allow_zero):
+        raise ModelConfigError(f"model config key '{keys[0]}': must be {'>= 0' if allow_zero else '> 0'}, got {v}")
+    return v
+
+
+def _flag(cfg: Mapping[str, Any], key: str, default: bool) -> bool:
+    v = cfg.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ModelConfigError(f"model config key '{key}': expected true or false, got {v!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class Model:
+    """A normalised model. Build with ``Model.from_config``.
+
+    >>> m = Model.from_config("meta-llama/Llama-3.1-8B")
+    >>> m.total_params
+    8030261248
+    """
+
+    name: str
+    model_type: str
+    architecture: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    intermediate_size: int
+    gated_ffn: bool
+    gated_by: str
+    activation: str
+    norm: str
+    tie_word_embeddings: bool
+    max_model_len: int
+    is_moe: bool
+    layer_groups: tuple[Mapping[str, Any], ...]
+    core_json: str = field(repr=False)
+    source: str = ""
+
+    @staticmethod
+    def from_config(name_or_path: str | Path) -> "Model":
+        """Loads a bundled model by Hugging Face id, or a local config.json / folder.
+
+        >>> Model.from_config("openai-community/gpt2").num_layers
+        12
+        """
+        return _load(str(name_or_path))
+
+    @staticmethod
+    def from_dict(cfg: Mapping[str, Any], name: str = "custom") -> "Model":
+        """Normalises an already-parsed config dict."""
+        return _normalise(cfg, name, source="dict")
+
+    @functools.cached_property
+    def _core(self) -> Any:
+        from . import _core
+
+        try:
+            return _core.CoreModel(self.core_json)
+        except ValueError as e:  # the core's own checks (ModelConfigError is a ValueError)
+            raise ModelConfigError(f"{self.name}: {e}") from None
+
+    @functools.cached_property
+    def params(self) -> dict[str, int]:
+        """Parameter counts by tensor class, plus ``total`` and ``active``."""
+        return dict(self._core.params())
+
+    @property
+    def total_params(self) -> int:
+        return self.params["total"]
+
+    @property
+    def active_params(self) -> int:
+        return self.params["active"]
+
+    def kv_bytes_per_token(self, kv_bytes: float = 2.0) -> float:
+        """KV-cache bytes one token adds across all layers (2 x kv_heads x head_dim x bytes)."""
+        return float(sum(
+            g["count"] * 2 * g["attention"]["kv_heads"] * g["attention"]["head_dim"] * kv_bytes
+            for g in self.layer_groups
+        ))
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "family": self.model_type,
+            "architecture": self.architecture,
+            "total_params": self.total_params,
+            "active_params": self.active_params,
+            "layers": self.num_layers,
+            "hidden_size": self.hidden_size,
+            "heads": self.num_heads,
+            "kv_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "vocab_size": self.vocab_size,
+            "intermediate_size": self.intermediate_size,
+            "gated_ffn": self.gated_ffn,
+            "gated_by": self.gated_by,
+            "activation": self.activation,
+            "norm": self.norm,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "max_model_len": self.max_model_len,
+            "kv_bytes_per_token_bf16": self.kv_bytes_per_token(2.0),
+            "moe": self.is_moe,
+            "layer_groups": [dict(g) for g in self.layer_groups],
+            "params": self.params,
+            "source": self.source,
+        }
+
+
+def bundled_names() -> list[str]:
+    """Hugging Face ids of the bundled configs."""
+    return sorted(_bundled().keys())
+
+
+@functools.lru_cache(maxsize=1)
+def _bundled() -> dict[str, str]:
+    out = {}
+    for path in _data.list_files("data/models/"):
+        if path.endswith(".json"):
+            stem = path.rsplit("/", 1)[1][: -len(".json")]
+            out[stem.replace("--", "/", 1)] = path
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _load(name: str) -> Model:
+    p = Path(name).expanduser()
+    if p.is_dir():
+        p = p / "config.json"
+    if p.is_file():
+        try:
+            cfg = json.loads(p.read_text())
+        except (OSError, ValueError) as e:
+            raise ModelConfigError(f"{p}: not a readable JSON config ({e})") from None
+        return _normalise(cfg, str(p), source=str(p))
+    bundled = _bundled()
+    key = _resolve_bundled(name, bundled)
+    cfg = json.loads(_data.read_text(bundled[key]))
+    return _normalise(cfg, key, source=f"bundled {bundled[key]}")
+
+
+def _resolve_bundled(name: str, bundled: Mapping[str, str]) -> str:
+    if name in bundled:
+        return name
+    low = {k.lower(): k for k in bundled}
+    short = {k.split("/", 1)[1].lower(): k for k in bundled}
+    for table in (low, short):
+        if name.lower() in table:
+            return table[name.lower()]
+    close = difflib.get_close_matches(name.lower(), list(low) + list(short), n=3, cutoff=0.4)
+    names = [low.get(c) or short[c] for c in close]
+    hint = f"; closest: {', '.join(dict.fromkeys(names))}" if names else ""
+    raise UnknownNameError(
+        f"unknown model '{name}': not a bundled model nor a path to a config.json{hint}"
+        " (see `ridgeline model list`)"
+    )
+
+
+def _gated(cfg: Mapping[str, Any], act_name: str, arch: str, model_type: str) -> tuple[bool, str]:
+    if act_name in _GATED_ACTIVATIONS:
+        return True, f"activation '{act_name}' is gated-only"
+    if arch in _GATED_BY_ARCH:
+        return _GATED_BY_ARCH[arch], f"family registry ({arch})"
+    if model_type in _GATED_BY_TYPE:
+        return _GATED_BY_TYPE[model_type], f"family registry ({model_type})"
+    gated = act_name in ("silu", "swish")
+    return gated, f"unknown family: activation '{act_name}' -> {'gated' if gated else 'plain'}"
+
+
+def _windows(cfg: Mapping[str, Any], model_type: str, n_layers: int) -> list[Optional[int]]:
+    """Per-layer attention window (None = full causal)."""
+    sw = cfg.get("sliding_window")
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list):
+        if len(layer_types) != n_layers:
+            raise ModelConfigError(f"model config key 'layer_types': {len(layer_types)} entries for {n_layers} layers")
+        out: list[Optional[int]] = []
+        for t in layer_types:
+            if t == "sliding_attention":
+                if sw is None:
+                    raise ModelConfigError("model config key 'sliding_window': layer_types names sliding layers but no window size")
+                out.append(int(sw))
+            elif t == "full_attention":
+                out.append(None)
+            else:
+                raise ModelConfigError(f"model config key 'layer_types': layer type '{t}' is not supported yet")
+        return out
+    if sw is None or sw is False:
+        return [None] * n_layers
+    if isinstance(sw, bool) or not isinstance(sw, (int, float)) or sw <= 0:
+        raise ModelConfigError(f"model config key 'sliding_window': expected a positive token count, got {sw!r}")
+    w = int(sw)
+    if "use_sliding_window" in cfg:  # Qwen2/2.5/3: windows only when switched on, from max_window_layers
+        if not cfg.get("use_sliding_window"):
+            return [None] * n_layers
+        start = int(cfg.get("max_window_layers") or 0)
+        return [w if i >= start else None for i in range(n_layers)]
+    pattern = cfg.get("sliding_window_pattern")
+    if model_type in ("gemma2",):  # even layers slide (Gemma2DecoderLayer: not layer_idx % 2)
+        return [w if i % 2 == 0 else None for i in range(n_layers)]
+    if isinstance(pattern, int) and pattern > 0:  # Gemma 3: every pattern-th layer is global
+        return [None if (i + 1) % pattern == 0 else w for i in range(n_layers)]
+    if model_type in ("gemma3", "gemma3_text"):
+        return [None if (i + 1) % 6 == 0 else w for i in range(n_layers)]
+    return [w] * n_layers
+
+
+def _max_model_len(cfg: Mapping[str, Any]) -> int:
+    base = _count(cfg, ("max_position_embeddings", "n_positions", "n_ctx", "seq_length", "max_seq_len"))
+    rs = cfg.get("rope_scaling")
+    if isinstance(rs, Mapping):
+        kind = rs.get("rope_type") or rs.get("type")
+        if kind in _EXTENDING_ROPE and rs.get("factor"):
+            orig = rs.get("original_max_position_embeddings") or base
+            return max(base, int(math.floor(float(orig) * float(rs["factor"]))))
+    return base
+
+
+def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
+    if not isinstance(raw, Mapping):
+        raise ModelConfigError(f"{name}: a config must be a JSON object")
+    wrapper_type = str(raw.get("model_type") or "")
+    cfg: Mapping[str, Any] = raw
+    if isinstance(raw.get("text_config"), Mapping):
+        cfg = {**raw["text_config"]}
+        cfg.setdefault("model_type", wrapper_type)
+        if "vocab_size" not in cfg and cfg.get("model_type") in ("gemma3_text", "gemma3"):
+            cfg["vocab_size"] = 262208  # Gemma3TextConfig class default
+    model_type = str(cfg.get("model_type") or wrapper_type)
+    archs = raw.get("architectures") or cfg.get("architectures") or [""]
+    arch = str(archs[0]) if isinstance(archs, list) and archs else ""
+
+    for key, what in (("hybrid_override_pattern", "hybrid Mamba2/attention layers (M)"),
+                      ("kv_lora_rank", "multi-head latent attention (MLA)"),
+                      ("quantization_config", "quantised checkpoints")):
+        if cfg.get(key) is not None or raw.get(key) is not None:
+            raise ModelConfigError(
+                f"model config key '{key}': {what} are not supported yet (model-zoo issue); "
+                "nothing is priced as something it is not")
+
+    d = _count(cfg, ("hidden_size", "n_embd", "d_model"))
+    n_layers = _count(cfg, ("num_hidden_layers", "n_layer", "num_layers"))
+    heads = _count(cfg, ("num_attention_heads", "n_head"))
+    explicit_hd = _get(cfg, "head_dim")
+    if explicit_hd is not None:
+        hd = _count(cfg, ("head_dim",))
+    else:
+        if d % heads != 0:
+            raise ModelConfigError(
+                f"model config key 'num_attention_heads': {heads} heads do not divide hidden_size {d} and no head_dim is given")
+        hd = d // heads
+    if cfg.get("multi_query") is True and cfg.get("new_decoder_architecture") is not True:
+        kv = 1
+    else:
+        kv = _count(cfg, ("num_key_value_heads", "num_kv_heads", "n_head_kv"), default=heads)
+    if heads % kv != 0:
+        raise ModelConfigError(f"model config key 'num_key_value_heads': {kv} does not divide {heads} attention heads")
+    vocab = _count(cfg, ("vocab_size",))
+    f = _count(cfg, ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"), default=4 * d)
+
+    act_raw = _get(cfg, "hidden_activation", "hidden_act", "activation_function")
+    if act_raw is None:
+        act_raw = "gelu" if model_type == "falcon" else "silu"
+    if not isinstance(act_raw, str):
+        raise ModelConfigError(f"model config key 'hidden_act': expected a name, got {act_raw!r}")
+    act_name = act_raw.lower()
+    if act_name not in _ACTIVATIONS:
+        raise ModelConfigError(
+            f"model config key 'hidden_act': activation '{act_raw}' is not known; known: {', '.join(sorted(_ACTIVATIONS))}")
+    gated, gated_by = _gated(cfg, act_name, arch, model_type)
+
+    norm = "layer" if (model_type in _LAYERNORM_TYPES or cfg.get("norm_type") == "layer_norm") else "rms"
+    if model_type in ("gemma2", "gemma3", "gemma3_text"):
+        norms_per_layer = 4
+    elif model_type == "phi" or (model_type == "falcon" and cfg.get("parallel_attn", True)
+                                 and not cfg.get("new_decoder_architecture")):
+        norms_per_layer = 1
+    else:
+        norms_per_layer = 2
+
+    all_bias = model_type in _ALL_BIAS_TYPES or _flag(cfg, "use_bias", False) or (
+        model_type == "falcon" and _flag(cfg, "bias", False))
+    attn_bias = _flag(cfg, "attention_bias", False)
+    qkv_bias = all_bias or attn_bias or _flag(cfg, "qkv_bias", model_type in ("qwen2", "qwen2_moe"))
+    o_bias = all_bias or attn_bias
+    mlp_bias = all_bias or _flag(cfg, "mlp_bias", False)
+    qk_norm = model_type in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text") or _flag(cfg, "qk_layernorm", False)
+    rotary = model_type not in ("gpt2", "opt", "bloom", "mpt")
+
+    tied = _flag(cfg, "tie_word_embeddings", model_type in _TIED_BY_DEFAULT)
+    pos_rows = 0
+    if model_type in _LEARNED_POSITIONS:
+        key, extra = _LEARNED_POSITIONS[model_type]
+        pos_rows = _count(cfg, (key, "max_position_embeddings", "n_positions")) + extra
+
+    # MoE: routed experts per layer, with dense layers where the config says so.
+    n_exp = _count(cfg, ("num_local_experts", "num_experts", "n_routed_experts"), required=False, allow_zero=True)
+    moe_layers = [False] * n_layers
+    moe: dict[str, Any] = {}
+    if n_exp > 1:
+        top_k = _count(cfg, ("num_experts_per_tok", "experts_per_token", "moe_topk"))
+        if top_k > n_exp:
+            raise ModelConfigError(f"model config key 'num_experts_per_tok': top-k {top_k} exceeds the {n_exp} experts")
+        fe = _count(cfg, ("moe_intermediate_size",), default=f)
+        shared = _count(cfg, ("shared_expert_intermediate_size",), required=False, allow_zero=True)
+        n_shared = _count(cfg, ("n_shared_experts",), required=False, allow_zero=True)
+        if n_shared and not shared:
+            shared = n_shared * fe
+        first_dense = _count(cfg, ("first_k_dense_replace",), required=False, allow_zero=True)
+        step = _count(cfg, ("decoder_sparse_step", "moe_layer_freq"), default=1)
+        mlp_only = set(cfg.get("mlp_only_layers") or [])
+        for i in range(n_layers):
+            moe_layers[i] = i >= first_dense and (i + 1) % step == 0 and i not in mlp_only
+        moe = {"kind": "moe", "num_experts": n_exp, "top_k": top_k, "expert_intermediate_size": fe,
+               "shared_intermediate_size": shared, "gated": gated, "activation": _ACTIVATIONS[act_name],
+               "bias": mlp_bias, "router_bias": False}
+
+    windows = _windows(cfg, model_type, n_layers)
+    dense = {"kind": "dense", "intermediate_size": f, "gated": gated,
+             "activation": _ACTIVATIONS[act_name], "bias": mlp_bias}
+    groups: list[dict[str, Any]] = []
+    for i in range(n_layers):
+        attention = {"heads": heads, "kv_heads": kv, "head_dim": hd, "window": windows[i],
+                     "qkv_bias": qkv_bias, "o_bias": o_bias, "qk_norm": qk_norm, "rotary": rotary}
+        g = {"attention": attention, "ffn": moe if moe_layers[i] else dense, "norms": norms_per_layer}
+        for existing in groups:
+            if existing["attention"] == attention and existing["ffn"] == g["ffn"]:
+                existing["count"] += 1
+                break
+        else:
+            groups.append({"count": 1, **g})
+
+    core = {
+        "name": name, "hidden_size": d, "vocab_size": vocab, "layer_groups": groups, "norm": norm,
+        "tie_word_embeddings": tied, "position_embeddings": pos_rows,
+        "lm_head_bias": model_type == "phi", "max_model_len": _max_model_len(cfg),
+    }
+    m = Model(
+        name=name, model_type=model_type, architecture=arch, hidden_size=d, num_layers=n_layers,
+        num_heads=heads, num_kv_heads=kv, head_dim=hd, vocab_size=vocab, intermediate_size=f,
+        gated_ffn=gated, gated_by=gated_by, activation=_ACTIVATIONS[act_name], norm=norm,
+        tie_word_embeddings=tied, max_model_len=core["max_model_len"], is_moe=any(moe_layers),
+        layer_groups=tuple(groups), core_json=json.dumps(core), source=source,
+    )
+    m._core  # validate in the core now, not at the first estimate
+    return m

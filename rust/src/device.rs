@@ -1,0 +1,175 @@
+//! One accelerator as software sees one device, as the catalog describes it.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use serde::Deserialize;
+
+/// Unit conversions.
+pub const TERA: f64 = 1e12;
+pub const GIGA: f64 = 1e9;
+pub const MICRO: f64 = 1e-6;
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct Device {
+    pub name: String,
+    #[serde(default)]
+    pub tflops_bf16: Option<f64>,
+    #[serde(default)]
+    pub tflops_fp16: Option<f64>,
+    #[serde(default)]
+    pub tflops_fp8: Option<f64>,
+    #[serde(default)]
+    pub tflops_int8: Option<f64>,
+    #[serde(default)]
+    pub tflops_tf32: Option<f64>,
+    #[serde(default)]
+    pub tflops_fp32: Option<f64>,
+    pub memory_gb: f64,
+    pub memory_bw_gbs: f64,
+    #[serde(default)]
+    pub scaleup_bw_gbs: Option<f64>,
+    #[serde(default)]
+    pub scaleup_latency_us: Option<f64>,
+    #[serde(default)]
+    pub host_link_bw_gbs: Option<f64>,
+}
+
+/// The dense peak an operator is priced at, and how it was chosen.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Peak {
+    pub flops_per_s: f64,
+    pub requested: DType,
+    pub used: DType,
+}
+
+impl Peak {
+    pub fn fell_back(&self) -> bool {
+        self.requested != self.used
+    }
+}
+
+impl Device {
+    pub fn tflops(&self, d: DType) -> Option<f64> {
+        match d {
+            DType::Bf16 => self.tflops_bf16,
+            DType::Fp16 => self.tflops_fp16,
+            DType::Fp8 => self.tflops_fp8,
+            DType::Int8 => self.tflops_int8,
+            DType::Tf32 => self.tflops_tf32,
+            DType::Fp32 => self.tflops_fp32,
+        }
+    }
+
+    /// The one documented fallback chain (spec 10): when the catalog has no
+    /// figure for the requested dtype, use the next format whose tensor path
+    /// a kernel in that dtype would run on. Never invent a figure.
+    pub fn fallback_chain(d: DType) -> &'static [DType] {
+        match d {
+            DType::Bf16 => &[DType::Bf16, DType::Fp16, DType::Fp32],
+            DType::Fp16 => &[DType::Fp16, DType::Bf16, DType::Fp32],
+            DType::Fp8 => &[DType::Fp8, DType::Bf16, DType::Fp16, DType::Fp32],
+            DType::Int8 => &[DType::Int8, DType::Bf16, DType::Fp16, DType::Fp32],
+            DType::Tf32 => &[DType::Tf32, DType::Fp32],
+            DType::Fp32 => &[DType::Fp32],
+        }
+    }
+
+    pub fn peak(&self, d: DType) -> Result<Peak> {
+        for &c in Self::fallback_chain(d) {
+            if let Some(t) = self.tflops(c) {
+                return Ok(Peak { flops_per_s: t * TERA, requested: d, used: c });
+            }
+        }
+        Err(Error::hardware(
+            &self.name,
+            format!(
+                "no dense throughput figure for {} or its fallbacks ({}); add a sourced tflops value to the catalog",
+                d.name(),
+                Self::fallback_chain(d).iter().map(|x| x.name()).collect::<Vec<_>>().join(" -> ")
+            ),
+        ))
+    }
+
+    pub fn memory_bw(&self) -> f64 {
+        self.memory_bw_gbs * GIGA
+    }
+
+    pub fn memory_bytes(&self) -> f64 {
+        self.memory_gb * GIGA
+    }
+
+    /// Rejects rows the catalog constraints should already have stopped.
+    pub fn validate(&self) -> Result<()> {
+        let positive = |col: &str, v: Option<f64>| -> Result<()> {
+            match v {
+                Some(x) if !(x.is_finite() && x > 0.0) => {
+                    Err(Error::hardware(&self.name, format!("{col} must be > 0, got {x}")))
+                }
+                _ => Ok(()),
+            }
+        };
+        positive("memory_gb", Some(self.memory_gb))?;
+        positive("memory_bw_gbs", Some(self.memory_bw_gbs))?;
+        for d in DType::ALL {
+            positive(&format!("tflops_{}", d.name()), self.tflops(d))?;
+        }
+        positive("scaleup_bw_gbs", self.scaleup_bw_gbs)?;
+        positive("host_link_bw_gbs", self.host_link_bw_gbs)?;
+        match self.scaleup_latency_us {
+            Some(x) if !(x.is_finite() && x >= 0.0) => Err(Error::hardware(
+                &self.name,
+                format!("scaleup_latency_us must be >= 0, got {x}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn h100() -> Device {
+        Device {
+            name: "H100_SXM".into(),
+            tflops_bf16: Some(989.4),
+            tflops_fp16: Some(989.4),
+            tflops_fp8: Some(1978.9),
+            tflops_int8: Some(1978.9),
+            tflops_tf32: Some(494.7),
+            tflops_fp32: Some(66.9),
+            memory_gb: 80.0,
+            memory_bw_gbs: 3350.0,
+            scaleup_bw_gbs: Some(900.0),
+            scaleup_latency_us: None,
+            host_link_bw_gbs: Some(126.0),
+        }
+    }
+
+    #[test]
+    fn fallback_follows_the_documented_chain() {
+        let mut apple = h100();
+        apple.tflops_bf16 = None;
+        apple.tflops_fp16 = None;
+        apple.tflops_fp8 = None;
+        let p = apple.peak(DType::Bf16).unwrap();
+        assert_eq!(p.used, DType::Fp32);
+        assert!(p.fell_back());
+        assert!((p.flops_per_s - 66.9e12).abs() < 1.0);
+        let p8 = apple.peak(DType::Fp8).unwrap();
+        assert_eq!(p8.used, DType::Fp32);
+        apple.tflops_fp32 = None;
+        assert!(apple.peak(DType::Bf16).is_err());
+    }
+
+    #[test]
+    fn validate_rejects_nonpositive() {
+        let mut d = h100();
+        d.memory_bw_gbs = 0.0;
+        assert!(d.validate().is_err());
+        let mut d = h100();
+        d.tflops_fp8 = Some(f64::NAN);
+        assert!(d.validate().is_err());
+        assert!(h100().validate().is_ok());
+    }
+}

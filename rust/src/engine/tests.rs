@@ -1,0 +1,186 @@
+use super::*;
+use crate::device::tests::h100;
+use crate::model::tests::llama31_8b;
+use proptest::prelude::*;
+
+pub fn proto() -> ProtocolTable {
+    ProtocolTable { beta_ll: 0.40, beta_ll128: 0.65, beta_simple: 0.85, ll_max_bytes: 65536.0, ll128_max_bytes: 1048576.0 }
+}
+
+fn plan(batch: u64, prompt: u64, output: u64) -> Plan {
+    Plan {
+        batch,
+        prompt,
+        output,
+        tp: 1,
+        dtype: DType::Bf16,
+        weight_dtype: None,
+        kv_dtype: None,
+        chunk: None,
+        gpu_memory_utilization: 0.9,
+    }
+}
+
+fn run(p: &Plan) -> Estimate {
+    estimate(&llama31_8b(), &h100(), p, &Efficiency::uncalibrated(), proto(), true).unwrap()
+}
+
+fn row(e: &Estimate, phase: Phase, kind: OpKind) -> Cost {
+    let mut c = Cost::default();
+    for r in e.breakdown.iter().filter(|r| r.phase == phase && r.kind == kind) {
+        c += r.cost;
+    }
+    c
+}
+
+#[test]
+fn prefill_attention_flops_are_the_causal_triangle() {
+    let m = llama31_8b();
+    let a = &m.layer_groups[0].attention;
+    for s in [1u64, 2, 128, 4096, 32768] {
+        let e = run(&plan(1, s, 1));
+        let per_layer = row(&e, Phase::Prefill, OpKind::Attention).flops / 32.0;
+        let want = 4.0 * (a.heads * a.head_dim) as f64 * (s * (s + 1) / 2) as f64;
+        assert_eq!(per_layer, want, "S={s}");
+    }
+}
+
+#[test]
+fn decode_at_batch_one_moves_weights_plus_kv_plus_listed_activations() {
+    let m = llama31_8b();
+    let (d, v, f) = (4096.0, 128256.0, 14336.0);
+    let (h, kv, hd, n_layers) = (32.0, 8.0, 128.0, 32.0);
+    let prompt = 1000u64;
+    let e = run(&plan(1, prompt, 2)); // exactly one decode step, at context prompt + 1
+    let l = (prompt + 1) as f64;
+    let b = 2.0; // bf16
+    let p = params::count(&m);
+    // Every weight is read once, except the embedding table: one row.
+    let weights = (p.total as f64 - v * d + d) * b;
+    let kv_ctx = n_layers * l * 2.0 * kv * hd * b;
+    // Activation terms, as the graph lists them (reads + writes, bf16).
+    let per_layer = 2.0 * 2.0 * d * b          // two norms: read + write
+        + (d + (h + 2.0 * kv) * hd) * b         // qkv in/out
+        + 2.0 * (h + kv) * hd * b               // rotary read + write
+        + 2.0 * kv * hd * (b + b)               // new K,V into the cache
+        + 2.0 * h * hd * b                      // attention Q in, O out
+        + (h * hd + d) * b                      // o_proj in/out
+        + (d + 2.0 * f) * b                     // gate_up in/out
+        + 3.0 * f * b                           // silu(gate) * up: 2 reads, 1 write
+        + (f + d) * b; // down in/out
+    let model_level = d * b      // embedding row written
+        + 2.0 * d * b            // final norm
+        + (d + v) * b; // lm head in/out
+    let want = weights + kv_ctx + n_layers * per_layer + model_level;
+    assert!((e.decode.bytes - want).abs() / want < 1e-12, "{} vs {want}", e.decode.bytes);
+    // and it is memory-bound: TPOT = bytes / BW exactly at eta 1
+    assert!((e.tpot_s.unwrap() - want / 3350e9).abs() / e.tpot_s.unwrap() < 1e-9);
+}
+
+#[test]
+fn chunking_preserves_attention_work_and_rereads_weights() {
+    let whole = run(&plan(1, 4096, 1));
+    let mut p = plan(1, 4096, 1);
+    p.chunk = Some(512);
+    let chunked = run(&p);
+    assert_eq!(chunked.prefill.steps, 8);
+    let a = row(&whole, Phase::Prefill, OpKind::Attention).flops;
+    let b = row(&chunked, Phase::Prefill, OpKind::Attention).flops;
+    assert_eq!(a, b);
+    let wq = row(&whole, Phase::Prefill, OpKind::QkvProj).bytes;
+    let cq = row(&chunked, Phase::Prefill, OpKind::QkvProj).bytes;
+    // Activation bytes scale with tokens either way; the weights are re-read by each of the 8 steps.
+    let w = 32.0 * 4096.0 * (32.0 + 16.0) * 128.0 * 2.0;
+    assert!((cq - wq - 7.0 * w).abs() / w < 1e-12, "{cq} {wq}");
+    assert!(chunked.ttft_s >= whole.ttft_s);
+}
+
+#[test]
+fn decode_sum_matches_step_by_step_evaluation() {
+    // The closed form against pricing each decode step as its own one-token step.
+    let m = llama31_8b();
+    let dev = h100();
+    let (prompt, output, batch) = (300u64, 40u64, 3u64);
+    let p = plan(batch, prompt, output);
+    let eff = Efficiency { eta_compute: 0.6, eta_mem: 0.7, t_launch_s: 5e-6, t_layer_s: 0.0, t_step_s: 0.0 };
+    let e = estimate(&m, &dev, &p, &eff, proto(), false).unwrap();
+    let r = resolve(&m, &dev, &p, proto()).unwrap();
+    let mut ops = Vec::new();
+    let mut total = 0.0;
+    for l in prompt + 1..prompt + output {
+        let segs = [Segment { count: batch, new: 1, prefix: l - 1, samples: true }];
+        build_step(&r.ctx, &Geometry::Segments(&segs), &mut ops);
+        total += ops.iter().map(|o| price(o, 0.0, dev.memory_bw(), &eff).time_s).sum::<f64>();
+    }
+    assert!((e.decode.time_s - total).abs() / total < 1e-12, "{} vs {total}", e.decode.time_s);
+}
+
+#[test]
+fn tensor_parallel_shards_weights_and_adds_allreduces() {
+    let one = run(&plan(1, 1024, 64));
+    let mut p = plan(1, 1024, 64);
+    p.tp = 2;
+    let two = run(&p);
+    let ratio = two.memory.weights_bytes / one.memory.weights_bytes;
+    assert!(ratio > 0.5 && ratio < 0.51, "{ratio}");
+    assert!(row(&two, Phase::Decode, OpKind::AttnAllReduce).comm_s > 0.0);
+    assert!(two.warnings.iter().any(|w| w.contains("latency")));
+}
+
+#[test]
+fn plan_rules_are_enforced() {
+    let m = llama31_8b();
+    let dev = h100();
+    let eff = Efficiency::uncalibrated();
+    let check = |p: Plan, field: &str| {
+        match estimate(&m, &dev, &p, &eff, proto(), false) {
+            Err(Error::Plan { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("expected a plan error on {field}, got {other:?}"),
+        }
+    };
+    check(plan(0, 10, 10), "batch");
+    check(plan(1, 0, 10), "prompt");
+    check(plan(1, 10, 0), "output");
+    let mut p = plan(1, 10, 10);
+    p.tp = 3;
+    check(p, "tp");
+    check(plan(1, 131000, 1000), "prompt+output");
+}
+
+#[test]
+fn does_not_fit_is_reported_with_the_shortfall() {
+    let e = run(&plan(512, 8192, 1024));
+    assert!(!e.memory.fits);
+    assert!((e.memory.shortfall_bytes - (e.memory.total_bytes - e.memory.budget_bytes)).abs() < 1.0);
+    // KV: layers x 2 x kv heads x head_dim x bytes per token
+    let per_token = 32.0 * 2.0 * 8.0 * 128.0 * 2.0;
+    assert_eq!(e.memory.kv_bytes, 512.0 * (8192.0 + 1024.0) * per_token);
+}
+
+proptest! {
+    #[test]
+    fn schedule_covers_every_token_once(batch in 1u64..40, prompt in 1u64..300, chunk in 1u64..1000) {
+        let steps = prefill_steps(batch, prompt, Some(chunk));
+        let mut tokens = 0;
+        let mut samples = 0;
+        for s in &steps {
+            let n: u64 = s.iter().map(|x| x.count * x.new).sum();
+            prop_assert!(n <= chunk && n > 0);
+            tokens += n;
+            samples += s.iter().filter(|x| x.samples).map(|x| x.count).sum::<u64>();
+        }
+        prop_assert_eq!(tokens, batch * prompt);
+        prop_assert_eq!(samples, batch);
+    }
+
+    #[test]
+    fn mfu_and_mbu_never_exceed_one(batch in 1u64..256, prompt in 1u64..20000, output in 1u64..600,
+                                    tp in prop::sample::select(vec![1u64, 2, 4, 8])) {
+        let mut p = plan(batch, prompt, output);
+        p.tp = tp;
+        let e = estimate(&llama31_8b(), &h100(), &p, &Efficiency::uncalibrated(), proto(), false).unwrap();
+        for ph in [e.prefill, e.decode] {
+            prop_assert!(ph.mfu <= 1.0 + 1e-12 && ph.mbu <= 1.0 + 1e-12, "{:?}", ph);
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! A plan: what is run (batch, lengths, precisions, parallelism) and the
+//! efficiencies it is priced with.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::model::{Ffn, Model};
+use serde::Deserialize;
+
+fn default_dtype() -> DType {
+    DType::Bf16
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct Plan {
+    pub batch: u64,
+    pub prompt: u64,
+    pub output: u64,
+    #[serde(default = "one")]
+    pub tp: u64,
+    /// Activation (compute) dtype.
+    #[serde(default = "default_dtype")]
+    pub dtype: DType,
+    /// Weight dtype of the linear layers (default: `dtype`).
+    #[serde(default)]
+    pub weight_dtype: Option<DType>,
+    /// KV-cache dtype (default: `dtype`).
+    #[serde(default)]
+    pub kv_dtype: Option<DType>,
+    /// Chunked prefill token budget per step (`max_num_batched_tokens`).
+    #[serde(default)]
+    pub chunk: Option<u64>,
+    /// Share of device memory the runtime may use (constants table).
+    pub gpu_memory_utilization: f64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// Fitted efficiencies (spec 50); `uncalibrated()` is the physical bound.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+pub struct Efficiency {
+    pub eta_compute: f64,
+    pub eta_mem: f64,
+    #[serde(default)]
+    pub t_launch_s: f64,
+    #[serde(default)]
+    pub t_layer_s: f64,
+    #[serde(default)]
+    pub t_step_s: f64,
+}
+
+impl Efficiency {
+    pub fn uncalibrated() -> Efficiency {
+        Efficiency { eta_compute: 1.0, eta_mem: 1.0, t_launch_s: 0.0, t_layer_s: 0.0, t_step_s: 0.0 }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        for (name, v) in [("eta_compute", self.eta_compute), ("eta_mem", self.eta_mem)] {
+            if !(v.is_finite() && v > 0.0 && v <= 1.0) {
+                return Err(Error::plan(name, format!("must be in (0, 1], got {v}")));
+            }
+        }
+        for (name, v) in [
+            ("t_launch_s", self.t_launch_s),
+            ("t_layer_s", self.t_layer_s),
+            ("t_step_s", self.t_step_s),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(Error::plan(name, format!("must be >= 0, got {v}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Plan {
+    pub fn weight_dtype(&self) -> DType {
+        self.weight_dtype.unwrap_or(self.dtype)
+    }
+
+    pub fn kv_dtype(&self) -> DType {
+        self.kv_dtype.unwrap_or(self.dtype)
+    }
+
+    /// KV heads each TP rank holds: kv/t, or one replicated head when t > kv.
+    pub fn kv_heads_per_rank(&self, kv_heads: u64) -> u64 {
+        kv_heads.div_ceil(self.tp)
+    }
+
+    pub fn validate(&self, m: &Model) -> Result<()> {
+        let positive = |field: &str, v: u64| -> Result<()> {
+            if v == 0 {
+                Err(Error::plan(field, "must be a positive integer (>= 1)"))
+            } else {
+                Ok(())
+            }
+        };
+        positive("batch", self.batch)?;
+        positive("prompt", self.prompt)?;
+        positive("output", self.output)?;
+        positive("tp", self.tp)?;
+        if let Some(c) = self.chunk {
+            positive("chunk", c)?;
+        }
+        if !self.dtype.is_activation_format() {
+            return Err(Error::plan(
+                "dtype",
+                format!(
+                    "activations are computed in fp32, tf32, bf16 or fp16, not {}; use --weight-dtype {} for quantised weights",
+                    self.dtype.name(),
+                    self.dtype.name()
+                ),
+            ));
+        }
+        if matches!(self.kv_dtype(), DType::Tf32) || matches!(self.weight_dtype(), DType::Tf32) {
+            return Err(Error::plan("weight_dtype/kv_dtype", "tf32 is a compute mode, not a storage format"));
+        }
+        let u = self.gpu_memory_utilization;
+        if !(u.is_finite() && u > 0.0 && u <= 1.0) {
+            return Err(Error::plan("gpu_memory_utilization", format!("must be in (0, 1], got {u}")));
+        }
+        let ctx = self.prompt + self.output;
+        if ctx > m.max_model_len {
+            return Err(Error::plan(
+                "prompt+output",
+                format!(
+                    "{} + {} = {ctx} tokens exceeds the model's max_model_len {}",
+                    self.prompt, self.output, m.max_model_len
+                ),
+            ));
+        }
+        for g in &m.layer_groups {
+            let a = &g.attention;
+            if a.heads % self.tp != 0 {
+                return Err(Error::plan(
+                    "tp",
+                    format!("TP {} does not divide the {} attention heads", self.tp, a.heads),
+                ));
+            }
+            if a.kv_heads % self.tp != 0 && self.tp % a.kv_heads != 0 {
+                return Err(Error::plan(
+                    "tp",
+                    format!(
+                        "TP {} neither divides nor is a multiple of the {} KV heads",
+                        self.tp, a.kv_heads
+                    ),
+                ));
+            }
+            let width = match &g.ffn {
+                Ffn::Dense { intermediate_size, .. } => *intermediate_size,
+                Ffn::Moe { expert_intermediate_size, .. } => *expert_intermediate_size,
+            };
+            if width % self.tp != 0 {
+                return Err(Error::plan(
+                    "tp",
+                    format!("TP {} does not divide the FFN width {width}", self.tp),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,315 @@
+//! All PyO3 code: the exceptions, the one `From<Error> for PyErr`, and thin
+//! wrappers that pass whole plans and grids across the boundary.
+
+use crate::collectives::ProtocolTable;
+use crate::device::Device;
+use crate::embedded;
+use crate::engine::{self, Estimate, Phase};
+use crate::error::Error;
+use crate::graph::MODEL_LEVEL;
+use crate::model::Model;
+use crate::params;
+use crate::plan::{Efficiency, Plan};
+use crate::sweep;
+use numpy::{PyArray1, PyReadonlyArray1};
+use pyo3::create_exception;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+create_exception!(ridgeline.errors, RidgelineError, PyValueError, "Base of every ridgeline error (a ValueError).");
+create_exception!(ridgeline.errors, PlanError, RidgelineError, "A plan parameter breaks a rule (exit code 2).");
+create_exception!(ridgeline.errors, ModelConfigError, RidgelineError, "A model config is malformed or unsupported (exit code 2).");
+create_exception!(ridgeline.errors, HardwareError, RidgelineError, "A device row lacks what the plan needs (exit code 2).");
+create_exception!(ridgeline.errors, UnknownNameError, RidgelineError, "An unknown hardware or model name (exit code 3).");
+create_exception!(ridgeline.errors, DoesNotFitError, RidgelineError, "The plan does not fit in device memory (exit code 4).");
+create_exception!(ridgeline.errors, CatalogError, RidgelineError, "The catalog data violates a constraint (exit code 2).");
+
+impl From<Error> for PyErr {
+    fn from(e: Error) -> PyErr {
+        let msg = e.to_string();
+        match e {
+            Error::Plan { .. } | Error::Input(_) => PlanError::new_err(msg),
+            Error::ModelConfig { .. } => ModelConfigError::new_err(msg),
+            Error::Hardware { .. } => HardwareError::new_err(msg),
+        }
+    }
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(what: &str, s: &str) -> PyResult<T> {
+    serde_json::from_str(s).map_err(|e| PyErr::from(Error::Input(format!("{what}: {e}"))))
+}
+
+/// A validated model structure held in Rust.
+#[pyclass(frozen, module = "ridgeline._core")]
+pub struct CoreModel {
+    inner: Model,
+}
+
+#[pymethods]
+impl CoreModel {
+    #[new]
+    fn new(json: &str) -> PyResult<Self> {
+        Ok(CoreModel { inner: Model::from_json(json)? })
+    }
+
+    /// Parameter counts by tensor class, with `total` and `active`.
+    fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = params::count(&self.inner);
+        let d = PyDict::new(py);
+        for (k, v) in [
+            ("embedding", c.embedding),
+            ("position_embedding", c.position_embedding),
+            ("attention", c.attention),
+            ("norms", c.norms),
+            ("ffn", c.ffn),
+            ("router", c.router),
+            ("experts", c.experts),
+            ("experts_active", c.experts_active),
+            ("shared_experts", c.shared_experts),
+            ("lm_head", c.lm_head),
+            ("total", c.total),
+            ("active", c.active),
+        ] {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+
+    fn num_layers(&self) -> u64 {
+        self.inner.num_layers()
+    }
+}
+
+/// A validated device row held in Rust.
+#[pyclass(frozen, module = "ridgeline._core")]
+pub struct CoreDevice {
+    inner: Device,
+}
+
+#[pymethods]
+impl CoreDevice {
+    #[new]
+    fn new(json: &str) -> PyResult<Self> {
+        let d: Device = from_json("device", json)?;
+        d.validate()?;
+        Ok(CoreDevice { inner: d })
+    }
+
+    #[getter]
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+}
+
+fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("ttft_s", e.ttft_s)?;
+    d.set_item("tpot_s", e.tpot_s)?;
+    d.set_item("e2e_s", e.e2e_s)?;
+    d.set_item("throughput_tok_s", e.throughput_tok_s)?;
+    d.set_item("prefill_tok_s", e.prefill_tok_s)?;
+    for (name, p) in [("prefill", &e.prefill), ("decode", &e.decode)] {
+        let ph = PyDict::new(py);
+        ph.set_item("steps", p.steps)?;
+        ph.set_item("flops", p.flops)?;
+        ph.set_item("bytes", p.bytes)?;
+        ph.set_item("compute_s", p.compute_s)?;
+        ph.set_item("memory_s", p.memory_s)?;
+        ph.set_item("comm_s", p.comm_s)?;
+        ph.set_item("overhead_s", p.overhead_s)?;
+        ph.set_item("time_s", p.time_s)?;
+        ph.set_item("mfu", p.mfu)?;
+        ph.set_item("mbu", p.mbu)?;
+        d.set_item(name, ph)?;
+    }
+    let m = &e.memory;
+    let mem = PyDict::new(py);
+    mem.set_item("weights_bytes", m.weights_bytes)?;
+    mem.set_item("kv_bytes", m.kv_bytes)?;
+    mem.set_item("activation_bytes", m.activation_bytes)?;
+    mem.set_item("total_bytes", m.total_bytes)?;
+    mem.set_item("capacity_bytes", m.capacity_bytes)?;
+    mem.set_item("budget_bytes", m.budget_bytes)?;
+    mem.set_item("fits", m.fits)?;
+    mem.set_item("shortfall_bytes", m.shortfall_bytes)?;
+    d.set_item("memory", mem)?;
+    d.set_item("gemm_dtype", e.gemm_dtype.name())?;
+    d.set_item("attention_dtype", e.attention_dtype.name())?;
+    d.set_item("peak_flops", e.peak_flops)?;
+    d.set_item("memory_bw", e.memory_bw)?;
+    d.set_item("warnings", PyList::new(py, &e.warnings)?)?;
+    // Breakdown as columns (cheap to cross, cheap to turn into a DataFrame).
+    let n = e.breakdown.len();
+    let (mut phase, mut op, mut group) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut cols: [Vec<f64>; 8] = Default::default();
+    for r in &e.breakdown {
+        phase.push(match r.phase {
+            Phase::Prefill => "prefill",
+            Phase::Decode => "decode",
+        });
+        op.push(r.kind.name());
+        group.push(if r.group == MODEL_LEVEL { -1i64 } else { r.group as i64 });
+        let c = r.cost;
+        for (i, v) in [c.launches, c.flops, c.bytes, c.compute_s, c.memory_s, c.comm_s, c.launch_s, c.time_s]
+            .into_iter()
+            .enumerate()
+        {
+            cols[i].push(v);
+        }
+    }
+    let b = PyDict::new(py);
+    b.set_item("phase", PyList::new(py, phase)?)?;
+    b.set_item("op", PyList::new(py, op)?)?;
+    b.set_item("group", PyList::new(py, group)?)?;
+    for (i, name) in ["launches", "flops", "bytes", "compute_s", "memory_s", "comm_s", "launch_s", "time_s"]
+        .iter()
+        .enumerate()
+    {
+        b.set_item(*name, PyList::new(py, &cols[i])?)?;
+    }
+    d.set_item("breakdown", b)?;
+    Ok(d)
+}
+
+/// Estimates one plan; the GIL is released while the core computes.
+#[pyfunction]
+#[pyo3(signature = (model, device, plan_json, efficiency_json, protocol_json, breakdown=true))]
+fn estimate<'py>(
+    py: Python<'py>,
+    model: &CoreModel,
+    device: &CoreDevice,
+    plan_json: &str,
+    efficiency_json: &str,
+    protocol_json: &str,
+    breakdown: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let plan: Plan = from_json("plan", plan_json)?;
+    let eff: Efficiency = from_json("efficiency", efficiency_json)?;
+    let proto: ProtocolTable = from_json("protocol", protocol_json)?;
+    let (m, d) = (&model.inner, &device.inner);
+    let e = py.detach(|| engine::estimate(m, d, &plan, &eff, proto, breakdown))?;
+    cost_dict(py, &e)
+}
+
+fn to_u64(name: &str, a: &[i64]) -> PyResult<Vec<u64>> {
+    a.iter()
+        .map(|&x| {
+            u64::try_from(x).map_err(|_| PyErr::from(Error::plan(name, format!("must be >= 0, got {x}"))))
+        })
+        .collect()
+}
+
+/// Evaluates a grid of plans in one call: arrays of batch, prompt, output and
+/// tp (int64), the rest of the plan shared. Returns columns; a plan that
+/// cannot be priced has NaN values and its reason in `error`.
+#[pyfunction]
+#[pyo3(signature = (model, device, batch, prompt, output, tp, base_plan_json, efficiency_json, protocol_json, threads=0))]
+#[allow(clippy::too_many_arguments)]
+fn estimate_many<'py>(
+    py: Python<'py>,
+    model: &CoreModel,
+    device: &CoreDevice,
+    batch: PyReadonlyArray1<'py, i64>,
+    prompt: PyReadonlyArray1<'py, i64>,
+    output: PyReadonlyArray1<'py, i64>,
+    tp: PyReadonlyArray1<'py, i64>,
+    base_plan_json: &str,
+    efficiency_json: &str,
+    protocol_json: &str,
+    threads: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let base: Plan = from_json("plan", base_plan_json)?;
+    let eff: Efficiency = from_json("efficiency", efficiency_json)?;
+    let proto: ProtocolTable = from_json("protocol", protocol_json)?;
+    let (b, p, o, t) = (
+        to_u64("batch", batch.as_slice()?)?,
+        to_u64("prompt", prompt.as_slice()?)?,
+        to_u64("output", output.as_slice()?)?,
+        to_u64("tp", tp.as_slice()?)?,
+    );
+    let n = b.len();
+    if p.len() != n || o.len() != n || t.len() != n {
+        return Err(Error::plan("grid", "batch, prompt, output and tp arrays must have one length").into());
+    }
+    let plans: Vec<Plan> = (0..n)
+        .map(|i| Plan { batch: b[i], prompt: p[i], output: o[i], tp: t[i], ..base.clone() })
+        .collect();
+    let (m, d) = (&model.inner, &device.inner);
+    let results = py.detach(|| sweep::evaluate(m, d, &plans, &eff, proto, threads));
+    let mut cols: [Vec<f64>; 7] = Default::default();
+    let mut fits = Vec::with_capacity(n);
+    let mut errors: Vec<Option<String>> = Vec::with_capacity(n);
+    for r in results {
+        match r {
+            Ok(s) => {
+                for (i, v) in [s.ttft_s, s.tpot_s, s.e2e_s, s.throughput_tok_s, s.memory_bytes, s.mfu_prefill, s.mbu_decode]
+                    .into_iter()
+                    .enumerate()
+                {
+                    cols[i].push(v);
+                }
+                fits.push(s.fits);
+                errors.push(None);
+            }
+            Err(e) => {
+                for c in cols.iter_mut() {
+                    c.push(f64::NAN);
+                }
+                fits.push(false);
+                errors.push(Some(e.to_string()));
+            }
+        }
+    }
+    let out = PyDict::new(py);
+    for (i, name) in ["ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "memory_bytes", "mfu_prefill", "mbu_decode"]
+        .iter()
+        .enumerate()
+    {
+        out.set_item(*name, PyArray1::from_vec(py, std::mem::take(&mut cols[i])))?;
+    }
+    out.set_item("fits", PyArray1::from_vec(py, fits))?;
+    out.set_item("error", PyList::new(py, errors)?)?;
+    Ok(out)
+}
+
+/// Paths of the data files compiled into the extension.
+#[pyfunction]
+fn data_files() -> Vec<&'static str> {
+    embedded::FILES.iter().map(|(p, _)| *p).collect()
+}
+
+/// Bytes of one embedded data file.
+#[pyfunction]
+fn data_file<'py>(py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyBytes>> {
+    embedded::file(path)
+        .map(|b| PyBytes::new(py, b))
+        .ok_or_else(|| PyErr::from(Error::Input(format!("no embedded data file '{path}'"))))
+}
+
+/// Fingerprint of the embedded data (the catalog cache key).
+#[pyfunction]
+fn data_hash() -> &'static str {
+    embedded::DATA_HASH
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<CoreModel>()?;
+    m.add_class::<CoreDevice>()?;
+    m.add_function(wrap_pyfunction!(estimate, m)?)?;
+    m.add_function(wrap_pyfunction!(estimate_many, m)?)?;
+    m.add_function(wrap_pyfunction!(data_files, m)?)?;
+    m.add_function(wrap_pyfunction!(data_file, m)?)?;
+    m.add_function(wrap_pyfunction!(data_hash, m)?)?;
+    m.add("RidgelineError", py.get_type::<RidgelineError>())?;
+    m.add("PlanError", py.get_type::<PlanError>())?;
+    m.add("ModelConfigError", py.get_type::<ModelConfigError>())?;
+    m.add("HardwareError", py.get_type::<HardwareError>())?;
+    m.add("UnknownNameError", py.get_type::<UnknownNameError>())?;
+    m.add("DoesNotFitError", py.get_type::<DoesNotFitError>())?;
+    m.add("CatalogError", py.get_type::<CatalogError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,254 @@
+//! Pricing one operator (spec 30):
+//!
+//!     compute = F / (P * eta_compute)
+//!     memory  = B / (BW * eta_mem)
+//!     time    = max(compute, memory) + t_launch     (per kernel launched)
+//!
+//! and the exact sum of that price over a range of decode contexts, in
+//! closed form: with `k = min(L, w)`, F and B are affine in L below the window
+//! and constant above it, so each piece of max(compute, memory) is affine
+//! between at most one crossover, and arithmetic series sum it exactly.
+
+use crate::graph::Op;
+use crate::plan::Efficiency;
+use std::ops::AddAssign;
+
+/// Totals of priced operators (all invocations).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Cost {
+    pub flops: f64,
+    pub bytes: f64,
+    pub compute_s: f64,
+    pub memory_s: f64,
+    pub comm_s: f64,
+    pub launch_s: f64,
+    pub time_s: f64,
+    pub launches: f64,
+}
+
+impl AddAssign for Cost {
+    fn add_assign(&mut self, o: Cost) {
+        self.flops += o.flops;
+        self.bytes += o.bytes;
+        self.compute_s += o.compute_s;
+        self.memory_s += o.memory_s;
+        self.comm_s += o.comm_s;
+        self.launch_s += o.launch_s;
+        self.time_s += o.time_s;
+        self.launches += o.launches;
+    }
+}
+
+impl Cost {
+    pub fn scaled(self, s: f64) -> Cost {
+        Cost {
+            flops: self.flops * s,
+            bytes: self.bytes * s,
+            compute_s: self.compute_s * s,
+            memory_s: self.memory_s * s,
+            comm_s: self.comm_s * s,
+            launch_s: self.launch_s * s,
+            time_s: self.time_s * s,
+            launches: self.launches * s,
+        }
+    }
+
+    /// Pure overhead time (calibrated per-layer and per-step terms).
+    pub fn overhead(seconds: f64) -> Cost {
+        Cost { time_s: seconds, ..Default::default() }
+    }
+}
+
+/// Rates of one op: seconds per FLOP and per byte at the given efficiencies.
+#[derive(Clone, Copy)]
+struct Rates {
+    per_flop: f64,
+    per_byte: f64,
+    launch: f64,
+}
+
+fn rates(op: &Op, bw: f64, eff: &Efficiency) -> Rates {
+    Rates {
+        per_flop: 1.0 / (op.peak * eff.eta_compute),
+        per_byte: 1.0 / (bw * eff.eta_mem),
+        launch: op.launches * eff.t_launch_s,
+    }
+}
+
+/// One invocation-set of `op` (all `repeat` invocations) at decode key count `k`.
+pub fn price(op: &Op, k: f64, bw: f64, eff: &Efficiency) -> Cost {
+    let r = rates(op, bw, eff);
+    let flops = op.f0 + op.f1 * k;
+    let bytes = op.b0 + op.b1 * k;
+    let (compute_s, memory_s, body) = if op.kind.is_comm() {
+        (0.0, 0.0, op.comm_s)
+    } else {
+        let c = flops * r.per_flop;
+        let m = bytes * r.per_byte;
+        (c, m, c.max(m))
+    };
+    Cost {
+        flops,
+        bytes,
+        compute_s,
+        memory_s,
+        comm_s: if op.kind.is_comm() { op.comm_s } else { 0.0 },
+        launch_s: r.launch,
+        time_s: body + r.launch,
+        launches: op.launches,
+    }
+    .scaled(op.repeat)
+}
+
+/// Sum over integer L in [a, b] of (x0 + x1 L).
+fn series(x0: f64, x1: f64, a: u64, b: u64) -> f64 {
+    if b < a {
+        return 0.0;
+    }
+    let n = (b - a + 1) as f64;
+    n * x0 + x1 * (a as f64 + b as f64) * n / 2.0
+}
+
+/// Exact sum of `price(op, min(L, window))` over decode contexts L in [lo, hi].
+pub fn price_range(op: &Op, lo: u64, hi: u64, bw: f64, eff: &Efficiency) -> Cost {
+    if hi < lo {
+        return Cost::default();
+    }
+    let n = (hi - lo + 1) as f64;
+    if op.f1 == 0.0 && op.b1 == 0.0 {
+        return price(op, 0.0, bw, eff).scaled(n);
+    }
+    let mut total = Cost::default();
+    // Above the window, k is pinned at w: a constant price.
+    let affine_hi = match op.window {
+        Some(w) if w < hi => {
+            let a = lo.max(w + 1);
+            total += price(op, w as f64, bw, eff).scaled((hi - a + 1) as f64);
+            if w < lo {
+                return total;
+            }
+            w
+        }
+        _ => hi,
+    };
+    total += affine_sum(op, lo, affine_hi, bw, eff);
+    total
+}
+
+/// Sum with k = L over [a, b], splitting at the compute/memory crossover.
+fn affine_sum(op: &Op, a: u64, b: u64, bw: f64, eff: &Efficiency) -> Cost {
+    let r = rates(op, bw, eff);
+    let n = (b - a + 1) as f64;
+    let (c0, c1) = (op.f0 * r.per_flop, op.f1 * r.per_flop);
+    let (m0, m1) = (op.b0 * r.per_byte, op.b1 * r.per_byte);
+    let compute_s = series(c0, c1, a, b);
+    let memory_s = series(m0, m1, a, b);
+    // diff(L) = (c0 - m0) + (c1 - m1) L; compute wins where diff >= 0.
+    let (d0, d1) = (c0 - m0, c1 - m1);
+    let body = if d1 == 0.0 {
+        if d0 >= 0.0 {
+            compute_s
+        } else {
+            memory_s
+        }
+    } else {
+        let root = -d0 / d1;
+        if d1 > 0.0 {
+            // memory-bound below the root, compute-bound from ceil(root) on
+            let s = root.ceil().clamp(a as f64, b as f64 + 1.0) as u64;
+            let below = if s > a { series(m0, m1, a, s - 1) } else { 0.0 };
+            below + series(c0, c1, s, b)
+        } else {
+            // compute-bound up to floor(root), memory-bound above
+            let s = root.floor().clamp(a as f64 - 1.0, b as f64);
+            if s < a as f64 {
+                memory_s
+            } else {
+                let s = s as u64;
+                series(c0, c1, a, s) + series(m0, m1, s + 1, b)
+            }
+        }
+    };
+    Cost {
+        flops: series(op.f0, op.f1, a, b),
+        bytes: series(op.b0, op.b1, a, b),
+        compute_s,
+        memory_s,
+        comm_s: 0.0,
+        launch_s: r.launch * n,
+        time_s: body + r.launch * n,
+        launches: op.launches * n,
+    }
+    .scaled(op.repeat)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{OpKind, MODEL_LEVEL};
+    use proptest::prelude::*;
+
+    fn op(f0: f64, f1: f64, b0: f64, b1: f64, window: Option<u64>) -> Op {
+        Op {
+            kind: OpKind::Attention,
+            group: MODEL_LEVEL,
+            repeat: 3.0,
+            launches: 1.0,
+            peak: 1e12,
+            f0,
+            f1,
+            b0,
+            b1,
+            act_bytes: 0.0,
+            window,
+            comm_s: 0.0,
+        }
+    }
+
+    #[test]
+    fn gemm_closed_form() {
+        // M=N=K=8192 bf16 on a 989.4 TFLOPS device at eta 1.
+        let n = 8192.0_f64;
+        let g = Op {
+            kind: OpKind::QkvProj,
+            peak: 989.4e12,
+            repeat: 1.0,
+            ..op(2.0 * n * n * n, 0.0, 3.0 * n * n * 2.0, 0.0, None)
+        };
+        let c = price(&g, 0.0, 3350e9, &Efficiency::uncalibrated());
+        assert_eq!(c.time_s, 2.0 * 8192f64.powi(3) / 989.4e12);
+        assert_eq!(c.compute_s, c.time_s);
+        assert!(c.memory_s < c.compute_s);
+    }
+
+    fn brute(o: &Op, lo: u64, hi: u64, eff: &Efficiency) -> Cost {
+        let mut t = Cost::default();
+        for l in lo..=hi {
+            let k = match o.window {
+                Some(w) => l.min(w),
+                None => l,
+            };
+            t += price(o, k as f64, 1e9, eff);
+        }
+        t
+    }
+
+    proptest! {
+        #[test]
+        fn closed_form_sum_equals_the_loop(
+            f0 in 0.0f64..1e7, f1 in 0.0f64..1e5, b0 in 0.0f64..1e4, b1 in 0.0f64..1e2,
+            lo in 1u64..3000, len in 0u64..3000, w in proptest::option::of(1u64..5000),
+            launch in 0.0f64..1e-5,
+        ) {
+            let o = op(f0, f1, b0, b1, w);
+            let eff = Efficiency { eta_compute: 0.7, eta_mem: 0.8, t_launch_s: launch, t_layer_s: 0.0, t_step_s: 0.0 };
+            let hi = lo + len;
+            let a = price_range(&o, lo, hi, 1e9, &eff);
+            let b = brute(&o, lo, hi, &eff);
+            for (x, y) in [(a.time_s, b.time_s), (a.flops, b.flops), (a.bytes, b.bytes),
+                           (a.compute_s, b.compute_s), (a.memory_s, b.memory_s), (a.launches, b.launches)] {
+                prop_assert!((x - y).abs() <= 1e-9 * y.abs().max(1e-30), "{} vs {}", x, y);
+            }
+        }
+    }
+}
