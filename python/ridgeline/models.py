@@ -50,6 +50,14 @@ _LEARNED_POSITIONS = {"gpt2": ("n_positions", 0), "opt": ("max_position_embeddin
 _ALL_BIAS_TYPES = {"gpt2", "gpt_neox", "opt", "phi", "bloom"}
 # rope_scaling types that extend the trained window; the others already report the extended length.
 _EXTENDING_ROPE = {"yarn"}
+# Config-class defaults that configs rely on by leaving keys out (transformers config classes:
+# FalconConfig, Gemma3TextConfig, GPT2Config).
+_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "falcon": {"max_position_embeddings": 2048, "hidden_act": "gelu"},
+    "gemma3_text": {"vocab_size": 262208, "max_position_embeddings": 131072,
+                    "hidden_activation": "gelu_pytorch_tanh", "sliding_window_pattern": 6},
+    "gpt2": {"n_positions": 1024, "activation_function": "gelu_new"},
+}
 
 _ACTIVATIONS = {
     "silu": "silu", "swish": "silu", "swiglu": "silu", "silu_and_mul": "silu",
@@ -284,8 +292,6 @@ def _windows(cfg: Mapping[str, Any], model_type: str, n_layers: int) -> list[Opt
         return [w if i % 2 == 0 else None for i in range(n_layers)]
     if isinstance(pattern, int) and pattern > 0:  # Gemma 3: every pattern-th layer is global
         return [None if (i + 1) % pattern == 0 else w for i in range(n_layers)]
-    if model_type in ("gemma3", "gemma3_text"):
-        return [None if (i + 1) % 6 == 0 else w for i in range(n_layers)]
     return [w] * n_layers
 
 
@@ -308,9 +314,10 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     if isinstance(raw.get("text_config"), Mapping):
         cfg = {**raw["text_config"]}
         cfg.setdefault("model_type", wrapper_type)
-        if "vocab_size" not in cfg and cfg.get("model_type") in ("gemma3_text", "gemma3"):
-            cfg["vocab_size"] = 262208  # Gemma3TextConfig class default
     model_type = str(cfg.get("model_type") or wrapper_type)
+    defaults = _CLASS_DEFAULTS.get(model_type)
+    if defaults:
+        cfg = {**defaults, **{k: v for k, v in cfg.items() if v is not None}}
     archs = raw.get("architectures") or cfg.get("architectures") or [""]
     arch = str(archs[0]) if isinstance(archs, list) and archs else ""
 
@@ -344,7 +351,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
 
     act_raw = _get(cfg, "hidden_activation", "hidden_act", "activation_function")
     if act_raw is None:
-        act_raw = "gelu" if model_type == "falcon" else "silu"
+        act_raw = "silu"  # PretrainedConfig families without the key (Llama-style) use SiLU
     if not isinstance(act_raw, str):
         raise ModelConfigError(f"model config key 'hidden_act': expected a name, got {act_raw!r}")
     act_name = act_raw.lower()

@@ -37,7 +37,10 @@ impl Link {
     /// Vendors quote scale-up and host links as a bidirectional aggregate; a
     /// ring sends in one direction on each link, so it sees half of it.
     pub fn from_bidirectional_gbs(aggregate_gbs: f64, alpha_s: f64) -> Link {
-        Link { bw_per_direction: aggregate_gbs * 1e9 / 2.0, alpha_s }
+        Link {
+            bw_per_direction: aggregate_gbs * 1e9 / 2.0,
+            alpha_s,
+        }
     }
 }
 
@@ -107,6 +110,15 @@ mod tests {
         assert_eq!(p.beta(1024.0), 0.40);
         assert_eq!(p.beta(65536.0), 0.65);
         assert_eq!(p.beta(1048576.0), 0.85);
-        assert_eq!(time(Collective::AllReduce, 1, 1e6, Link::from_bidirectional_gbs(1.0, 1.0), &p), 0.0);
+        assert_eq!(
+            time(
+                Collective::AllReduce,
+                1,
+                1e6,
+                Link::from_bidirectional_gbs(1.0, 1.0),
+                &p
+            ),
+            0.0
+        );
     }
 }

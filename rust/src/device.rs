@@ -77,7 +77,11 @@ impl Device {
     pub fn peak(&self, d: DType) -> Result<Peak> {
         for &c in Self::fallback_chain(d) {
             if let Some(t) = self.tflops(c) {
-                return Ok(Peak { flops_per_s: t * TERA, requested: d, used: c });
+                return Ok(Peak {
+                    flops_per_s: t * TERA,
+                    requested: d,
+                    used: c,
+                });
             }
         }
         Err(Error::hardware(
@@ -102,9 +106,10 @@ impl Device {
     pub fn validate(&self) -> Result<()> {
         let positive = |col: &str, v: Option<f64>| -> Result<()> {
             match v {
-                Some(x) if !(x.is_finite() && x > 0.0) => {
-                    Err(Error::hardware(&self.name, format!("{col} must be > 0, got {x}")))
-                }
+                Some(x) if !(x.is_finite() && x > 0.0) => Err(Error::hardware(
+                    &self.name,
+                    format!("{col} must be > 0, got {x}"),
+                )),
                 _ => Ok(()),
             }
         };

@@ -15,8 +15,14 @@ pub enum DType {
 }
 
 impl DType {
-    pub const ALL: [DType; 6] =
-        [DType::Fp32, DType::Tf32, DType::Bf16, DType::Fp16, DType::Fp8, DType::Int8];
+    pub const ALL: [DType; 6] = [
+        DType::Fp32,
+        DType::Tf32,
+        DType::Bf16,
+        DType::Fp16,
+        DType::Fp8,
+        DType::Int8,
+    ];
 
     /// Storage bytes per element (tf32 is stored as fp32).
     pub fn bytes(self) -> f64 {

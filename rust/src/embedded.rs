@@ -14,7 +14,9 @@ mod tests {
     #[test]
     fn hardware_and_queries_are_embedded() {
         assert!(FILES.iter().any(|(p, _)| p.starts_with("data/hardware/")));
-        assert!(FILES.iter().any(|(p, _)| p.starts_with("queries/") && p.ends_with(".sql")));
+        assert!(FILES
+            .iter()
+            .any(|(p, _)| p.starts_with("queries/") && p.ends_with(".sql")));
         assert!(file("data/constants.csv").is_some());
         assert_eq!(DATA_HASH.len(), 16);
     }

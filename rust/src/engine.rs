@@ -102,7 +102,12 @@ struct Resolved<'a> {
     warnings: Vec<String>,
 }
 
-fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) -> Result<Resolved<'a>> {
+fn resolve<'a>(
+    m: &'a Model,
+    dev: &Device,
+    plan: &Plan,
+    proto: ProtocolTable,
+) -> Result<Resolved<'a>> {
     let mut warnings = Vec::new();
     let act = plan.dtype;
     let pa = dev.peak(act)?;
@@ -112,7 +117,11 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
             dev.name,
             act.name(),
             pa.used.name(),
-            Device::fallback_chain(act).iter().map(|d| d.name()).collect::<Vec<_>>().join(" -> ")
+            Device::fallback_chain(act)
+                .iter()
+                .map(|d| d.name())
+                .collect::<Vec<_>>()
+                .join(" -> ")
         ));
     }
     let w = plan.weight_dtype();
@@ -159,7 +168,10 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
                 dev.name
             ));
         }
-        Some(Link::from_bidirectional_gbs(agg, latency.unwrap_or(0.0) * MICRO))
+        Some(Link::from_bidirectional_gbs(
+            agg,
+            latency.unwrap_or(0.0) * MICRO,
+        ))
     } else {
         None
     };
@@ -198,18 +210,33 @@ pub fn prefill_steps(batch: u64, prompt: u64, chunk: Option<u64>) -> Vec<Vec<Seg
         let off = pos % prompt;
         if off > 0 {
             let n = budget.min(prompt - off);
-            segs.push(Segment { count: 1, new: n, prefix: off, samples: off + n == prompt });
+            segs.push(Segment {
+                count: 1,
+                new: n,
+                prefix: off,
+                samples: off + n == prompt,
+            });
             budget -= n;
             pos += n;
         }
         let whole = budget / prompt;
         if whole > 0 {
-            segs.push(Segment { count: whole, new: prompt, prefix: 0, samples: true });
+            segs.push(Segment {
+                count: whole,
+                new: prompt,
+                prefix: 0,
+                samples: true,
+            });
             budget -= whole * prompt;
             pos += whole * prompt;
         }
         if budget > 0 {
-            segs.push(Segment { count: 1, new: budget, prefix: 0, samples: budget == prompt });
+            segs.push(Segment {
+                count: 1,
+                new: budget,
+                prefix: 0,
+                samples: budget == prompt,
+            });
             pos += budget;
         }
         steps.push(segs);
@@ -227,7 +254,13 @@ struct Acc {
 
 impl Acc {
     fn new(phase: Phase, breakdown: bool) -> Acc {
-        Acc { total: Cost::default(), overhead_s: 0.0, steps: 0, rows: breakdown.then(Vec::new), phase }
+        Acc {
+            total: Cost::default(),
+            overhead_s: 0.0,
+            steps: 0,
+            rows: breakdown.then(Vec::new),
+            phase,
+        }
     }
 
     fn add(&mut self, kind: OpKind, group: u16, c: Cost) {
@@ -235,7 +268,12 @@ impl Acc {
         if let Some(rows) = &mut self.rows {
             match rows.iter_mut().find(|r| r.kind == kind && r.group == group) {
                 Some(r) => r.cost += c,
-                None => rows.push(BreakdownRow { phase: self.phase, kind, group, cost: c }),
+                None => rows.push(BreakdownRow {
+                    phase: self.phase,
+                    kind,
+                    group,
+                    cost: c,
+                }),
             }
         }
     }
@@ -245,7 +283,11 @@ impl Acc {
         let per_layer = (layers * steps) as f64 * eff.t_layer_s;
         let per_step = steps as f64 * eff.t_step_s;
         if per_layer > 0.0 {
-            self.add(OpKind::LayerOverhead, MODEL_LEVEL, Cost::overhead(per_layer));
+            self.add(
+                OpKind::LayerOverhead,
+                MODEL_LEVEL,
+                Cost::overhead(per_layer),
+            );
         }
         if per_step > 0.0 {
             self.add(OpKind::StepOverhead, MODEL_LEVEL, Cost::overhead(per_step));
@@ -294,9 +336,12 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> f64 {
             attn += d;
         }
         let ffn = match &g.ffn {
-            Ffn::Dense { intermediate_size, gated, bias, .. } => {
-                params::mlp_params(d, intermediate_size / t, *gated, *bias)
-            }
+            Ffn::Dense {
+                intermediate_size,
+                gated,
+                bias,
+                ..
+            } => params::mlp_params(d, intermediate_size / t, *gated, *bias),
             Ffn::Moe {
                 num_experts,
                 expert_intermediate_size,
@@ -446,7 +491,9 @@ fn check_finite(e: &Estimate) -> Result<()> {
     ];
     for (name, v) in vals {
         if !v.is_finite() || v < 0.0 {
-            return Err(Error::Input(format!("{name} evaluated to {v}; the inputs are out of range")));
+            return Err(Error::Input(format!(
+                "{name} evaluated to {v}; the inputs are out of range"
+            )));
         }
     }
     Ok(())

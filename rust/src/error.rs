@@ -22,12 +22,21 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     pub fn plan(field: &str, message: impl Into<String>) -> Self {
-        Error::Plan { field: field.to_string(), message: message.into() }
+        Error::Plan {
+            field: field.to_string(),
+            message: message.into(),
+        }
     }
     pub fn model(key: &str, message: impl Into<String>) -> Self {
-        Error::ModelConfig { key: key.to_string(), message: message.into() }
+        Error::ModelConfig {
+            key: key.to_string(),
+            message: message.into(),
+        }
     }
     pub fn hardware(device: &str, message: impl Into<String>) -> Self {
-        Error::Hardware { device: device.to_string(), message: message.into() }
+        Error::Hardware {
+            device: device.to_string(),
+            message: message.into(),
+        }
     }
 }

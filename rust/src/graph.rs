@@ -198,7 +198,15 @@ struct Builder<'a, 'b> {
 }
 
 impl Builder<'_, '_> {
-    fn push(&mut self, kind: OpKind, peak: f64, f: (f64, f64), b: (f64, f64), act: f64, window: Option<u64>) {
+    fn push(
+        &mut self,
+        kind: OpKind,
+        peak: f64,
+        f: (f64, f64),
+        b: (f64, f64),
+        act: f64,
+        window: Option<u64>,
+    ) {
         self.out.push(Op {
             kind,
             group: self.group,
@@ -223,14 +231,35 @@ impl Builder<'_, '_> {
         if bias {
             w += weight_rows * n * c.act_b;
         }
-        self.push(kind, c.peak_gemm, (2.0 * m * n * k, 0.0), (w + act, 0.0), act, None);
+        self.push(
+            kind,
+            c.peak_gemm,
+            (2.0 * m * n * k, 0.0),
+            (w + act, 0.0),
+            act,
+            None,
+        );
     }
 
     /// Elementwise op over `elems` outputs, reading `reads` x and writing 1 x.
-    fn elementwise(&mut self, kind: OpKind, elems: f64, flops_per: f64, read_per: f64, weight_bytes: f64) {
+    fn elementwise(
+        &mut self,
+        kind: OpKind,
+        elems: f64,
+        flops_per: f64,
+        read_per: f64,
+        weight_bytes: f64,
+    ) {
         let c = self.ctx;
         let act = elems * (read_per + 1.0) * c.act_b;
-        self.push(kind, c.peak_act, (elems * flops_per, 0.0), (act + weight_bytes, 0.0), act, None);
+        self.push(
+            kind,
+            c.peak_act,
+            (elems * flops_per, 0.0),
+            (act + weight_bytes, 0.0),
+            act,
+            None,
+        );
     }
 
     fn comm(&mut self, kind: OpKind, op: Collective, msg: f64) {
@@ -255,13 +284,28 @@ impl Builder<'_, '_> {
     /// reading `weight_sets` copies of its weights (1 for dense, the expected
     /// distinct experts for routed experts).
     #[allow(clippy::too_many_arguments)]
-    fn mlp(&mut self, kinds: [OpKind; 3], m: f64, f: u64, gated: bool, act_flops: f64, bias: bool, weight_sets: f64) {
+    fn mlp(
+        &mut self,
+        kinds: [OpKind; 3],
+        m: f64,
+        f: u64,
+        gated: bool,
+        act_flops: f64,
+        bias: bool,
+        weight_sets: f64,
+    ) {
         let c = self.ctx;
         let d = c.model.hidden_size as f64;
         let ft = (f / c.tp) as f64;
         let up = if gated { 2.0 * ft } else { ft };
         self.gemm(kinds[0], m, d, up, weight_sets, bias);
-        self.elementwise(kinds[1], m * ft, act_flops, if gated { 2.0 } else { 1.0 }, 0.0);
+        self.elementwise(
+            kinds[1],
+            m * ft,
+            act_flops,
+            if gated { 2.0 } else { 1.0 },
+            0.0,
+        );
         self.gemm(kinds[2], m, ft, d, weight_sets, bias);
     }
 
@@ -272,10 +316,23 @@ impl Builder<'_, '_> {
         let h_t = (a.heads / c.tp) as f64;
         let kv_t = a.kv_heads.div_ceil(c.tp) as f64;
         let norm = c.model.norm;
-        self.gemm(OpKind::QkvProj, t, d, (h_t + 2.0 * kv_t) * hd, 1.0, a.qkv_bias);
+        self.gemm(
+            OpKind::QkvProj,
+            t,
+            d,
+            (h_t + 2.0 * kv_t) * hd,
+            1.0,
+            a.qkv_bias,
+        );
         if a.qk_norm {
             let w = 2.0 * hd * c.act_b;
-            self.elementwise(OpKind::QkNorm, t * (h_t + kv_t) * hd, norm.flops_per_element(), 1.0, w);
+            self.elementwise(
+                OpKind::QkNorm,
+                t * (h_t + kv_t) * hd,
+                norm.flops_per_element(),
+                1.0,
+                w,
+            );
         }
         if a.rotary {
             // x cos + rotate(x) sin: 2 multiplies and 1 add per element.
@@ -284,7 +341,14 @@ impl Builder<'_, '_> {
         // New K and V rows into the cache: read in the activation dtype, write in the KV dtype.
         let kv_elems = t * 2.0 * kv_t * hd;
         let kvw = kv_elems * (c.act_b + c.kv_b);
-        self.push(OpKind::KvCacheWrite, c.peak_act, (0.0, 0.0), (kvw, 0.0), kv_elems * c.act_b, None);
+        self.push(
+            OpKind::KvCacheWrite,
+            c.peak_act,
+            (0.0, 0.0),
+            (kvw, 0.0),
+            kv_elems * c.act_b,
+            None,
+        );
         // Attention: QK^T and PV over the exact pairs; reads Q, the attended
         // K and V rows (in the KV dtype), writes O. No S x S matrix in memory.
         let (p0, p1, k0, k1) = geo.attention(a.window);
@@ -301,7 +365,11 @@ impl Builder<'_, '_> {
         );
         self.gemm(OpKind::OutProj, t, h_t * hd, d, 1.0, a.o_bias);
         if c.tp > 1 {
-            self.comm(OpKind::AttnAllReduce, Collective::AllReduce, t * d * c.act_b);
+            self.comm(
+                OpKind::AttnAllReduce,
+                Collective::AllReduce,
+                t * d * c.act_b,
+            );
         }
     }
 
@@ -309,9 +377,22 @@ impl Builder<'_, '_> {
         let c = self.ctx;
         let d = c.model.hidden_size as f64;
         match &g.ffn {
-            Ffn::Dense { intermediate_size, gated, activation, bias } => {
+            Ffn::Dense {
+                intermediate_size,
+                gated,
+                activation,
+                bias,
+            } => {
                 let af = activation.flops_per_element(*gated);
-                self.mlp([OpKind::FfnUp, OpKind::FfnAct, OpKind::FfnDown], t, *intermediate_size, *gated, af, *bias, 1.0);
+                self.mlp(
+                    [OpKind::FfnUp, OpKind::FfnAct, OpKind::FfnDown],
+                    t,
+                    *intermediate_size,
+                    *gated,
+                    af,
+                    *bias,
+                    1.0,
+                );
             }
             Ffn::Moe {
                 num_experts,
@@ -329,7 +410,14 @@ impl Builder<'_, '_> {
                 // Router: a replicated GEMM to E logits, weights in the activation dtype.
                 let act = t * (d + e) * c.act_b;
                 let w = (d * e + if *router_bias { e } else { 0.0 }) * c.act_b;
-                self.push(OpKind::Router, c.peak_gemm, (2.0 * t * d * e, 0.0), (w + act, 0.0), act, None);
+                self.push(
+                    OpKind::Router,
+                    c.peak_gemm,
+                    (2.0 * t * d * e, 0.0),
+                    (w + act, 0.0),
+                    act,
+                    None,
+                );
                 // Expected distinct experts under uniform routing: E (1 - (1 - k/E)^T).
                 let distinct = e * (1.0 - (1.0 - k / e).powf(t));
                 self.mlp(
@@ -343,7 +431,11 @@ impl Builder<'_, '_> {
                 );
                 if *shared_intermediate_size > 0 {
                     self.mlp(
-                        [OpKind::SharedExpertUp, OpKind::SharedExpertAct, OpKind::SharedExpertDown],
+                        [
+                            OpKind::SharedExpertUp,
+                            OpKind::SharedExpertAct,
+                            OpKind::SharedExpertDown,
+                        ],
                         t,
                         *shared_intermediate_size,
                         *gated,
@@ -371,29 +463,64 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
     let norm = m.norm;
     let norm_w = |n: f64| n * norm.params(1) as f64 * ctx.act_b;
 
-    let mut b = Builder { ctx, out, group: MODEL_LEVEL, repeat: 1.0 };
+    let mut b = Builder {
+        ctx,
+        out,
+        group: MODEL_LEVEL,
+        repeat: 1.0,
+    };
     // Embedding lookup (vocab-parallel under TP): read T rows, write T x d.
     let act = t * d * ctx.act_b;
-    b.push(OpKind::Embedding, ctx.peak_act, (0.0, 0.0), (t * d * ctx.w_emb_b / tpf + act, 0.0), act, None);
+    b.push(
+        OpKind::Embedding,
+        ctx.peak_act,
+        (0.0, 0.0),
+        (t * d * ctx.w_emb_b / tpf + act, 0.0),
+        act,
+        None,
+    );
     if m.position_embeddings > 0 {
         // Learned absolute positions: read T rows, add to the hidden state.
         let act = 2.0 * t * d * ctx.act_b;
-        b.push(OpKind::PositionEmbedding, ctx.peak_act, (t * d, 0.0), (t * d * ctx.w_emb_b + act, 0.0), act, None);
+        b.push(
+            OpKind::PositionEmbedding,
+            ctx.peak_act,
+            (t * d, 0.0),
+            (t * d * ctx.w_emb_b + act, 0.0),
+            act,
+            None,
+        );
     }
     if ctx.tp > 1 {
-        b.comm(OpKind::EmbeddingAllReduce, Collective::AllReduce, t * d * ctx.act_b);
+        b.comm(
+            OpKind::EmbeddingAllReduce,
+            Collective::AllReduce,
+            t * d * ctx.act_b,
+        );
     }
     for (gi, g) in m.layer_groups.iter().enumerate() {
         b.group = gi as u16;
         b.repeat = g.count as f64;
         let n = g.norms as f64;
-        b.elementwise(OpKind::Norm, n * t * d, norm.flops_per_element(), 1.0, norm_w(n * d));
+        b.elementwise(
+            OpKind::Norm,
+            n * t * d,
+            norm.flops_per_element(),
+            1.0,
+            norm_w(n * d),
+        );
         b.attention(&g.attention, geo, t);
         b.ffn(g, t);
     }
     b.group = MODEL_LEVEL;
     b.repeat = 1.0;
-    b.elementwise(OpKind::FinalNorm, t * d, norm.flops_per_element(), 1.0, norm_w(d));
+    b.elementwise(
+        OpKind::FinalNorm,
+        t * d,
+        norm.flops_per_element(),
+        1.0,
+        norm_w(d),
+    );
     if samples > 0.0 {
         let v = m.vocab_size as f64 / tpf;
         let act = (samples * d + samples * v) * ctx.act_b;
@@ -401,9 +528,20 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
         if m.lm_head_bias {
             w += v * ctx.act_b;
         }
-        b.push(OpKind::LmHead, ctx.peak_gemm, (2.0 * samples * d * v, 0.0), (w + act, 0.0), act, None);
+        b.push(
+            OpKind::LmHead,
+            ctx.peak_gemm,
+            (2.0 * samples * d * v, 0.0),
+            (w + act, 0.0),
+            act,
+            None,
+        );
         if ctx.tp > 1 {
-            b.comm(OpKind::LogitsAllGather, Collective::AllGather, samples * m.vocab_size as f64 * ctx.act_b);
+            b.comm(
+                OpKind::LogitsAllGather,
+                Collective::AllGather,
+                samples * m.vocab_size as f64 * ctx.act_b,
+            );
         }
     }
 }

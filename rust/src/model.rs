@@ -147,7 +147,9 @@ impl Model {
     }
 
     pub fn is_moe(&self) -> bool {
-        self.layer_groups.iter().any(|g| matches!(g.ffn, Ffn::Moe { .. }))
+        self.layer_groups
+            .iter()
+            .any(|g| matches!(g.ffn, Ffn::Moe { .. }))
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -173,15 +175,25 @@ impl Model {
             if a.heads % a.kv_heads != 0 {
                 return Err(Error::model(
                     "num_key_value_heads",
-                    format!("{} query heads are not a multiple of {} kv heads", a.heads, a.kv_heads),
+                    format!(
+                        "{} query heads are not a multiple of {} kv heads",
+                        a.heads, a.kv_heads
+                    ),
                 ));
             }
             if let Some(w) = a.window {
                 pos("sliding_window", w)?;
             }
             match &g.ffn {
-                Ffn::Dense { intermediate_size, .. } => pos("intermediate_size", *intermediate_size)?,
-                Ffn::Moe { num_experts, top_k, expert_intermediate_size, .. } => {
+                Ffn::Dense {
+                    intermediate_size, ..
+                } => pos("intermediate_size", *intermediate_size)?,
+                Ffn::Moe {
+                    num_experts,
+                    top_k,
+                    expert_intermediate_size,
+                    ..
+                } => {
                     pos("num_experts", *num_experts)?;
                     pos("num_experts_per_tok", *top_k)?;
                     pos("moe_intermediate_size", *expert_intermediate_size)?;

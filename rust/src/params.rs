@@ -69,7 +69,12 @@ pub fn count(m: &Model) -> ParamCounts {
         c.attention += n * attention_params(d, g);
         c.norms += n * g.norms * m.norm.params(d);
         match &g.ffn {
-            Ffn::Dense { intermediate_size, gated, bias, .. } => {
+            Ffn::Dense {
+                intermediate_size,
+                gated,
+                bias,
+                ..
+            } => {
                 c.ffn += n * mlp_params(d, *intermediate_size, *gated, *bias);
             }
             Ffn::Moe {

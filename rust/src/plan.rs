@@ -52,7 +52,13 @@ pub struct Efficiency {
 
 impl Efficiency {
     pub fn uncalibrated() -> Efficiency {
-        Efficiency { eta_compute: 1.0, eta_mem: 1.0, t_launch_s: 0.0, t_layer_s: 0.0, t_step_s: 0.0 }
+        Efficiency {
+            eta_compute: 1.0,
+            eta_mem: 1.0,
+            t_launch_s: 0.0,
+            t_layer_s: 0.0,
+            t_step_s: 0.0,
+        }
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -114,11 +120,17 @@ impl Plan {
             ));
         }
         if matches!(self.kv_dtype(), DType::Tf32) || matches!(self.weight_dtype(), DType::Tf32) {
-            return Err(Error::plan("weight_dtype/kv_dtype", "tf32 is a compute mode, not a storage format"));
+            return Err(Error::plan(
+                "weight_dtype/kv_dtype",
+                "tf32 is a compute mode, not a storage format",
+            ));
         }
         let u = self.gpu_memory_utilization;
         if !(u.is_finite() && u > 0.0 && u <= 1.0) {
-            return Err(Error::plan("gpu_memory_utilization", format!("must be in (0, 1], got {u}")));
+            return Err(Error::plan(
+                "gpu_memory_utilization",
+                format!("must be in (0, 1], got {u}"),
+            ));
         }
         let ctx = self.prompt + self.output;
         if ctx > m.max_model_len {
@@ -135,10 +147,13 @@ impl Plan {
             if a.heads % self.tp != 0 {
                 return Err(Error::plan(
                     "tp",
-                    format!("TP {} does not divide the {} attention heads", self.tp, a.heads),
+                    format!(
+                        "TP {} does not divide the {} attention heads",
+                        self.tp, a.heads
+                    ),
                 ));
             }
-            if a.kv_heads % self.tp != 0 && self.tp % a.kv_heads != 0 {
+            if !a.kv_heads.is_multiple_of(self.tp) && !self.tp.is_multiple_of(a.kv_heads) {
                 return Err(Error::plan(
                     "tp",
                     format!(
@@ -148,8 +163,13 @@ impl Plan {
                 ));
             }
             let width = match &g.ffn {
-                Ffn::Dense { intermediate_size, .. } => *intermediate_size,
-                Ffn::Moe { expert_intermediate_size, .. } => *expert_intermediate_size,
+                Ffn::Dense {
+                    intermediate_size, ..
+                } => *intermediate_size,
+                Ffn::Moe {
+                    expert_intermediate_size,
+                    ..
+                } => *expert_intermediate_size,
             };
             if width % self.tp != 0 {
                 return Err(Error::plan(

@@ -17,13 +17,48 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-create_exception!(ridgeline.errors, RidgelineError, PyValueError, "Base of every ridgeline error (a ValueError).");
-create_exception!(ridgeline.errors, PlanError, RidgelineError, "A plan parameter breaks a rule (exit code 2).");
-create_exception!(ridgeline.errors, ModelConfigError, RidgelineError, "A model config is malformed or unsupported (exit code 2).");
-create_exception!(ridgeline.errors, HardwareError, RidgelineError, "A device row lacks what the plan needs (exit code 2).");
-create_exception!(ridgeline.errors, UnknownNameError, RidgelineError, "An unknown hardware or model name (exit code 3).");
-create_exception!(ridgeline.errors, DoesNotFitError, RidgelineError, "The plan does not fit in device memory (exit code 4).");
-create_exception!(ridgeline.errors, CatalogError, RidgelineError, "The catalog data violates a constraint (exit code 2).");
+create_exception!(
+    ridgeline.errors,
+    RidgelineError,
+    PyValueError,
+    "Base of every ridgeline error (a ValueError)."
+);
+create_exception!(
+    ridgeline.errors,
+    PlanError,
+    RidgelineError,
+    "A plan parameter breaks a rule (exit code 2)."
+);
+create_exception!(
+    ridgeline.errors,
+    ModelConfigError,
+    RidgelineError,
+    "A model config is malformed or unsupported (exit code 2)."
+);
+create_exception!(
+    ridgeline.errors,
+    HardwareError,
+    RidgelineError,
+    "A device row lacks what the plan needs (exit code 2)."
+);
+create_exception!(
+    ridgeline.errors,
+    UnknownNameError,
+    RidgelineError,
+    "An unknown hardware or model name (exit code 3)."
+);
+create_exception!(
+    ridgeline.errors,
+    DoesNotFitError,
+    RidgelineError,
+    "The plan does not fit in device memory (exit code 4)."
+);
+create_exception!(
+    ridgeline.errors,
+    CatalogError,
+    RidgelineError,
+    "The catalog data violates a constraint (exit code 2)."
+);
 
 impl From<Error> for PyErr {
     fn from(e: Error) -> PyErr {
@@ -50,7 +85,9 @@ pub struct CoreModel {
 impl CoreModel {
     #[new]
     fn new(json: &str) -> PyResult<Self> {
-        Ok(CoreModel { inner: Model::from_json(json)? })
+        Ok(CoreModel {
+            inner: Model::from_json(json)?,
+        })
     }
 
     /// Parameter counts by tensor class, with `total` and `active`.
@@ -141,7 +178,11 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
     d.set_item("warnings", PyList::new(py, &e.warnings)?)?;
     // Breakdown as columns (cheap to cross, cheap to turn into a DataFrame).
     let n = e.breakdown.len();
-    let (mut phase, mut op, mut group) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut phase, mut op, mut group) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
     let mut cols: [Vec<f64>; 8] = Default::default();
     for r in &e.breakdown {
         phase.push(match r.phase {
@@ -149,11 +190,24 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
             Phase::Decode => "decode",
         });
         op.push(r.kind.name());
-        group.push(if r.group == MODEL_LEVEL { -1i64 } else { r.group as i64 });
+        group.push(if r.group == MODEL_LEVEL {
+            -1i64
+        } else {
+            r.group as i64
+        });
         let c = r.cost;
-        for (i, v) in [c.launches, c.flops, c.bytes, c.compute_s, c.memory_s, c.comm_s, c.launch_s, c.time_s]
-            .into_iter()
-            .enumerate()
+        for (i, v) in [
+            c.launches,
+            c.flops,
+            c.bytes,
+            c.compute_s,
+            c.memory_s,
+            c.comm_s,
+            c.launch_s,
+            c.time_s,
+        ]
+        .into_iter()
+        .enumerate()
         {
             cols[i].push(v);
         }
@@ -162,9 +216,18 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
     b.set_item("phase", PyList::new(py, phase)?)?;
     b.set_item("op", PyList::new(py, op)?)?;
     b.set_item("group", PyList::new(py, group)?)?;
-    for (i, name) in ["launches", "flops", "bytes", "compute_s", "memory_s", "comm_s", "launch_s", "time_s"]
-        .iter()
-        .enumerate()
+    for (i, name) in [
+        "launches",
+        "flops",
+        "bytes",
+        "compute_s",
+        "memory_s",
+        "comm_s",
+        "launch_s",
+        "time_s",
+    ]
+    .iter()
+    .enumerate()
     {
         b.set_item(*name, PyList::new(py, &cols[i])?)?;
     }
@@ -195,7 +258,8 @@ fn estimate<'py>(
 fn to_u64(name: &str, a: &[i64]) -> PyResult<Vec<u64>> {
     a.iter()
         .map(|&x| {
-            u64::try_from(x).map_err(|_| PyErr::from(Error::plan(name, format!("must be >= 0, got {x}"))))
+            u64::try_from(x)
+                .map_err(|_| PyErr::from(Error::plan(name, format!("must be >= 0, got {x}"))))
         })
         .collect()
 }
@@ -230,10 +294,20 @@ fn estimate_many<'py>(
     );
     let n = b.len();
     if p.len() != n || o.len() != n || t.len() != n {
-        return Err(Error::plan("grid", "batch, prompt, output and tp arrays must have one length").into());
+        return Err(Error::plan(
+            "grid",
+            "batch, prompt, output and tp arrays must have one length",
+        )
+        .into());
     }
     let plans: Vec<Plan> = (0..n)
-        .map(|i| Plan { batch: b[i], prompt: p[i], output: o[i], tp: t[i], ..base.clone() })
+        .map(|i| Plan {
+            batch: b[i],
+            prompt: p[i],
+            output: o[i],
+            tp: t[i],
+            ..base.clone()
+        })
         .collect();
     let (m, d) = (&model.inner, &device.inner);
     let results = py.detach(|| sweep::evaluate(m, d, &plans, &eff, proto, threads));
@@ -243,9 +317,17 @@ fn estimate_many<'py>(
     for r in results {
         match r {
             Ok(s) => {
-                for (i, v) in [s.ttft_s, s.tpot_s, s.e2e_s, s.throughput_tok_s, s.memory_bytes, s.mfu_prefill, s.mbu_decode]
-                    .into_iter()
-                    .enumerate()
+                for (i, v) in [
+                    s.ttft_s,
+                    s.tpot_s,
+                    s.e2e_s,
+                    s.throughput_tok_s,
+                    s.memory_bytes,
+                    s.mfu_prefill,
+                    s.mbu_decode,
+                ]
+                .into_iter()
+                .enumerate()
                 {
                     cols[i].push(v);
                 }
@@ -262,9 +344,17 @@ fn estimate_many<'py>(
         }
     }
     let out = PyDict::new(py);
-    for (i, name) in ["ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "memory_bytes", "mfu_prefill", "mbu_decode"]
-        .iter()
-        .enumerate()
+    for (i, name) in [
+        "ttft_s",
+        "tpot_s",
+        "e2e_s",
+        "throughput_tok_s",
+        "memory_bytes",
+        "mfu_prefill",
+        "mbu_decode",
+    ]
+    .iter()
+    .enumerate()
     {
         out.set_item(*name, PyArray1::from_vec(py, std::mem::take(&mut cols[i])))?;
     }

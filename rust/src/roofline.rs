@@ -1,8 +1,10 @@
 //! Pricing one operator (spec 30):
 //!
-//!     compute = F / (P * eta_compute)
-//!     memory  = B / (BW * eta_mem)
-//!     time    = max(compute, memory) + t_launch     (per kernel launched)
+//! ```text
+//! compute = F / (P * eta_compute)
+//! memory  = B / (BW * eta_mem)
+//! time    = max(compute, memory) + t_launch     (per kernel launched)
+//! ```
 //!
 //! and the exact sum of that price over a range of decode contexts, in
 //! closed form: with `k = min(L, w)`, F and B are affine in L below the window
@@ -55,7 +57,10 @@ impl Cost {
 
     /// Pure overhead time (calibrated per-layer and per-step terms).
     pub fn overhead(seconds: f64) -> Cost {
-        Cost { time_s: seconds, ..Default::default() }
+        Cost {
+            time_s: seconds,
+            ..Default::default()
+        }
     }
 }
 

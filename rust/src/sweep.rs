@@ -52,9 +52,17 @@ pub fn evaluate(
     proto: ProtocolTable,
     threads: usize,
 ) -> Vec<Result<Summary>> {
-    let run = || plans.par_iter().map(|p| summarize(m, dev, p, eff, proto)).collect();
+    let run = || {
+        plans
+            .par_iter()
+            .map(|p| summarize(m, dev, p, eff, proto))
+            .collect()
+    };
     if threads == 1 {
-        return plans.iter().map(|p| summarize(m, dev, p, eff, proto)).collect();
+        return plans
+            .iter()
+            .map(|p| summarize(m, dev, p, eff, proto))
+            .collect();
     }
     match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
         Ok(pool) => pool.install(run),

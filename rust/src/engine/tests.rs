@@ -4,7 +4,13 @@ use crate::model::tests::llama31_8b;
 use proptest::prelude::*;
 
 pub fn proto() -> ProtocolTable {
-    ProtocolTable { beta_ll: 0.40, beta_ll128: 0.65, beta_simple: 0.85, ll_max_bytes: 65536.0, ll128_max_bytes: 1048576.0 }
+    ProtocolTable {
+        beta_ll: 0.40,
+        beta_ll128: 0.65,
+        beta_simple: 0.85,
+        ll_max_bytes: 65536.0,
+        ll128_max_bytes: 1048576.0,
+    }
 }
 
 fn plan(batch: u64, prompt: u64, output: u64) -> Plan {
@@ -22,12 +28,24 @@ fn plan(batch: u64, prompt: u64, output: u64) -> Plan {
 }
 
 fn run(p: &Plan) -> Estimate {
-    estimate(&llama31_8b(), &h100(), p, &Efficiency::uncalibrated(), proto(), true).unwrap()
+    estimate(
+        &llama31_8b(),
+        &h100(),
+        p,
+        &Efficiency::uncalibrated(),
+        proto(),
+        true,
+    )
+    .unwrap()
 }
 
 fn row(e: &Estimate, phase: Phase, kind: OpKind) -> Cost {
     let mut c = Cost::default();
-    for r in e.breakdown.iter().filter(|r| r.phase == phase && r.kind == kind) {
+    for r in e
+        .breakdown
+        .iter()
+        .filter(|r| r.phase == phase && r.kind == kind)
+    {
         c += r.cost;
     }
     c
@@ -72,7 +90,11 @@ fn decode_at_batch_one_moves_weights_plus_kv_plus_listed_activations() {
         + 2.0 * d * b            // final norm
         + (d + v) * b; // lm head in/out
     let want = weights + kv_ctx + n_layers * per_layer + model_level;
-    assert!((e.decode.bytes - want).abs() / want < 1e-12, "{} vs {want}", e.decode.bytes);
+    assert!(
+        (e.decode.bytes - want).abs() / want < 1e-12,
+        "{} vs {want}",
+        e.decode.bytes
+    );
     // and it is memory-bound: TPOT = bytes / BW exactly at eta 1
     assert!((e.tpot_s.unwrap() - want / 3350e9).abs() / e.tpot_s.unwrap() < 1e-9);
 }
@@ -102,17 +124,35 @@ fn decode_sum_matches_step_by_step_evaluation() {
     let dev = h100();
     let (prompt, output, batch) = (300u64, 40u64, 3u64);
     let p = plan(batch, prompt, output);
-    let eff = Efficiency { eta_compute: 0.6, eta_mem: 0.7, t_launch_s: 5e-6, t_layer_s: 0.0, t_step_s: 0.0 };
+    let eff = Efficiency {
+        eta_compute: 0.6,
+        eta_mem: 0.7,
+        t_launch_s: 5e-6,
+        t_layer_s: 0.0,
+        t_step_s: 0.0,
+    };
     let e = estimate(&m, &dev, &p, &eff, proto(), false).unwrap();
     let r = resolve(&m, &dev, &p, proto()).unwrap();
     let mut ops = Vec::new();
     let mut total = 0.0;
     for l in prompt + 1..prompt + output {
-        let segs = [Segment { count: batch, new: 1, prefix: l - 1, samples: true }];
+        let segs = [Segment {
+            count: batch,
+            new: 1,
+            prefix: l - 1,
+            samples: true,
+        }];
         build_step(&r.ctx, &Geometry::Segments(&segs), &mut ops);
-        total += ops.iter().map(|o| price(o, 0.0, dev.memory_bw(), &eff).time_s).sum::<f64>();
+        total += ops
+            .iter()
+            .map(|o| price(o, 0.0, dev.memory_bw(), &eff).time_s)
+            .sum::<f64>();
     }
-    assert!((e.decode.time_s - total).abs() / total < 1e-12, "{} vs {total}", e.decode.time_s);
+    assert!(
+        (e.decode.time_s - total).abs() / total < 1e-12,
+        "{} vs {total}",
+        e.decode.time_s
+    );
 }
 
 #[test]
@@ -132,11 +172,9 @@ fn plan_rules_are_enforced() {
     let m = llama31_8b();
     let dev = h100();
     let eff = Efficiency::uncalibrated();
-    let check = |p: Plan, field: &str| {
-        match estimate(&m, &dev, &p, &eff, proto(), false) {
-            Err(Error::Plan { field: f, .. }) => assert_eq!(f, field),
-            other => panic!("expected a plan error on {field}, got {other:?}"),
-        }
+    let check = |p: Plan, field: &str| match estimate(&m, &dev, &p, &eff, proto(), false) {
+        Err(Error::Plan { field: f, .. }) => assert_eq!(f, field),
+        other => panic!("expected a plan error on {field}, got {other:?}"),
     };
     check(plan(0, 10, 10), "batch");
     check(plan(1, 0, 10), "prompt");
@@ -151,7 +189,9 @@ fn plan_rules_are_enforced() {
 fn does_not_fit_is_reported_with_the_shortfall() {
     let e = run(&plan(512, 8192, 1024));
     assert!(!e.memory.fits);
-    assert!((e.memory.shortfall_bytes - (e.memory.total_bytes - e.memory.budget_bytes)).abs() < 1.0);
+    assert!(
+        (e.memory.shortfall_bytes - (e.memory.total_bytes - e.memory.budget_bytes)).abs() < 1.0
+    );
     // KV: layers x 2 x kv heads x head_dim x bytes per token
     let per_token = 32.0 * 2.0 * 8.0 * 128.0 * 2.0;
     assert_eq!(e.memory.kv_bytes, 512.0 * (8192.0 + 1024.0) * per_token);

@@ -1,0 +1,54 @@
+"""Speed of the estimate paths (opt-in; release build):
+
+    pip install '.[test]' && python -m pytest benches/ --benchmark-only
+
+Reports one warm ``ridgeline.estimate`` call through the Python API, and
+10,000 plans (prefill + every decode step) evaluated in one call into Rust
+on one thread and on all cores.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+import ridgeline
+from ridgeline import _core
+from ridgeline.catalog import default_catalog
+from ridgeline.estimate import _UNCALIBRATED_EFF, _protocol
+from ridgeline.models import Model
+
+LLAMA = "meta-llama/Llama-3.1-8B"
+
+
+def test_estimate_python_api_warm(benchmark):
+    ridgeline.estimate(LLAMA, "H100_SXM")  # warm the caches
+    e = benchmark(ridgeline.estimate, LLAMA, "H100_SXM", breakdown=False)
+    assert e.fits
+
+
+def test_estimate_python_api_warm_with_breakdown(benchmark):
+    ridgeline.estimate(LLAMA, "H100_SXM")
+    benchmark(ridgeline.estimate, LLAMA, "H100_SXM")
+
+
+def _grid(n=10_000, seed=0):
+    rng = np.random.default_rng(seed)
+    batch = rng.choice([1, 2, 4, 8, 16, 32, 64, 128], n).astype(np.int64)
+    prompt = rng.choice([128, 512, 1024, 2048, 4096, 8192], n).astype(np.int64)
+    output = np.full(n, 256, dtype=np.int64)
+    tp = rng.choice([1, 2, 4, 8], n).astype(np.int64)
+    return batch, prompt, output, tp
+
+
+@pytest.mark.parametrize("threads", [1, 0], ids=["1-thread", "all-cores"])
+@pytest.mark.parametrize("model", [LLAMA, "mistralai/Mixtral-8x7B-v0.1"])
+def test_10k_plans_one_rust_call(benchmark, threads, model):
+    cat = default_catalog()
+    m = Model.from_config(model)
+    dev = cat.get("H100_SXM")
+    base = json.dumps({"batch": 1, "prompt": 1, "output": 1, "gpu_memory_utilization": 0.9})
+    grid = _grid()
+    out = benchmark(_core.estimate_many, m._core, dev.core, *grid, base, _UNCALIBRATED_EFF, _protocol(cat), threads)
+    assert np.isfinite(out["e2e_s"]).all()
+    benchmark.extra_info["plans_per_s"] = len(grid[0]) / benchmark.stats.stats.mean

@@ -1,0 +1,89 @@
+"""The command line from outside the repository, as a user runs it."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ridgeline
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(*args, cwd=None):
+    exe = Path(sys.executable).with_name("ridgeline")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "ridgeline.cli"]
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, cwd=cwd, env=os.environ.copy())
+
+
+def test_installed_package_not_the_source_tree():
+    # The tests exercise the installed wheel; data comes from the compiled extension.
+    if os.environ.get("RIDGELINE_REQUIRE_INSTALLED") == "1":
+        assert REPO not in Path(ridgeline.__file__).resolve().parents
+
+
+def test_readme_command_prints_the_headline(tmp_path):
+    r = run("estimate", "--model", "meta-llama/Llama-3.1-8B", "--hardware", "H100_SXM", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    for word in ("TTFT", "TPOT", "throughput", "fits", "yes", "uncalibrated", "optimistic bound", "verified"):
+        assert word in r.stdout
+
+
+def test_json_and_breakdown(tmp_path):
+    r = run("estimate", "-m", "Qwen/Qwen3-8B", "-H", "H200", "--json", "--breakdown", "--batch", "4", cwd=tmp_path)
+    d = json.loads(r.stdout)
+    assert d["hardware"] == "H200_SXM" and d["plan"]["batch"] == 4 and d["breakdown"]
+    r = run("estimate", "-m", "Qwen/Qwen3-8B", "-H", "H200", "--breakdown", cwd=tmp_path)
+    assert "qkv_proj" in r.stdout and "memory" in r.stdout
+
+
+@pytest.mark.parametrize("args,code,needle", [
+    (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SMX"], 3, "H100_SXM"),
+    (["-m", "meta-llama/Llama-3.1-8X", "-H", "H100_SXM"], 3, "meta-llama/Llama-3.1-8B"),
+    (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--batch", "0"], 2, "batch"),
+    (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--prompt", "1.5"], 2, "prompt"),
+    (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--tp", "3"], 2, "attention heads"),
+    (["-m", "meta-llama/Llama-3.1-70B", "-H", "H100_SXM"], 4, "short by"),
+    (["-m", "deepseek-ai/DeepSeek-V3", "-H", "H100_SXM"], 2, "not supported yet"),
+])
+def test_errors_are_one_line_with_exit_codes(args, code, needle, tmp_path):
+    r = run("estimate", *args, cwd=tmp_path)
+    assert r.returncode == code, (r.stdout, r.stderr)
+    assert needle in r.stderr
+    assert "Traceback" not in r.stderr
+    if code != 2 or "--prompt" not in args:
+        assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_allow_no_fit(tmp_path):
+    r = run("estimate", "-m", "meta-llama/Llama-3.1-70B", "-H", "H100_SXM", "--allow-no-fit", "--json", cwd=tmp_path)
+    assert r.returncode == 0 and json.loads(r.stdout)["fits"] is False
+
+
+def test_catalog_commands(tmp_path):
+    r = run("catalog", "list", "--format", "csv", cwd=tmp_path)
+    assert r.returncode == 0 and "H100_SXM,NVIDIA,hopper,989.4" in r.stdout
+    r = run("catalog", "show", "H100", "--json", cwd=tmp_path)
+    assert json.loads(r.stdout)["name"] == "H100_SXM"
+    r = run("catalog", "audit", cwd=tmp_path)
+    assert r.returncode == 0 and "audit_dtype_ratios" in r.stdout
+    out = tmp_path / "audit.parquet"
+    r = run("catalog", "audit", "--format", "parquet", "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 0 and out.exists()
+    r = run("catalog", "sql", "SELECT name FROM hardware WHERE tflops_bf16 = 989.4 ORDER BY name", "--format", "json",
+            cwd=tmp_path)
+    assert [x["name"] for x in json.loads(r.stdout)] == ["GH200_144GB", "GH200_96GB", "H100_SXM", "H200_SXM"]
+    r = run("catalog", "sql", "DROP TABLE hardware", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_model_commands(tmp_path):
+    r = run("model", "list", "--format", "json", cwd=tmp_path)
+    rows = {x["model"]: x for x in json.loads(r.stdout)}
+    assert rows["meta-llama/Llama-3.1-8B"]["kv_bytes_per_token_bf16"] == 131072
+    assert rows["deepseek-ai/DeepSeek-V3"]["status"].startswith("not supported yet")
+    r = run("model", "show", "google/gemma-2-9b", "--json", cwd=tmp_path)
+    assert json.loads(r.stdout)["params"]["total"] == 9_241_705_984

@@ -1,0 +1,152 @@
+"""Estimates through the public API: closed forms, invariants over a sweep, error paths."""
+
+import math
+
+import pytest
+
+import ridgeline
+from ridgeline import DoesNotFitError, Model, ModelConfigError, PlanError, UnknownNameError
+from ridgeline.catalog import default_catalog
+from ridgeline.models import bundled_names
+
+LLAMA = "meta-llama/Llama-3.1-8B"
+
+
+def test_default_plan_labels_and_closed_forms():
+    e = ridgeline.estimate(LLAMA, "H100_SXM")
+    assert e.plan["batch"] == 1 and e.plan["prompt"] == 1024 and e.plan["output"] == 256 and e.plan["tp"] == 1
+    assert e.calibration == "uncalibrated" and "optimistic bound" in e.calibration_note
+    assert e.verified and not e.estimated and e.fits
+    # Decode at batch 1 is memory-bound at eta 1: each step's time is its bytes over 3,350 GB/s.
+    assert e.decode["time_s"] == pytest.approx(e.decode["bytes"] / 3350e9, rel=1e-12)
+    assert e.tpot_s == pytest.approx(e.decode["time_s"] / 255, rel=1e-12)
+    assert e.e2e_s == pytest.approx(e.ttft_s + 255 * e.tpot_s, rel=1e-12)
+    assert e.throughput_tok_s == pytest.approx(256 / e.e2e_s, rel=1e-12)
+
+
+def test_prefill_attention_is_the_causal_triangle_through_the_api():
+    m = Model.from_config(LLAMA)
+    for s in (1, 2, 128, 4096, 32768):
+        e = ridgeline.estimate(m, "H100_SXM", prompt=s, output=1)
+        att = e.breakdown.filter(e.breakdown["op"] == "attention")
+        per_layer = att["flops"].sum() / m.num_layers
+        assert per_layer == 4 * m.num_heads * m.head_dim * s * (s + 1) / 2
+
+
+def test_breakdown_sums_to_the_phase_times():
+    e = ridgeline.estimate(LLAMA, "H100_SXM", batch=8, prompt=2048, output=64, tp=2)
+    df = e.breakdown
+    assert set(df.columns) == set(ridgeline.estimate.__globals__["BREAKDOWN_COLUMNS"])
+    for phase, total in (("prefill", e.ttft_s), ("decode", e.decode["time_s"])):
+        assert df.filter(df["phase"] == phase)["time_s"].sum() == pytest.approx(total, rel=1e-12)
+    assert df.filter(df["op"] == "attn_allreduce")["comm_s"].sum() > 0
+
+
+def test_windowed_decode_reads_at_most_the_window():
+    # Gemma-2-9B: local layers attend to 4096 keys, global layers to the whole context.
+    m = Model.from_config("google/gemma-2-9b")
+    e = ridgeline.estimate(m, "H100_SXM", prompt=8000, output=2, allow_no_fit=True)
+    df = e.breakdown.filter((e.breakdown["phase"] == "decode") & (e.breakdown["op"] == "attention"))
+    per_key = 2 * 8 * 256 * 2  # K and V rows of 8 kv heads x 256 in bf16
+    by_group = {r["layer_group"]: r["bytes"] for r in df.to_dicts()}
+    local = next(v for k, v in by_group.items() if "window 4096" in k)
+    glob = next(v for k, v in by_group.items() if "full" in k)
+    qo = 2 * 16 * 256 * 2  # Q in and O out
+    assert local == pytest.approx(21 * (4096 * per_key + qo), rel=1e-12)
+    assert glob == pytest.approx(21 * (8001 * per_key + qo), rel=1e-12)
+
+
+def test_precision_rules():
+    h = ridgeline.estimate(LLAMA, "H100_SXM", weight_dtype="fp8")
+    p = Model.from_config(LLAMA).params
+    # fp8 linear layers; embedding table, LM head and norms stay in bf16
+    want = (p["attention"] + p["ffn"]) * 1 + (p["embedding"] + p["lm_head"] + p["norms"]) * 2
+    assert h.gemm_dtype == "fp8" and h.memory["weights_bytes"] == want
+    a = ridgeline.estimate(LLAMA, "A100_SXM_80GB", weight_dtype="fp8")
+    assert a.gemm_dtype == "bf16" and any("no fp8 path" in w for w in a.warnings)
+    v = ridgeline.estimate(LLAMA, "V100_SXM2_32GB")
+    assert v.gemm_dtype == "fp16" and any("fallback chain" in w for w in v.warnings)
+    m = ridgeline.estimate(LLAMA, "M2_ULTRA")
+    assert m.gemm_dtype == "fp32" and m.estimated
+    kv8 = ridgeline.estimate(LLAMA, "H100_SXM", kv_dtype="fp8", prompt=8192)
+    kv16 = ridgeline.estimate(LLAMA, "H100_SXM", prompt=8192)
+    assert kv8.memory["kv_bytes"] * 2 == kv16.memory["kv_bytes"]
+
+
+def _supported_models():
+    out = []
+    for n in bundled_names():
+        try:
+            out.append(Model.from_config(n))
+        except ModelConfigError:
+            pass
+    return out
+
+
+def test_sweep_every_model_device_batch_prompt_is_finite_and_physical():
+    cat = default_catalog()
+    models = _supported_models()
+    assert len(models) >= 25
+    checked = refused = 0
+    for m in models:
+        for dev in cat.names():
+            for batch in (1, 64):
+                for prompt in (128, 8192):
+                    if prompt + 256 > m.max_model_len:
+                        with pytest.raises(PlanError, match="max_model_len"):
+                            ridgeline.estimate(m, dev, batch=batch, prompt=prompt, breakdown=False)
+                        refused += 1
+                        continue
+                    e = ridgeline.estimate(m, dev, batch=batch, prompt=prompt, allow_no_fit=True, breakdown=False)
+                    vals = [e.ttft_s, e.tpot_s, e.e2e_s, e.throughput_tok_s, e.memory["total_bytes"]]
+                    assert all(math.isfinite(v) and v > 0 for v in vals), (m.name, dev)
+                    for ph in (e.prefill, e.decode):
+                        assert ph["mfu"] <= 1.0 + 1e-12 and ph["mbu"] <= 1.0 + 1e-12, (m.name, dev, ph)
+                    checked += 1
+    assert checked > 5000 and refused > 0
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"batch": 0}, "batch"),
+    ({"batch": -4}, "batch"),
+    ({"prompt": 1.5}, "prompt"),
+    ({"output": "many"}, "output"),
+    ({"tp": 3}, "TP 3 does not divide the 32 attention heads"),
+    ({"dtype": "int3"}, "unknown dtype"),
+    ({"dtype": "fp8"}, "activations are computed"),
+    ({"chunk": 0}, "chunk"),
+    ({"prompt": 131000, "output": 1000}, "max_model_len 131072"),
+])
+def test_invalid_plans_name_the_rule(kwargs, match):
+    with pytest.raises(PlanError, match=match):
+        ridgeline.estimate(LLAMA, "H100_SXM", **kwargs)
+
+
+def test_unknown_names_list_closest():
+    with pytest.raises(UnknownNameError, match="H100_SXM"):
+        ridgeline.estimate(LLAMA, "H100_SMX")
+    with pytest.raises(UnknownNameError, match="Llama-3.1-8B"):
+        ridgeline.estimate("meta-llama/Llama-3.1-8C", "H100_SXM")
+
+
+def test_does_not_fit_reports_the_shortfall():
+    with pytest.raises(DoesNotFitError, match=r"short by [\d.]+ GB"):
+        ridgeline.estimate("meta-llama/Llama-3.1-70B", "H100_SXM")
+    e = ridgeline.estimate("meta-llama/Llama-3.1-70B", "H100_SXM", allow_no_fit=True)
+    assert not e.fits and e.memory["shortfall_bytes"] > 60e9
+    assert ridgeline.estimate("meta-llama/Llama-3.1-70B", "H100_SXM", tp=4).fits
+
+
+def test_tp_without_a_link_is_refused():
+    with pytest.raises(PlanError, match="link"):
+        ridgeline.estimate(LLAMA, "TPU_V4", tp=2)
+
+
+def test_to_dict_is_json_ready():
+    import json
+
+    d = ridgeline.estimate(LLAMA, "H100_SXM").to_dict(breakdown=True)
+    s = json.loads(json.dumps(d))
+    for k in ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "memory", "fits", "calibration", "verified",
+              "estimated", "warnings", "breakdown", "prefill", "decode"):
+        assert k in s
