@@ -77,10 +77,10 @@ pub fn allreduce_busbw(n: u64, m: f64, t: f64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn proto() -> ProtocolTable {
+    pub(crate) fn proto() -> ProtocolTable {
         ProtocolTable {
             beta_ll: 0.40,
             beta_ll128: 0.65,

@@ -223,13 +223,24 @@ impl Builder<'_, '_> {
         });
     }
 
-    /// GEMM [m x k] x [k x n]: 2mnk FLOPs; bytes = weights + input + output.
-    fn gemm(&mut self, kind: OpKind, m: f64, k: f64, n: f64, weight_rows: f64, bias: bool) {
+    /// GEMM [m x k] x [k x n]: 2mnk FLOPs; bytes = weights (`weight_sets`
+    /// copies of k x n at `w_b` bytes, bias in the activation dtype) + input + output.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        &mut self,
+        kind: OpKind,
+        m: f64,
+        k: f64,
+        n: f64,
+        weight_sets: f64,
+        w_b: f64,
+        bias: bool,
+    ) {
         let c = self.ctx;
         let act = (m * k + m * n) * c.act_b;
-        let mut w = weight_rows * k * n * c.w_lin_b;
+        let mut w = weight_sets * k * n * w_b;
         if bias {
-            w += weight_rows * n * c.act_b;
+            w += weight_sets * n * c.act_b;
         }
         self.push(
             kind,
@@ -298,7 +309,7 @@ impl Builder<'_, '_> {
         let d = c.model.hidden_size as f64;
         let ft = (f / c.tp) as f64;
         let up = if gated { 2.0 * ft } else { ft };
-        self.gemm(kinds[0], m, d, up, weight_sets, bias);
+        self.gemm(kinds[0], m, d, up, weight_sets, c.w_lin_b, bias);
         self.elementwise(
             kinds[1],
             m * ft,
@@ -306,7 +317,7 @@ impl Builder<'_, '_> {
             if gated { 2.0 } else { 1.0 },
             0.0,
         );
-        self.gemm(kinds[2], m, ft, d, weight_sets, bias);
+        self.gemm(kinds[2], m, ft, d, weight_sets, c.w_lin_b, bias);
     }
 
     fn attention(&mut self, a: &Attention, geo: &Geometry, t: f64) {
@@ -322,6 +333,7 @@ impl Builder<'_, '_> {
             d,
             (h_t + 2.0 * kv_t) * hd,
             1.0,
+            c.w_lin_b,
             a.qkv_bias,
         );
         if a.qk_norm {
@@ -363,7 +375,7 @@ impl Builder<'_, '_> {
             qo,
             a.window,
         );
-        self.gemm(OpKind::OutProj, t, h_t * hd, d, 1.0, a.o_bias);
+        self.gemm(OpKind::OutProj, t, h_t * hd, d, 1.0, c.w_lin_b, a.o_bias);
         if c.tp > 1 {
             self.comm(
                 OpKind::AttnAllReduce,
@@ -408,16 +420,7 @@ impl Builder<'_, '_> {
                 let k = *top_k as f64;
                 let af = activation.flops_per_element(*gated);
                 // Router: a replicated GEMM to E logits, weights in the activation dtype.
-                let act = t * (d + e) * c.act_b;
-                let w = (d * e + if *router_bias { e } else { 0.0 }) * c.act_b;
-                self.push(
-                    OpKind::Router,
-                    c.peak_gemm,
-                    (2.0 * t * d * e, 0.0),
-                    (w + act, 0.0),
-                    act,
-                    None,
-                );
+                self.gemm(OpKind::Router, t, d, e, 1.0, c.act_b, *router_bias);
                 // Expected distinct experts under uniform routing: E (1 - (1 - k/E)^T).
                 let distinct = e * (1.0 - (1.0 - k / e).powf(t));
                 self.mlp(
@@ -523,18 +526,14 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
     );
     if samples > 0.0 {
         let v = m.vocab_size as f64 / tpf;
-        let act = (samples * d + samples * v) * ctx.act_b;
-        let mut w = v * d * ctx.w_emb_b;
-        if m.lm_head_bias {
-            w += v * ctx.act_b;
-        }
-        b.push(
+        b.gemm(
             OpKind::LmHead,
-            ctx.peak_gemm,
-            (2.0 * samples * d * v, 0.0),
-            (w + act, 0.0),
-            act,
-            None,
+            samples,
+            d,
+            v,
+            1.0,
+            ctx.w_emb_b,
+            m.lm_head_bias,
         );
         if ctx.tp > 1 {
             b.comm(

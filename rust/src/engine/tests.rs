@@ -3,15 +3,7 @@ use crate::device::tests::h100;
 use crate::model::tests::llama31_8b;
 use proptest::prelude::*;
 
-pub fn proto() -> ProtocolTable {
-    ProtocolTable {
-        beta_ll: 0.40,
-        beta_ll128: 0.65,
-        beta_simple: 0.85,
-        ll_max_bytes: 65536.0,
-        ll128_max_bytes: 1048576.0,
-    }
-}
+pub(crate) use crate::collectives::tests::proto;
 
 fn plan(batch: u64, prompt: u64, output: u64) -> Plan {
     Plan {
