@@ -11,7 +11,6 @@ import json
 
 import numpy as np
 import pytest
-
 import ridgeline
 from ridgeline import _core
 from ridgeline.catalog import default_catalog

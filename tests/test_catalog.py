@@ -1,16 +1,41 @@
 """The catalog: traps of spec 10 pinned to datasheet figures, constraints, audits."""
 
 import pytest
-
 import ridgeline
 from ridgeline import Catalog, CatalogError, UnknownNameError
 from ridgeline.catalog import default_catalog
 
 REQUIRED = [
-    "H100_SXM", "H100_PCIE", "H200_SXM", "GH200_96GB", "B200", "GB200", "A100_SXM_40GB", "A100_SXM_80GB",
-    "L4", "L40S", "A10", "V100_SXM2_32GB", "RTX_3090", "RTX_4090", "RTX_5090", "RTX_PRO_6000", "GB10",
-    "MI250X", "MI300X", "MI325X", "MI355X", "GAUDI2", "GAUDI3", "TPU_V4", "TPU_V5E", "TPU_V5P", "TPU_V6E",
-    "M2_ULTRA", "M3_MAX", "M4_MAX",
+    "H100_SXM",
+    "H100_PCIE",
+    "H200_SXM",
+    "GH200_96GB",
+    "B200",
+    "GB200",
+    "A100_SXM_40GB",
+    "A100_SXM_80GB",
+    "L4",
+    "L40S",
+    "A10",
+    "V100_SXM2_32GB",
+    "RTX_3090",
+    "RTX_4090",
+    "RTX_5090",
+    "RTX_PRO_6000",
+    "GB10",
+    "MI250X",
+    "MI300X",
+    "MI325X",
+    "MI355X",
+    "GAUDI2",
+    "GAUDI3",
+    "TPU_V4",
+    "TPU_V5E",
+    "TPU_V5P",
+    "TPU_V6E",
+    "M2_ULTRA",
+    "M3_MAX",
+    "M4_MAX",
 ]
 
 
@@ -70,23 +95,33 @@ def test_every_verified_row_has_a_source(cat):
 
 def test_shipped_audits_pass(cat):
     results = cat.audit()
-    assert {r[0] for r in results} >= {"audit_dtype_ratios", "audit_generation_order", "audit_duplicate_devices",
-                                        "audit_unsourced_verified", "audit_unsourced_constants"}
+    assert {r[0] for r in results} >= {
+        "audit_dtype_ratios",
+        "audit_generation_order",
+        "audit_duplicate_devices",
+        "audit_unsourced_verified",
+        "audit_unsourced_constants",
+    }
     failing = {name: df.to_dicts() for name, _, must, df in results if must and df.height}
     assert failing == {}
 
 
 def _extra(tmp_path, rows):
-    header = "name,vendor,arch,family,kind,year,tflops_bf16,tflops_fp8,tflops_fp32,memory_gb,memory_bw_gbs,verified,source"
+    header = (
+        "name,vendor,arch,family,kind,year,tflops_bf16,tflops_fp8,tflops_fp32,memory_gb,memory_bw_gbs,verified,source"
+    )
     p = tmp_path / "extra.csv"
     p.write_text(header + "\n" + "\n".join(rows) + "\n")
     return p
 
 
 def test_audits_catch_a_sparse_figure_and_a_generation_inversion(tmp_path):
-    p = _extra(tmp_path, [
-        "H100_SPARSE,NVIDIA,hopper,nvidia_dc_sxm,gpu,2023,1979,3958,66.9,80,3350,false,test row",
-    ])
+    p = _extra(
+        tmp_path,
+        [
+            "H100_SPARSE,NVIDIA,hopper,nvidia_dc_sxm,gpu,2023,1979,3958,66.9,80,3350,false,test row",
+        ],
+    )
     c = Catalog(path=tmp_path / "c.duckdb", extra=[p])
     res = {n: df for n, _, _, df in c.audit()}
     assert "H100_SPARSE" in res["audit_dtype_ratios"]["name"].to_list()

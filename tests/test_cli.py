@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import ridgeline
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,15 +39,18 @@ def test_json_and_breakdown(tmp_path):
     assert "qkv_proj" in r.stdout and "memory" in r.stdout
 
 
-@pytest.mark.parametrize("args,code,needle", [
-    (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SMX"], 3, "H100_SXM"),
-    (["-m", "meta-llama/Llama-3.1-8X", "-H", "H100_SXM"], 3, "meta-llama/Llama-3.1-8B"),
-    (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--batch", "0"], 2, "batch"),
-    (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--prompt", "1.5"], 2, "prompt"),
-    (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--tp", "3"], 2, "attention heads"),
-    (["-m", "meta-llama/Llama-3.1-70B", "-H", "H100_SXM"], 4, "short by"),
-    (["-m", "deepseek-ai/DeepSeek-V3", "-H", "H100_SXM"], 2, "not supported yet"),
-])
+@pytest.mark.parametrize(
+    "args,code,needle",
+    [
+        (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SMX"], 3, "H100_SXM"),
+        (["-m", "meta-llama/Llama-3.1-8X", "-H", "H100_SXM"], 3, "meta-llama/Llama-3.1-8B"),
+        (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--batch", "0"], 2, "batch"),
+        (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--prompt", "1.5"], 2, "prompt"),
+        (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--tp", "3"], 2, "attention heads"),
+        (["-m", "meta-llama/Llama-3.1-70B", "-H", "H100_SXM"], 4, "short by"),
+        (["-m", "deepseek-ai/DeepSeek-V3", "-H", "H100_SXM"], 2, "not supported yet"),
+    ],
+)
 def test_errors_are_one_line_with_exit_codes(args, code, needle, tmp_path):
     r = run("estimate", *args, cwd=tmp_path)
     assert r.returncode == code, (r.stdout, r.stderr)
@@ -73,8 +75,14 @@ def test_catalog_commands(tmp_path):
     out = tmp_path / "audit.parquet"
     r = run("catalog", "audit", "--format", "parquet", "--out", str(out), cwd=tmp_path)
     assert r.returncode == 0 and out.exists()
-    r = run("catalog", "sql", "SELECT name FROM hardware WHERE tflops_bf16 = 989.4 ORDER BY name", "--format", "json",
-            cwd=tmp_path)
+    r = run(
+        "catalog",
+        "sql",
+        "SELECT name FROM hardware WHERE tflops_bf16 = 989.4 ORDER BY name",
+        "--format",
+        "json",
+        cwd=tmp_path,
+    )
     assert [x["name"] for x in json.loads(r.stdout)] == ["GH200_144GB", "GH200_96GB", "H100_SXM", "H200_SXM"]
     r = run("catalog", "sql", "DROP TABLE hardware", cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr

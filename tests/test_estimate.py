@@ -3,7 +3,6 @@
 import math
 
 import pytest
-
 import ridgeline
 from ridgeline import DoesNotFitError, Model, ModelConfigError, PlanError, UnknownNameError
 from ridgeline.catalog import default_catalog
@@ -106,17 +105,20 @@ def test_sweep_every_model_device_batch_prompt_is_finite_and_physical():
     assert checked > 5000 and refused > 0
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"batch": 0}, "batch"),
-    ({"batch": -4}, "batch"),
-    ({"prompt": 1.5}, "prompt"),
-    ({"output": "many"}, "output"),
-    ({"tp": 3}, "TP 3 does not divide the 32 attention heads"),
-    ({"dtype": "int3"}, "unknown dtype"),
-    ({"dtype": "fp8"}, "activations are computed"),
-    ({"chunk": 0}, "chunk"),
-    ({"prompt": 131000, "output": 1000}, "max_model_len 131072"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"batch": 0}, "batch"),
+        ({"batch": -4}, "batch"),
+        ({"prompt": 1.5}, "prompt"),
+        ({"output": "many"}, "output"),
+        ({"tp": 3}, "TP 3 does not divide the 32 attention heads"),
+        ({"dtype": "int3"}, "unknown dtype"),
+        ({"dtype": "fp8"}, "activations are computed"),
+        ({"chunk": 0}, "chunk"),
+        ({"prompt": 131000, "output": 1000}, "max_model_len 131072"),
+    ],
+)
 def test_invalid_plans_name_the_rule(kwargs, match):
     with pytest.raises(PlanError, match=match):
         ridgeline.estimate(LLAMA, "H100_SXM", **kwargs)
@@ -147,6 +149,19 @@ def test_to_dict_is_json_ready():
 
     d = ridgeline.estimate(LLAMA, "H100_SXM").to_dict(breakdown=True)
     s = json.loads(json.dumps(d))
-    for k in ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "memory", "fits", "calibration", "verified",
-              "estimated", "warnings", "breakdown", "prefill", "decode"):
+    for k in (
+        "ttft_s",
+        "tpot_s",
+        "e2e_s",
+        "throughput_tok_s",
+        "memory",
+        "fits",
+        "calibration",
+        "verified",
+        "estimated",
+        "warnings",
+        "breakdown",
+        "prefill",
+        "decode",
+    ):
         assert k in s

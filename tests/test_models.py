@@ -3,12 +3,9 @@
 import csv
 import json
 import re
-from pathlib import Path
 
 import pytest
-
-from ridgeline import Model, ModelConfigError, UnknownNameError
-from ridgeline import _data
+from ridgeline import Model, ModelConfigError, UnknownNameError, _data
 
 INDEX = list(csv.DictReader(_data.read_text("data/models/INDEX.csv").splitlines()))
 
@@ -44,14 +41,17 @@ def test_every_index_model_matches_its_published_count(row):
     assert abs(total - want) / want < 0.005, (name, total, want)
 
 
-@pytest.mark.parametrize("name,want", [
-    ("openai-community/gpt2", 124.44e6),  # with the 0.79M learned position embeddings (stated convention)
-    ("microsoft/phi-2", 2.779e9),
-    ("bigcode/starcoder2-3b", 3.030e9),
-    ("meta-llama/Meta-Llama-3-8B", 8.03e9),
-    ("google/gemma-2-9b", 9.24e9),  # the classic bug counts 7.08B
-    ("mistralai/Mixtral-8x7B-v0.1", 46.70e9),
-])
+@pytest.mark.parametrize(
+    "name,want",
+    [
+        ("openai-community/gpt2", 124.44e6),  # with the 0.79M learned position embeddings (stated convention)
+        ("microsoft/phi-2", 2.779e9),
+        ("bigcode/starcoder2-3b", 3.030e9),
+        ("meta-llama/Meta-Llama-3-8B", 8.03e9),
+        ("google/gemma-2-9b", 9.24e9),  # the classic bug counts 7.08B
+        ("mistralai/Mixtral-8x7B-v0.1", 46.70e9),
+    ],
+)
 def test_seed_panel_within_0_3_percent(name, want):
     assert abs(Model.from_config(name).total_params - want) / want < 0.003
 
@@ -70,8 +70,15 @@ def test_mixtral_is_gated_without_hidden_act():
 
 
 def test_gated_cascade_for_unknown_families():
-    base = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
-            "intermediate_size": 128, "max_position_embeddings": 512, "model_type": "newfam"}
+    base = {
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "vocab_size": 100,
+        "intermediate_size": 128,
+        "max_position_embeddings": 512,
+        "model_type": "newfam",
+    }
     assert Model.from_dict({**base, "hidden_act": "silu"}).gated_ffn
     assert not Model.from_dict({**base, "hidden_act": "gelu"}).gated_ffn
     assert Model.from_dict({**base, "hidden_act": "swiglu"}).gated_ffn
@@ -104,8 +111,15 @@ def test_kv_bytes_per_token_closed_form():
 
 
 def test_max_model_len_rules():
-    base = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
-            "intermediate_size": 128, "max_position_embeddings": 4096, "model_type": "llama"}
+    base = {
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "vocab_size": 100,
+        "intermediate_size": 128,
+        "max_position_embeddings": 4096,
+        "model_type": "llama",
+    }
     assert Model.from_dict(base).max_model_len == 4096
     yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
     assert Model.from_dict({**base, "rope_scaling": yarn}).max_model_len == 131072
@@ -114,17 +128,20 @@ def test_max_model_len_rules():
     assert Model.from_config("meta-llama/Llama-3.1-8B").max_model_len == 131072
 
 
-@pytest.mark.parametrize("patch,key", [
-    ({"hidden_size": None}, "hidden_size"),
-    ({"num_attention_heads": 7}, "num_attention_heads"),
-    ({"num_hidden_layers": -2}, "num_hidden_layers"),
-    ({"num_hidden_layers": "32"}, "num_hidden_layers"),
-    ({"intermediate_size": 1.5}, "intermediate_size"),
-    ({"num_key_value_heads": 3}, "num_key_value_heads"),
-    ({"num_local_experts": 4, "num_experts_per_tok": 5}, "num_experts_per_tok"),
-    ({"hidden_act": "mystery"}, "hidden_act"),
-    ({"tie_word_embeddings": "yes"}, "tie_word_embeddings"),
-])
+@pytest.mark.parametrize(
+    "patch,key",
+    [
+        ({"hidden_size": None}, "hidden_size"),
+        ({"num_attention_heads": 7}, "num_attention_heads"),
+        ({"num_hidden_layers": -2}, "num_hidden_layers"),
+        ({"num_hidden_layers": "32"}, "num_hidden_layers"),
+        ({"intermediate_size": 1.5}, "intermediate_size"),
+        ({"num_key_value_heads": 3}, "num_key_value_heads"),
+        ({"num_local_experts": 4, "num_experts_per_tok": 5}, "num_experts_per_tok"),
+        ({"hidden_act": "mystery"}, "hidden_act"),
+        ({"tie_word_embeddings": "yes"}, "tie_word_embeddings"),
+    ],
+)
 def test_malformed_configs_name_the_key(patch, key):
     cfg = {**_cfg("meta-llama/Llama-3.1-8B"), **patch}
     cfg = {k: v for k, v in cfg.items() if v is not None}

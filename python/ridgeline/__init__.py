@@ -22,7 +22,17 @@ from .models import Model
 __version__ = "0.1.0"
 
 __all__ = [
-    "Catalog", "Device", "Estimate", "Model", "estimate",
-    "RidgelineError", "PlanError", "ModelConfigError", "HardwareError", "UnknownNameError",
-    "DoesNotFitError", "CatalogError", "__version__",
+    "Catalog",
+    "CatalogError",
+    "Device",
+    "DoesNotFitError",
+    "Estimate",
+    "HardwareError",
+    "Model",
+    "ModelConfigError",
+    "PlanError",
+    "RidgelineError",
+    "UnknownNameError",
+    "__version__",
+    "estimate",
 ]

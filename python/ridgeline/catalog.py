@@ -19,8 +19,9 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional
 
 from . import _data
 from .errors import CatalogError, UnknownNameError
@@ -98,7 +99,9 @@ class Catalog:
         self.extra = tuple(Path(p) for p in (*env_extra, *extra))
         for p in self.extra:
             if not p.is_file():
-                raise CatalogError(f"extra hardware file '{p}' does not exist (expected a CSV with the devices.csv columns)")
+                raise CatalogError(
+                    f"extra hardware file '{p}' does not exist (expected a CSV with the devices.csv columns)"
+                )
         self.fingerprint = self._fingerprint()
         if path is None:
             path = cache_dir() / f"catalog-{self.fingerprint}.duckdb"
@@ -135,8 +138,10 @@ class Catalog:
             export = {
                 "devices": [dict(zip(cols, r)) for r in rows],
                 "aliases": dict(con.execute("SELECT alias, name FROM hardware_alias").fetchall()),
-                "constants": {n: {"value": v, "unit": u, "source": s}
-                              for n, v, u, s in con.execute("SELECT name, value, unit, source FROM constants").fetchall()},
+                "constants": {
+                    n: {"value": v, "unit": u, "source": s}
+                    for n, v, u, s in con.execute("SELECT name, value, unit, source FROM constants").fetchall()
+                },
             }
             con.close()
             fd, tmp_json = tempfile.mkstemp(prefix=".catalog-", suffix=".json", dir=self.path.parent)
@@ -145,14 +150,15 @@ class Catalog:
             os.replace(tmp, self.path)
             os.replace(tmp_json, self.export_path)
         finally:
-            for p in (tmp, tmp + ".wal"):
-                if os.path.exists(p):
-                    os.unlink(p)
+            for leftover in (tmp, tmp + ".wal"):
+                if os.path.exists(leftover):
+                    os.unlink(leftover)
 
     # -- the engine's fast path -------------------------------------------
     @functools.cached_property
     def _export(self) -> dict[str, Any]:
-        return json.loads(self.export_path.read_text())
+        export: dict[str, Any] = json.loads(self.export_path.read_text())
+        return export
 
     @functools.cached_property
     def _devices(self) -> dict[str, Device]:
@@ -259,7 +265,7 @@ def _load_csv(con: Any, table: str, text: str, origin: str, replace: bool = Fals
     if unknown:
         raise CatalogError(f"{origin}: unknown column(s) {', '.join(unknown)}; accepted: {', '.join(cols)}")
     rows = [[None if v == "" else v for v in r] for r in reader if r]
-    placeholders = ", ".join(f'CAST(? AS {t})' for t in _types(con, table, header))
+    placeholders = ", ".join(f"CAST(? AS {t})" for t in _types(con, table, header))
     names = ", ".join(f'"{h}"' for h in header)
     for i, r in enumerate(rows, start=2):
         if len(r) != len(header):

@@ -34,7 +34,9 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
 
 
 @cli.command()
-@click.option("--model", "-m", required=True, help="Bundled Hugging Face id, or a path to config.json / a model folder.")
+@click.option(
+    "--model", "-m", required=True, help="Bundled Hugging Face id, or a path to config.json / a model folder."
+)
 @click.option("--hardware", "-H", required=True, help="Catalog device name or alias (see `ridgeline catalog list`).")
 @click.option("--batch", type=int, default=1, show_default=True, help="Concurrent sequences.")
 @click.option("--prompt", type=int, default=1024, show_default=True, help="Prompt tokens per sequence.")
@@ -48,22 +50,49 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
 @click.option("--breakdown", is_flag=True, help="Print the per-operator breakdown.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (stable keys).")
 @click.option("--allow-no-fit", is_flag=True, help="Report a plan that does not fit instead of failing (exit 4).")
-def estimate(model: str, hardware: str, batch: int, prompt: int, output: int, tp: int, dtype: str,
-             weight_dtype: Optional[str], kv_dtype: Optional[str], chunk: Optional[int], runtime: Optional[str],
-             breakdown: bool, as_json: bool, allow_no_fit: bool) -> None:
+def estimate(
+    model: str,
+    hardware: str,
+    batch: int,
+    prompt: int,
+    output: int,
+    tp: int,
+    dtype: str,
+    weight_dtype: Optional[str],
+    kv_dtype: Optional[str],
+    chunk: Optional[int],
+    runtime: Optional[str],
+    breakdown: bool,
+    as_json: bool,
+    allow_no_fit: bool,
+) -> None:
     """Estimate one plan: TTFT, TPOT, throughput, memory fit."""
     from .estimate import estimate as run
 
-    e = run(model, hardware, batch=batch, prompt=prompt, output=output, tp=tp, dtype=dtype,
-            weight_dtype=weight_dtype, kv_dtype=kv_dtype, chunk=chunk, runtime=runtime,
-            allow_no_fit=allow_no_fit, breakdown=breakdown)
+    e = run(
+        model,
+        hardware,
+        batch=batch,
+        prompt=prompt,
+        output=output,
+        tp=tp,
+        dtype=dtype,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
+        chunk=chunk,
+        runtime=runtime,
+        allow_no_fit=allow_no_fit,
+        breakdown=breakdown,
+    )
     if as_json:
         click.echo(json.dumps(e.to_dict(breakdown=breakdown), indent=2))
         return
     p = e.plan
     mem = e.memory
-    click.echo(f"{e.model} on {e.hardware}: batch {p['batch']}, prompt {p['prompt']}, output {p['output']}, "
-               f"TP {p['tp']}, {p['dtype']} (weights {p['weight_dtype'] or p['dtype']}, KV {p['kv_dtype'] or p['dtype']})")
+    click.echo(
+        f"{e.model} on {e.hardware}: batch {p['batch']}, prompt {p['prompt']}, output {p['output']}, "
+        f"TP {p['tp']}, {p['dtype']} (weights {p['weight_dtype'] or p['dtype']}, KV {p['kv_dtype'] or p['dtype']})"
+    )
     rows = [
         ("TTFT", _ms(e.ttft_s)),
         ("TPOT", _ms(e.tpot_s)),
@@ -72,12 +101,21 @@ def estimate(model: str, hardware: str, batch: int, prompt: int, output: int, tp
         ("prefill rate", f"{e.prefill_tok_s:,.0f} prompt tok/s"),
         ("MFU / MBU prefill", f"{e.prefill['mfu']:.3f} / {e.prefill['mbu']:.3f}"),
         ("MFU / MBU decode", f"{e.decode['mfu']:.3f} / {e.decode['mbu']:.3f}"),
-        ("memory per device", f"{mem['total_bytes'] / GB:,.2f} GB = weights {mem['weights_bytes'] / GB:,.2f} "
-                              f"+ KV {mem['kv_bytes'] / GB:,.2f} + activations {mem['activation_bytes'] / GB:,.2f}"),
-        ("fits", f"{'yes' if e.fits else 'NO'} ({mem['budget_bytes'] / GB:,.1f} GB usable of "
-                 f"{mem['capacity_bytes'] / GB:,.1f} GB)"),
-        ("compute", f"{e.gemm_dtype} GEMMs, {e.attention_dtype} attention; peak {e.peak_tflops:,.1f} TFLOPS, "
-                    f"{e.memory_bw_gbs:,.0f} GB/s"),
+        (
+            "memory per device",
+            f"{mem['total_bytes'] / GB:,.2f} GB = weights {mem['weights_bytes'] / GB:,.2f} "
+            f"+ KV {mem['kv_bytes'] / GB:,.2f} + activations {mem['activation_bytes'] / GB:,.2f}",
+        ),
+        (
+            "fits",
+            f"{'yes' if e.fits else 'NO'} ({mem['budget_bytes'] / GB:,.1f} GB usable of "
+            f"{mem['capacity_bytes'] / GB:,.1f} GB)",
+        ),
+        (
+            "compute",
+            f"{e.gemm_dtype} GEMMs, {e.attention_dtype} attention; peak {e.peak_tflops:,.1f} TFLOPS, "
+            f"{e.memory_bw_gbs:,.0f} GB/s",
+        ),
         ("calibration", f"{e.calibration}: {e.calibration_note}"),
         ("catalog", "verified" if e.verified else "verified = false (estimated: true)"),
     ]
@@ -90,12 +128,16 @@ def estimate(model: str, hardware: str, batch: int, prompt: int, output: int, tp
 
 
 def _breakdown_text(rows: list[dict[str, Any]]) -> str:
-    head = f"  {'phase':<8} {'op':<20} {'layers':<34} {'GFLOP':>12} {'MB':>12} {'time ms':>10} {'bound':<8} {'FLOP/B':>8}"
+    head = (
+        f"  {'phase':<8} {'op':<20} {'layers':<34} {'GFLOP':>12} {'MB':>12} {'time ms':>10} {'bound':<8} {'FLOP/B':>8}"
+    )
     lines = [head]
     for r in rows:
         inten = "" if r["intensity"] is None else f"{r['intensity']:.1f}"
-        lines.append(f"  {r['phase']:<8} {r['op']:<20} {r['layer_group']:<34} {r['flops'] / 1e9:>12,.2f} "
-                     f"{r['bytes'] / 1e6:>12,.2f} {r['time_s'] * 1e3:>10.4f} {r['bound']:<8} {inten:>8}")
+        lines.append(
+            f"  {r['phase']:<8} {r['op']:<20} {r['layer_group']:<34} {r['flops'] / 1e9:>12,.2f} "
+            f"{r['bytes'] / 1e6:>12,.2f} {r['time_s'] * 1e3:>10.4f} {r['bound']:<8} {inten:>8}"
+        )
     return "\n".join(lines)
 
 
@@ -124,7 +166,8 @@ def catalog_list(fmt: str) -> None:
 
     df = default_catalog().sql(
         "SELECT name, vendor, arch, tflops_bf16, tflops_fp8, tflops_fp32, memory_gb, memory_bw_gbs, "
-        "scaleup_bw_gbs, verified FROM hardware ORDER BY vendor, name")
+        "scaleup_bw_gbs, verified FROM hardware ORDER BY vendor, name"
+    )
     _frame_out(df, fmt)
 
 
@@ -147,8 +190,12 @@ def catalog_show(name: str, as_json: bool) -> None:
 
 
 @catalog.command("audit")
-@click.option("--format", "fmt", type=click.Choice(["summary", "csv", "json", "parquet"]), default="summary", show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the offending rows here (parquet needs it).")
+@click.option(
+    "--format", "fmt", type=click.Choice(["summary", "csv", "json", "parquet"]), default="summary", show_default=True
+)
+@click.option(
+    "--out", type=click.Path(dir_okay=False), default=None, help="Write the offending rows here (parquet needs it)."
+)
 def catalog_audit(fmt: str, out: Optional[str]) -> None:
     """Run every audit query; exit 1 when a must-pass audit returns rows."""
     import polars as pl
@@ -162,8 +209,14 @@ def catalog_audit(fmt: str, out: Optional[str]) -> None:
         status = "ok" if df.height == 0 else ("FAIL" if must else "info")
         click.echo(f"{name:<32} {df.height:>4} rows  {status:<4}  {question}", err=fmt != "summary")
         if df.height:
-            frames.append(pl.DataFrame({"audit": [name] * df.height, "row": [json.dumps(r, default=str) for r in df.to_dicts()]}))
-    allrows = pl.concat(frames) if frames else pl.DataFrame({"audit": [], "row": []}, schema={"audit": pl.Utf8, "row": pl.Utf8})
+            frames.append(
+                pl.DataFrame({"audit": [name] * df.height, "row": [json.dumps(r, default=str) for r in df.to_dicts()]})
+            )
+    allrows = (
+        pl.concat(frames)
+        if frames
+        else pl.DataFrame({"audit": [], "row": []}, schema={"audit": pl.Utf8, "row": pl.Utf8})
+    )
     if fmt == "parquet":
         if not out:
             raise click.UsageError("--format parquet needs --out PATH")
@@ -208,14 +261,29 @@ def model_list(fmt: str) -> None:
     for name in bundled_names():
         try:
             m = Model.from_config(name)
-            rows.append({"model": name, "family": m.model_type, "total_params_b": round(m.total_params / 1e9, 3),
-                         "active_params_b": round(m.active_params / 1e9, 3),
-                         "kv_bytes_per_token_bf16": int(m.kv_bytes_per_token(2.0)),
-                         "max_model_len": m.max_model_len, "status": "ok"})
+            rows.append(
+                {
+                    "model": name,
+                    "family": m.model_type,
+                    "total_params_b": round(m.total_params / 1e9, 3),
+                    "active_params_b": round(m.active_params / 1e9, 3),
+                    "kv_bytes_per_token_bf16": int(m.kv_bytes_per_token(2.0)),
+                    "max_model_len": m.max_model_len,
+                    "status": "ok",
+                }
+            )
         except ModelConfigError as e:
-            rows.append({"model": name, "family": None, "total_params_b": None, "active_params_b": None,
-                         "kv_bytes_per_token_bf16": None, "max_model_len": None,
-                         "status": f"not supported yet: {str(e).split(': ', 1)[-1][:60]}"})
+            rows.append(
+                {
+                    "model": name,
+                    "family": None,
+                    "total_params_b": None,
+                    "active_params_b": None,
+                    "kv_bytes_per_token_bf16": None,
+                    "max_model_len": None,
+                    "status": f"not supported yet: {str(e).split(': ', 1)[-1][:60]}",
+                }
+            )
     _frame_out(pl.DataFrame(rows), fmt)
 
 
@@ -258,7 +326,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     except BaseException as e:  # a Rust panic arrives as PanicException (a BaseException)
         if isinstance(e, (SystemExit, KeyboardInterrupt)) or debug:
             raise
-        click.echo(f"internal error (please report): {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", err=True)
+        click.echo(
+            f"internal error (please report): {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", err=True
+        )
         sys.exit(70)
 
 

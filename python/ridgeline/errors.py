@@ -34,6 +34,13 @@ def exit_code(e: BaseException) -> int:
 
 
 __all__ = [
-    "RidgelineError", "PlanError", "ModelConfigError", "HardwareError", "UnknownNameError",
-    "DoesNotFitError", "CatalogError", "EXIT_CODES", "exit_code",
+    "EXIT_CODES",
+    "CatalogError",
+    "DoesNotFitError",
+    "HardwareError",
+    "ModelConfigError",
+    "PlanError",
+    "RidgelineError",
+    "UnknownNameError",
+    "exit_code",
 ]

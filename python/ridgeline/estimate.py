@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
 from . import _core
 from .catalog import Catalog, Device, default_catalog
@@ -19,7 +20,9 @@ UNCALIBRATED_NOTE = (
     "efficiencies are 1.0 (no calibration row for this device and runtime): "
     "the times are an optimistic bound on what a real runtime achieves"
 )
-_UNCALIBRATED_EFF = json.dumps({"eta_compute": 1.0, "eta_mem": 1.0, "t_launch_s": 0.0, "t_layer_s": 0.0, "t_step_s": 0.0})
+_UNCALIBRATED_EFF = json.dumps(
+    {"eta_compute": 1.0, "eta_mem": 1.0, "t_launch_s": 0.0, "t_layer_s": 0.0, "t_step_s": 0.0}
+)
 
 BREAKDOWN_COLUMNS = {
     "phase": "prefill or decode",
@@ -50,13 +53,15 @@ def _positive_int(name: str, v: Any) -> int:
 
 
 def _protocol(cat: Catalog) -> str:
-    return json.dumps({
-        "beta_ll": cat.constant("nccl_beta_ll"),
-        "beta_ll128": cat.constant("nccl_beta_ll128"),
-        "beta_simple": cat.constant("nccl_beta_simple"),
-        "ll_max_bytes": cat.constant("nccl_ll_max_bytes"),
-        "ll128_max_bytes": cat.constant("nccl_ll128_max_bytes"),
-    })
+    return json.dumps(
+        {
+            "beta_ll": cat.constant("nccl_beta_ll"),
+            "beta_ll128": cat.constant("nccl_beta_ll128"),
+            "beta_simple": cat.constant("nccl_beta_simple"),
+            "ll_max_bytes": cat.constant("nccl_ll_max_bytes"),
+            "ll128_max_bytes": cat.constant("nccl_ll128_max_bytes"),
+        }
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,12 +123,24 @@ class Estimate:
         """Per-operator rows as a Polars DataFrame (columns in ``BREAKDOWN_COLUMNS``)."""
         import polars as pl
 
-        return pl.DataFrame(self.breakdown_rows(), schema={
-            "phase": pl.Utf8, "op": pl.Utf8, "layer_group": pl.Utf8, "launches": pl.Float64,
-            "flops": pl.Float64, "bytes": pl.Float64, "compute_s": pl.Float64, "memory_s": pl.Float64,
-            "comm_s": pl.Float64, "launch_s": pl.Float64, "time_s": pl.Float64, "bound": pl.Utf8,
-            "intensity": pl.Float64,
-        })
+        return pl.DataFrame(
+            self.breakdown_rows(),
+            schema={
+                "phase": pl.Utf8,
+                "op": pl.Utf8,
+                "layer_group": pl.Utf8,
+                "launches": pl.Float64,
+                "flops": pl.Float64,
+                "bytes": pl.Float64,
+                "compute_s": pl.Float64,
+                "memory_s": pl.Float64,
+                "comm_s": pl.Float64,
+                "launch_s": pl.Float64,
+                "time_s": pl.Float64,
+                "bound": pl.Utf8,
+                "intensity": pl.Float64,
+            },
+        )
 
     def to_dict(self, breakdown: bool = False) -> dict[str, Any]:
         """A JSON-ready dict; the keys are stable and documented in the README."""
@@ -210,23 +227,41 @@ def estimate(
     mem = r["memory"]
     if not mem["fits"] and not allow_no_fit:
         raise DoesNotFitError(
-            f"{m.name} on {dev.name} (batch {plan['batch']}, {plan['prompt']}+{plan['output']} tokens, TP {plan['tp']}) "
+            f"{m.name} on {dev.name} (batch {plan['batch']}, {plan['prompt']}+{plan['output']} tokens, "
+            f"TP {plan['tp']}) "
             f"needs {mem['total_bytes'] / GB:.1f} GB per device but {mem['budget_bytes'] / GB:.1f} GB is usable "
             f"({dev.memory_gb:g} GB x gpu_memory_utilization {plan['gpu_memory_utilization']:g}): "
             f"short by {mem['shortfall_bytes'] / GB:.1f} GB; use more TP, a smaller batch or a shorter context "
-            "(or --allow-no-fit to see the numbers)")
+            "(or --allow-no-fit to see the numbers)"
+        )
     warnings = list(r["warnings"])
     if not dev.verified:
         warnings.append(f"{dev.name} is not vendor-reconciled in the catalog (verified = false): results are estimated")
     return Estimate(
-        model=m.name, hardware=dev.name, plan={k: v for k, v in plan.items()} | {"runtime": runtime},
-        ttft_s=r["ttft_s"], tpot_s=r["tpot_s"], e2e_s=r["e2e_s"], throughput_tok_s=r["throughput_tok_s"],
-        prefill_tok_s=r["prefill_tok_s"], prefill=r["prefill"], decode=r["decode"], memory=mem,
-        fits=bool(mem["fits"]), calibration=UNCALIBRATED, calibration_note=UNCALIBRATED_NOTE,
-        verified=dev.verified, estimated=not dev.verified, gemm_dtype=r["gemm_dtype"],
-        attention_dtype=r["attention_dtype"], peak_tflops=r["peak_flops"] / 1e12,
-        memory_bw_gbs=r["memory_bw"] / 1e9, params=m.params, warnings=tuple(warnings),
-        _breakdown=r["breakdown"], _group_labels=_group_labels(m),
+        model=m.name,
+        hardware=dev.name,
+        plan={k: v for k, v in plan.items()} | {"runtime": runtime},
+        ttft_s=r["ttft_s"],
+        tpot_s=r["tpot_s"],
+        e2e_s=r["e2e_s"],
+        throughput_tok_s=r["throughput_tok_s"],
+        prefill_tok_s=r["prefill_tok_s"],
+        prefill=r["prefill"],
+        decode=r["decode"],
+        memory=mem,
+        fits=bool(mem["fits"]),
+        calibration=UNCALIBRATED,
+        calibration_note=UNCALIBRATED_NOTE,
+        verified=dev.verified,
+        estimated=not dev.verified,
+        gemm_dtype=r["gemm_dtype"],
+        attention_dtype=r["attention_dtype"],
+        peak_tflops=r["peak_flops"] / 1e12,
+        memory_bw_gbs=r["memory_bw"] / 1e9,
+        params=m.params,
+        warnings=tuple(warnings),
+        _breakdown=r["breakdown"],
+        _group_labels=_group_labels(m),
     )
 
 

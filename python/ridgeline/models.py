@@ -11,9 +11,10 @@ import difflib
 import functools
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 from . import _data
 from .errors import ModelConfigError, UnknownNameError
@@ -24,21 +25,55 @@ _GATED_ACTIVATIONS = {"swiglu", "geglu", "reglu", "glu", "silu_and_mul", "gelu_a
 # Step 2: the structural fact of each family's modeling code (an MLP with gate_proj or not),
 # keyed by architectures[0] first, then model_type.
 _GATED_BY_ARCH = {
-    "LlamaForCausalLM": True, "MistralForCausalLM": True, "MixtralForCausalLM": True,
-    "Qwen2ForCausalLM": True, "Qwen3ForCausalLM": True, "Qwen2MoeForCausalLM": True,
-    "Qwen3MoeForCausalLM": True, "GemmaForCausalLM": True, "Gemma2ForCausalLM": True,
-    "Gemma3ForCausalLM": True, "Gemma3ForConditionalGeneration": True, "Phi3ForCausalLM": True,
-    "GPT2LMHeadModel": False, "GPTNeoXForCausalLM": False, "OPTForCausalLM": False,
-    "FalconForCausalLM": False, "BloomForCausalLM": False, "MPTForCausalLM": False,
-    "PhiForCausalLM": False, "Starcoder2ForCausalLM": False, "NemotronForCausalLM": False,
+    "LlamaForCausalLM": True,
+    "MistralForCausalLM": True,
+    "MixtralForCausalLM": True,
+    "Qwen2ForCausalLM": True,
+    "Qwen3ForCausalLM": True,
+    "Qwen2MoeForCausalLM": True,
+    "Qwen3MoeForCausalLM": True,
+    "GemmaForCausalLM": True,
+    "Gemma2ForCausalLM": True,
+    "Gemma3ForCausalLM": True,
+    "Gemma3ForConditionalGeneration": True,
+    "Phi3ForCausalLM": True,
+    "GPT2LMHeadModel": False,
+    "GPTNeoXForCausalLM": False,
+    "OPTForCausalLM": False,
+    "FalconForCausalLM": False,
+    "BloomForCausalLM": False,
+    "MPTForCausalLM": False,
+    "PhiForCausalLM": False,
+    "Starcoder2ForCausalLM": False,
+    "NemotronForCausalLM": False,
 }
 _GATED_BY_TYPE = {
-    "llama": True, "mistral": True, "mixtral": True, "qwen2": True, "qwen3": True,
-    "qwen2_moe": True, "qwen3_moe": True, "gemma": True, "gemma2": True, "gemma3": True,
-    "gemma3_text": True, "phi3": True, "deepseek_v2": True, "deepseek_v3": True, "olmo2": True,
-    "cohere": True, "granite": True,
-    "gpt2": False, "gpt_neox": False, "opt": False, "falcon": False, "bloom": False, "mpt": False,
-    "phi": False, "starcoder2": False, "nemotron": False,
+    "llama": True,
+    "mistral": True,
+    "mixtral": True,
+    "qwen2": True,
+    "qwen3": True,
+    "qwen2_moe": True,
+    "qwen3_moe": True,
+    "gemma": True,
+    "gemma2": True,
+    "gemma3": True,
+    "gemma3_text": True,
+    "phi3": True,
+    "deepseek_v2": True,
+    "deepseek_v3": True,
+    "olmo2": True,
+    "cohere": True,
+    "granite": True,
+    "gpt2": False,
+    "gpt_neox": False,
+    "opt": False,
+    "falcon": False,
+    "bloom": False,
+    "mpt": False,
+    "phi": False,
+    "starcoder2": False,
+    "nemotron": False,
 }
 # Families whose norms are LayerNorm (weight + bias); the rest use RMSNorm.
 _LAYERNORM_TYPES = {"gpt2", "gpt_neox", "opt", "falcon", "bloom", "mpt", "phi", "starcoder2"}
@@ -54,16 +89,32 @@ _EXTENDING_ROPE = {"yarn"}
 # FalconConfig, Gemma3TextConfig, GPT2Config).
 _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "falcon": {"max_position_embeddings": 2048, "hidden_act": "gelu"},
-    "gemma3_text": {"vocab_size": 262208, "max_position_embeddings": 131072,
-                    "hidden_activation": "gelu_pytorch_tanh", "sliding_window_pattern": 6},
+    "gemma3_text": {
+        "vocab_size": 262208,
+        "max_position_embeddings": 131072,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "sliding_window_pattern": 6,
+    },
     "gpt2": {"n_positions": 1024, "activation_function": "gelu_new"},
 }
 
 _ACTIVATIONS = {
-    "silu": "silu", "swish": "silu", "swiglu": "silu", "silu_and_mul": "silu",
-    "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu_tanh": "gelu_tanh", "geglu": "gelu_tanh", "gelu_and_mul": "gelu_tanh",
-    "relu": "relu", "reglu": "relu", "relu2": "relu2", "squared_relu": "relu2", "glu": "silu",
+    "silu": "silu",
+    "swish": "silu",
+    "swiglu": "silu",
+    "silu_and_mul": "silu",
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_tanh": "gelu_tanh",
+    "geglu": "gelu_tanh",
+    "gelu_and_mul": "gelu_tanh",
+    "relu": "relu",
+    "reglu": "relu",
+    "relu2": "relu2",
+    "squared_relu": "relu2",
+    "glu": "silu",
 }
 
 
@@ -74,13 +125,21 @@ def _get(cfg: Mapping[str, Any], *keys: str) -> Any:
     return None
 
 
-def _count(cfg: Mapping[str, Any], keys: tuple[str, ...], *, required: bool = True,
-           default: Optional[int] = None, allow_zero: bool = False) -> int:
+def _count(
+    cfg: Mapping[str, Any],
+    keys: tuple[str, ...],
+    *,
+    required: bool = True,
+    default: Optional[int] = None,
+    allow_zero: bool = False,
+) -> int:
     v = _get(cfg, *keys)
     if v is None:
         if default is not None or not required:
             return default if default is not None else 0
-        raise ModelConfigError(f"model config key '{keys[0]}': missing (also looked for {', '.join(keys[1:]) or 'no alias'})")
+        raise ModelConfigError(
+            f"model config key '{keys[0]}': missing (also looked for {', '.join(keys[1:]) or 'no alias'})"
+        )
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
         raise ModelConfigError(f"model config key '{keys[0]}': expected a whole number, got {v!r}")
     v = int(v)
@@ -129,7 +188,7 @@ class Model:
     source: str = ""
 
     @staticmethod
-    def from_config(name_or_path: str | Path) -> "Model":
+    def from_config(name_or_path: str | Path) -> Model:
         """Loads a bundled model by Hugging Face id, or a local config.json / folder.
 
         >>> Model.from_config("openai-community/gpt2").num_layers
@@ -138,7 +197,7 @@ class Model:
         return _load(str(name_or_path))
 
     @staticmethod
-    def from_dict(cfg: Mapping[str, Any], name: str = "custom") -> "Model":
+    def from_dict(cfg: Mapping[str, Any], name: str = "custom") -> Model:
         """Normalises an already-parsed config dict."""
         return _normalise(cfg, name, source="dict")
 
@@ -166,10 +225,12 @@ class Model:
 
     def kv_bytes_per_token(self, kv_bytes: float = 2.0) -> float:
         """KV-cache bytes one token adds across all layers (2 x kv_heads x head_dim x bytes)."""
-        return float(sum(
-            g["count"] * 2 * g["attention"]["kv_heads"] * g["attention"]["head_dim"] * kv_bytes
-            for g in self.layer_groups
-        ))
+        return float(
+            sum(
+                g["count"] * 2 * g["attention"]["kv_heads"] * g["attention"]["head_dim"] * kv_bytes
+                for g in self.layer_groups
+            )
+        )
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -243,8 +304,7 @@ def _resolve_bundled(name: str, bundled: Mapping[str, str]) -> str:
     names = [low.get(c) or short[c] for c in close]
     hint = f"; closest: {', '.join(dict.fromkeys(names))}" if names else ""
     raise UnknownNameError(
-        f"unknown model '{name}': not a bundled model nor a path to a config.json{hint}"
-        " (see `ridgeline model list`)"
+        f"unknown model '{name}': not a bundled model nor a path to a config.json{hint} (see `ridgeline model list`)"
     )
 
 
@@ -270,7 +330,9 @@ def _windows(cfg: Mapping[str, Any], model_type: str, n_layers: int) -> list[Opt
         for t in layer_types:
             if t == "sliding_attention":
                 if sw is None:
-                    raise ModelConfigError("model config key 'sliding_window': layer_types names sliding layers but no window size")
+                    raise ModelConfigError(
+                        "model config key 'sliding_window': layer_types names sliding layers but no window size"
+                    )
                 out.append(int(sw))
             elif t == "full_attention":
                 out.append(None)
@@ -302,7 +364,7 @@ def _max_model_len(cfg: Mapping[str, Any]) -> int:
         kind = rs.get("rope_type") or rs.get("type")
         if kind in _EXTENDING_ROPE and rs.get("factor"):
             orig = rs.get("original_max_position_embeddings") or base
-            return max(base, int(math.floor(float(orig) * float(rs["factor"]))))
+            return max(base, math.floor(float(orig) * float(rs["factor"])))
     return base
 
 
@@ -321,13 +383,16 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     archs = raw.get("architectures") or cfg.get("architectures") or [""]
     arch = str(archs[0]) if isinstance(archs, list) and archs else ""
 
-    for key, what in (("hybrid_override_pattern", "hybrid Mamba2/attention layers (M)"),
-                      ("kv_lora_rank", "multi-head latent attention (MLA)"),
-                      ("quantization_config", "quantised checkpoints")):
+    for key, what in (
+        ("hybrid_override_pattern", "hybrid Mamba2/attention layers (M)"),
+        ("kv_lora_rank", "multi-head latent attention (MLA)"),
+        ("quantization_config", "quantised checkpoints"),
+    ):
         if cfg.get(key) is not None or raw.get(key) is not None:
             raise ModelConfigError(
                 f"model config key '{key}': {what} are not supported yet (model-zoo issue); "
-                "nothing is priced as something it is not")
+                "nothing is priced as something it is not"
+            )
 
     d = _count(cfg, ("hidden_size", "n_embd", "d_model"))
     n_layers = _count(cfg, ("num_hidden_layers", "n_layer", "num_layers"))
@@ -338,7 +403,9 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     else:
         if d % heads != 0:
             raise ModelConfigError(
-                f"model config key 'num_attention_heads': {heads} heads do not divide hidden_size {d} and no head_dim is given")
+                f"model config key 'num_attention_heads': {heads} heads do not divide hidden_size {d} "
+                "and no head_dim is given"
+            )
         hd = d // heads
     if cfg.get("multi_query") is True and cfg.get("new_decoder_architecture") is not True:
         kv = 1
@@ -357,20 +424,26 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     act_name = act_raw.lower()
     if act_name not in _ACTIVATIONS:
         raise ModelConfigError(
-            f"model config key 'hidden_act': activation '{act_raw}' is not known; known: {', '.join(sorted(_ACTIVATIONS))}")
+            f"model config key 'hidden_act': activation '{act_raw}' is not known; "
+            f"known: {', '.join(sorted(_ACTIVATIONS))}"
+        )
     gated, gated_by = _gated(cfg, act_name, arch, model_type)
 
     norm = "layer" if (model_type in _LAYERNORM_TYPES or cfg.get("norm_type") == "layer_norm") else "rms"
     if model_type in ("gemma2", "gemma3", "gemma3_text"):
         norms_per_layer = 4
-    elif model_type == "phi" or (model_type == "falcon" and cfg.get("parallel_attn", True)
-                                 and not cfg.get("new_decoder_architecture")):
+    elif model_type == "phi" or (
+        model_type == "falcon" and cfg.get("parallel_attn", True) and not cfg.get("new_decoder_architecture")
+    ):
         norms_per_layer = 1
     else:
         norms_per_layer = 2
 
-    all_bias = model_type in _ALL_BIAS_TYPES or _flag(cfg, "use_bias", False) or (
-        model_type == "falcon" and _flag(cfg, "bias", False))
+    all_bias = (
+        model_type in _ALL_BIAS_TYPES
+        or _flag(cfg, "use_bias", False)
+        or (model_type == "falcon" and _flag(cfg, "bias", False))
+    )
     attn_bias = _flag(cfg, "attention_bias", False)
     qkv_bias = all_bias or attn_bias or _flag(cfg, "qkv_bias", model_type in ("qwen2", "qwen2_moe"))
     o_bias = all_bias or attn_bias
@@ -402,17 +475,38 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
         mlp_only = set(cfg.get("mlp_only_layers") or [])
         for i in range(n_layers):
             moe_layers[i] = i >= first_dense and (i + 1) % step == 0 and i not in mlp_only
-        moe = {"kind": "moe", "num_experts": n_exp, "top_k": top_k, "expert_intermediate_size": fe,
-               "shared_intermediate_size": shared, "gated": gated, "activation": _ACTIVATIONS[act_name],
-               "bias": mlp_bias, "router_bias": False}
+        moe = {
+            "kind": "moe",
+            "num_experts": n_exp,
+            "top_k": top_k,
+            "expert_intermediate_size": fe,
+            "shared_intermediate_size": shared,
+            "gated": gated,
+            "activation": _ACTIVATIONS[act_name],
+            "bias": mlp_bias,
+            "router_bias": False,
+        }
 
     windows = _windows(cfg, model_type, n_layers)
-    dense = {"kind": "dense", "intermediate_size": f, "gated": gated,
-             "activation": _ACTIVATIONS[act_name], "bias": mlp_bias}
+    dense = {
+        "kind": "dense",
+        "intermediate_size": f,
+        "gated": gated,
+        "activation": _ACTIVATIONS[act_name],
+        "bias": mlp_bias,
+    }
     groups: list[dict[str, Any]] = []
     for i in range(n_layers):
-        attention = {"heads": heads, "kv_heads": kv, "head_dim": hd, "window": windows[i],
-                     "qkv_bias": qkv_bias, "o_bias": o_bias, "qk_norm": qk_norm, "rotary": rotary}
+        attention = {
+            "heads": heads,
+            "kv_heads": kv,
+            "head_dim": hd,
+            "window": windows[i],
+            "qkv_bias": qkv_bias,
+            "o_bias": o_bias,
+            "qk_norm": qk_norm,
+            "rotary": rotary,
+        }
         g = {"attention": attention, "ffn": moe if moe_layers[i] else dense, "norms": norms_per_layer}
         for existing in groups:
             if existing["attention"] == attention and existing["ffn"] == g["ffn"]:
@@ -421,17 +515,39 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
         else:
             groups.append({"count": 1, **g})
 
+    max_len = _max_model_len(cfg)
     core = {
-        "name": name, "hidden_size": d, "vocab_size": vocab, "layer_groups": groups, "norm": norm,
-        "tie_word_embeddings": tied, "position_embeddings": pos_rows,
-        "lm_head_bias": model_type == "phi", "max_model_len": _max_model_len(cfg),
+        "name": name,
+        "hidden_size": d,
+        "vocab_size": vocab,
+        "layer_groups": groups,
+        "norm": norm,
+        "tie_word_embeddings": tied,
+        "position_embeddings": pos_rows,
+        "lm_head_bias": model_type == "phi",
+        "max_model_len": max_len,
     }
     m = Model(
-        name=name, model_type=model_type, architecture=arch, hidden_size=d, num_layers=n_layers,
-        num_heads=heads, num_kv_heads=kv, head_dim=hd, vocab_size=vocab, intermediate_size=f,
-        gated_ffn=gated, gated_by=gated_by, activation=_ACTIVATIONS[act_name], norm=norm,
-        tie_word_embeddings=tied, max_model_len=core["max_model_len"], is_moe=any(moe_layers),
-        layer_groups=tuple(groups), core_json=json.dumps(core), source=source,
+        name=name,
+        model_type=model_type,
+        architecture=arch,
+        hidden_size=d,
+        num_layers=n_layers,
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=hd,
+        vocab_size=vocab,
+        intermediate_size=f,
+        gated_ffn=gated,
+        gated_by=gated_by,
+        activation=_ACTIVATIONS[act_name],
+        norm=norm,
+        tie_word_embeddings=tied,
+        max_model_len=max_len,
+        is_moe=any(moe_layers),
+        layer_groups=tuple(groups),
+        core_json=json.dumps(core),
+        source=source,
     )
-    m._core  # validate in the core now, not at the first estimate
+    _ = m._core  # validate in the core now, not at the first estimate
     return m

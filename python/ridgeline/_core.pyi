@@ -1,0 +1,70 @@
+"""Type stubs of the compiled core (checked against the binary by mypy.stubtest)."""
+
+from typing import Any, final
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "CatalogError",
+    "CoreDevice",
+    "CoreModel",
+    "DoesNotFitError",
+    "HardwareError",
+    "ModelConfigError",
+    "PlanError",
+    "RidgelineError",
+    "UnknownNameError",
+    "__version__",
+    "data_file",
+    "data_files",
+    "data_hash",
+    "estimate",
+    "estimate_many",
+]
+
+__version__: str
+
+class RidgelineError(ValueError): ...
+class PlanError(RidgelineError): ...
+class ModelConfigError(RidgelineError): ...
+class HardwareError(RidgelineError): ...
+class UnknownNameError(RidgelineError): ...
+class DoesNotFitError(RidgelineError): ...
+class CatalogError(RidgelineError): ...
+
+@final
+class CoreModel:
+    def __new__(cls, json: str) -> CoreModel: ...
+    def params(self) -> dict[str, int]: ...
+    def num_layers(self) -> int: ...
+
+@final
+class CoreDevice:
+    def __new__(cls, json: str) -> CoreDevice: ...
+    @property
+    def name(self) -> str: ...
+
+def estimate(
+    model: CoreModel,
+    device: CoreDevice,
+    plan_json: str,
+    efficiency_json: str,
+    protocol_json: str,
+    breakdown: bool = True,
+) -> dict[str, Any]: ...
+def estimate_many(
+    model: CoreModel,
+    device: CoreDevice,
+    batch: npt.NDArray[np.int64],
+    prompt: npt.NDArray[np.int64],
+    output: npt.NDArray[np.int64],
+    tp: npt.NDArray[np.int64],
+    base_plan_json: str,
+    efficiency_json: str,
+    protocol_json: str,
+    threads: int = 0,
+) -> dict[str, Any]: ...
+def data_files() -> list[str]: ...
+def data_file(path: str) -> bytes: ...
+def data_hash() -> str: ...
