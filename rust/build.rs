@@ -18,11 +18,7 @@ fn collect(dir: &Path, root: &Path, out: &mut Vec<(String, PathBuf)>) {
         if p.is_dir() {
             collect(&p, root, out);
         } else {
-            let rel = p
-                .strip_prefix(root)
-                .unwrap()
-                .to_string_lossy()
-                .replace('\\', "/");
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
             out.push((rel, p));
         }
     }

@@ -48,7 +48,7 @@ def test_json_and_breakdown(tmp_path):
         (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--prompt", "1.5"], 2, "prompt"),
         (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--tp", "3"], 2, "attention heads"),
         (["-m", "meta-llama/Llama-3.1-70B", "-H", "H100_SXM"], 4, "short by"),
-        (["-m", "deepseek-ai/DeepSeek-V3", "-H", "H100_SXM"], 2, "not supported yet"),
+        (["-m", "nvidia/Nemotron-H-56B-Base-8K", "-H", "H100_SXM"], 2, "Mamba2 (M) layers are not supported"),
     ],
 )
 def test_errors_are_one_line_with_exit_codes(args, code, needle, tmp_path):
@@ -92,6 +92,8 @@ def test_model_commands(tmp_path):
     r = run("model", "list", "--format", "json", cwd=tmp_path)
     rows = {x["model"]: x for x in json.loads(r.stdout)}
     assert rows["meta-llama/Llama-3.1-8B"]["kv_bytes_per_token_bf16"] == 131072
-    assert rows["deepseek-ai/DeepSeek-V3"]["status"].startswith("not supported yet")
+    assert rows["deepseek-ai/DeepSeek-V3"]["engine"] == "priced"
+    assert rows["deepseek-ai/DeepSeek-V3"]["kv_bytes_per_token_bf16"] == 61 * 576 * 2  # MLA latent + rope key
+    assert rows["nvidia/Nemotron-H-56B-Base-8K"]["engine"].startswith("not priced yet: Mamba2")
     r = run("model", "show", "google/gemma-2-9b", "--json", cwd=tmp_path)
     assert json.loads(r.stdout)["params"]["total"] == 9_241_705_984

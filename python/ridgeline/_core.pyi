@@ -1,6 +1,6 @@
 """Type stubs of the compiled core (checked against the binary by mypy.stubtest)."""
 
-from typing import Any, final
+from typing import Any, Optional, final
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +38,7 @@ class CoreModel:
     def __new__(cls, json: str) -> CoreModel: ...
     def params(self) -> dict[str, int]: ...
     def num_layers(self) -> int: ...
+    def kv_layers(self, tp: int = 1) -> list[tuple[int, int, Optional[int]]]: ...
 
 @final
 class CoreDevice:

@@ -42,8 +42,14 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
 @click.option("--prompt", type=int, default=1024, show_default=True, help="Prompt tokens per sequence.")
 @click.option("--output", type=int, default=256, show_default=True, help="Output tokens per sequence.")
 @click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree.")
+@click.option("--ep", type=int, default=1, show_default=True, help="Expert-parallel degree (1 or --tp).")
 @click.option("--dtype", default="bf16", show_default=True, help=f"Activation/compute dtype: {DTYPES}.")
-@click.option("--weight-dtype", default=None, help="Weight dtype of the linear layers (default: --dtype).")
+@click.option(
+    "--weight-dtype",
+    default=None,
+    help="Weight format: a dtype (bf16, fp8, int8), int4/w4a16, gptq, awq, mxfp4, nvfp4 or a GGUF type "
+    "(q4_0, q4_k_m, q8_0, ...). Default: the checkpoint's quantization_config, else --dtype.",
+)
 @click.option("--kv-dtype", default=None, help="KV-cache dtype (default: --dtype).")
 @click.option("--chunk", type=int, default=None, help="Chunked-prefill token budget per step.")
 @click.option("--runtime", default=None, help="Runtime the numbers should describe (vllm, trtllm, llamacpp, ...).")
@@ -57,6 +63,7 @@ def estimate(
     prompt: int,
     output: int,
     tp: int,
+    ep: int,
     dtype: str,
     weight_dtype: Optional[str],
     kv_dtype: Optional[str],
@@ -76,6 +83,7 @@ def estimate(
         prompt=prompt,
         output=output,
         tp=tp,
+        ep=ep,
         dtype=dtype,
         weight_dtype=weight_dtype,
         kv_dtype=kv_dtype,
@@ -89,9 +97,11 @@ def estimate(
         return
     p = e.plan
     mem = e.memory
+    ep_text = f", EP {p['ep']}" if p["ep"] > 1 else ""
     click.echo(
         f"{e.model} on {e.hardware}: batch {p['batch']}, prompt {p['prompt']}, output {p['output']}, "
-        f"TP {p['tp']}, {p['dtype']} (weights {p['weight_dtype'] or p['dtype']}, KV {p['kv_dtype'] or p['dtype']})"
+        f"TP {p['tp']}{ep_text}, {p['dtype']} "
+        f"(weights {p['weights']} from {p['weights_source']}, KV {p['kv_dtype'] or p['dtype']})"
     )
     rows = [
         ("TTFT", _ms(e.ttft_s)),
@@ -257,33 +267,24 @@ def model_list(fmt: str) -> None:
     from .errors import ModelConfigError
     from .models import Model, bundled_names
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in bundled_names():
         try:
             m = Model.from_config(name)
-            rows.append(
-                {
-                    "model": name,
-                    "family": m.model_type,
-                    "total_params_b": round(m.total_params / 1e9, 3),
-                    "active_params_b": round(m.active_params / 1e9, 3),
-                    "kv_bytes_per_token_bf16": int(m.kv_bytes_per_token(2.0)),
-                    "max_model_len": m.max_model_len,
-                    "status": "ok",
-                }
-            )
         except ModelConfigError as e:
-            rows.append(
-                {
-                    "model": name,
-                    "family": None,
-                    "total_params_b": None,
-                    "active_params_b": None,
-                    "kv_bytes_per_token_bf16": None,
-                    "max_model_len": None,
-                    "status": f"not supported yet: {str(e).split(': ', 1)[-1][:60]}",
-                }
-            )
+            rows.append({"model": name, "engine": f"config error: {e}"})
+            continue
+        rows.append(
+            {
+                "model": name,
+                "family": m.model_type,
+                "total_params_b": round(m.total_params / 1e9, 3),
+                "active_params_b": round(m.active_params / 1e9, 3),
+                "kv_bytes_per_token_bf16": int(m.kv_bytes_per_token(2.0)),
+                "max_model_len": m.max_model_len,
+                "engine": "priced" if m.unpriced is None else f"not priced yet: {m.unpriced}",
+            }
+        )
     _frame_out(pl.DataFrame(rows), fmt)
 
 

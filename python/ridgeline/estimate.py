@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-from . import _core
+from . import _core, quant
 from .catalog import Catalog, Device, default_catalog
 from .errors import DoesNotFitError, PlanError
 from .models import Model
@@ -171,6 +171,7 @@ def estimate(
     prompt: int = 1024,
     output: int = 256,
     tp: int = 1,
+    ep: int = 1,
     dtype: str = "bf16",
     weight_dtype: Optional[str] = None,
     kv_dtype: Optional[str] = None,
@@ -189,8 +190,11 @@ def estimate(
         prompt: prompt tokens per sequence.
         output: output tokens per sequence (the first comes from prefill).
         tp: tensor-parallel degree.
+        ep: expert-parallel degree (1, or equal to ``tp``: experts spread over the TP group).
         dtype: activation (compute) dtype: bf16, fp16, fp32 or tf32.
-        weight_dtype: weight dtype of the linear layers (default: ``dtype``).
+        weight_dtype: weight storage format of the linear layers: a dtype (bf16, fp8, int8), a
+            quantisation (int4, w4a16, gptq, awq, mxfp4, nvfp4) or a GGUF type (q4_0, q4_k_m, q8_0, ...);
+            default: the checkpoint's quantization_config, else a hint in the model name, else ``dtype``.
         kv_dtype: KV-cache dtype (default: ``dtype``).
         chunk: chunked-prefill token budget per step (default: one prefill step).
         runtime: the serving runtime the numbers should describe (calibration key).
@@ -213,6 +217,7 @@ def estimate(
         "prompt": _positive_int("prompt", prompt),
         "output": _positive_int("output", output),
         "tp": _positive_int("tp", tp),
+        "ep": _positive_int("ep", ep),
         "dtype": dtype,
         "weight_dtype": weight_dtype,
         "kv_dtype": kv_dtype,
@@ -222,7 +227,8 @@ def estimate(
     for k in ("dtype", "weight_dtype", "kv_dtype"):
         if plan[k] is not None and not isinstance(plan[k], str):
             raise PlanError(f"{k}: expected a dtype name such as bf16, got {plan[k]!r}")
-    plan_json = _plan_json(plan)
+    weights = quant.resolve(m, str(dtype).lower(), weight_dtype)
+    plan_json = _plan_json({**plan, "weights": weights.core()})
     r = _core.estimate(m._core, dev.core, plan_json, _UNCALIBRATED_EFF, _protocol_cached(cat), breakdown)
     mem = r["memory"]
     if not mem["fits"] and not allow_no_fit:
@@ -240,7 +246,7 @@ def estimate(
     return Estimate(
         model=m.name,
         hardware=dev.name,
-        plan={k: v for k, v in plan.items()} | {"runtime": runtime},
+        plan={**plan, "runtime": runtime, "weights": weights.label, "weights_source": weights.source},
         ttft_s=r["ttft_s"],
         tpot_s=r["tpot_s"],
         e2e_s=r["e2e_s"],
@@ -266,7 +272,7 @@ def estimate(
 
 
 def _plan_json(plan: Mapping[str, Any]) -> str:
-    return json.dumps({k: v for k, v in plan.items() if v is not None})
+    return json.dumps({k: v for k, v in plan.items() if v is not None and k != "weight_dtype"})
 
 
 _PROTO: dict[int, str] = {}

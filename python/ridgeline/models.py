@@ -32,6 +32,9 @@ _GATED_BY_ARCH = {
     "Qwen3ForCausalLM": True,
     "Qwen2MoeForCausalLM": True,
     "Qwen3MoeForCausalLM": True,
+    "GptOssForCausalLM": True,
+    "DeepseekV3ForCausalLM": True,
+    "NemotronHForCausalLM": False,
     "GemmaForCausalLM": True,
     "Gemma2ForCausalLM": True,
     "Gemma3ForCausalLM": True,
@@ -65,6 +68,7 @@ _GATED_BY_TYPE = {
     "olmo2": True,
     "cohere": True,
     "granite": True,
+    "gpt_oss": True,
     "gpt2": False,
     "gpt_neox": False,
     "opt": False,
@@ -74,7 +78,13 @@ _GATED_BY_TYPE = {
     "phi": False,
     "starcoder2": False,
     "nemotron": False,
+    "nemotron_h": False,
 }
+# Families with a learned attention-sink logit per head, and with a router bias.
+_SINK_TYPES = {"gpt_oss"}
+_ROUTER_BIAS_TYPES = {"gpt_oss"}
+# Families whose experts carry biases (gpt-oss: fused gate_up and down with biases).
+_EXPERT_BIAS_TYPES = {"gpt_oss"}
 # Families whose norms are LayerNorm (weight + bias); the rest use RMSNorm.
 _LAYERNORM_TYPES = {"gpt2", "gpt_neox", "opt", "falcon", "bloom", "mpt", "phi", "starcoder2"}
 # Class defaults of tie_word_embeddings when the key is absent (transformers config classes).
@@ -186,6 +196,9 @@ class Model:
     layer_groups: tuple[Mapping[str, Any], ...]
     core_json: str = field(repr=False)
     source: str = ""
+    #: The checkpoint's quantization_config, as published (None: unquantised).
+    quantization: Optional[Mapping[str, Any]] = None
+    torch_dtype: Optional[str] = None
 
     @staticmethod
     def from_config(name_or_path: str | Path) -> Model:
@@ -224,13 +237,22 @@ class Model:
         return self.params["active"]
 
     def kv_bytes_per_token(self, kv_bytes: float = 2.0) -> float:
-        """KV-cache bytes one token adds across all layers (2 x kv_heads x head_dim x bytes)."""
+        """KV-cache bytes one token adds across all layers: 2 x kv_heads x head_dim per
+        layer, or the MLA latent plus rope key (window caps not applied)."""
+        return float(sum(n * values for n, values, _ in self._core.kv_layers(1)) * kv_bytes)
+
+    def kv_bytes(self, context: int, kv_bytes: float = 2.0, tp: int = 1) -> float:
+        """KV-cache bytes of one sequence at ``context`` tokens on one of ``tp`` ranks;
+        sliding-window layers hold at most their window."""
         return float(
-            sum(
-                g["count"] * 2 * g["attention"]["kv_heads"] * g["attention"]["head_dim"] * kv_bytes
-                for g in self.layer_groups
-            )
+            sum(n * values * (context if w is None else min(context, w)) for n, values, w in self._core.kv_layers(tp))
+            * kv_bytes
         )
+
+    @property
+    def unpriced(self) -> Optional[str]:
+        """Layer types the engine refuses to price (None when every layer is priced)."""
+        return "Mamba2 (M) layers" if any(g.get("mamba") for g in self.layer_groups) else None
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -254,6 +276,8 @@ class Model:
             "max_model_len": self.max_model_len,
             "kv_bytes_per_token_bf16": self.kv_bytes_per_token(2.0),
             "moe": self.is_moe,
+            "engine": "priced" if self.unpriced is None else f"not priced yet: {self.unpriced}",
+            "quantization": dict(self.quantization) if self.quantization else None,
             "layer_groups": [dict(g) for g in self.layer_groups],
             "params": self.params,
             "source": self.source,
@@ -282,14 +306,31 @@ def _load(name: str) -> Model:
         p = p / "config.json"
     if p.is_file():
         try:
-            cfg = json.loads(p.read_text())
-        except (OSError, ValueError) as e:
-            raise ModelConfigError(f"{p}: not a readable JSON config ({e})") from None
-        return _normalise(cfg, str(p), source=str(p))
+            text = p.read_text()
+        except OSError as e:
+            raise ModelConfigError(f"{p}: not readable ({e})") from None
+        cfg, how = read_json(text, str(p))
+        return _normalise(cfg, str(p), source=f"{p} ({how})")
     bundled = _bundled()
     key = _resolve_bundled(name, bundled)
-    cfg = json.loads(_data.read_text(bundled[key]))
-    return _normalise(cfg, key, source=f"bundled {bundled[key]}")
+    cfg, how = read_json(_data.read_text(bundled[key]), bundled[key])
+    return _normalise(cfg, key, source=f"bundled {bundled[key]} ({how})")
+
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"non-standard JSON token {token}")
+
+
+def read_json(text: str, origin: str) -> tuple[Any, str]:
+    """Parses a config strictly (RFC 8259); configs with the non-standard tokens
+    Infinity/NaN that Python's json writes (Nemotron-H) load on the lenient path."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant), "strict JSON"
+    except ValueError as strict_error:
+        try:
+            return json.loads(text), f"lenient JSON: {strict_error}"
+        except ValueError as e:
+            raise ModelConfigError(f"{origin}: not a JSON config ({e})") from None
 
 
 def _resolve_bundled(name: str, bundled: Mapping[str, str]) -> str:
@@ -368,6 +409,45 @@ def _max_model_len(cfg: Mapping[str, Any]) -> int:
     return base
 
 
+def _mla(cfg: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """Multi-head latent attention settings (DeepSeek-V2/V3), or None."""
+    if cfg.get("kv_lora_rank") is None:
+        return None
+    q_lora = cfg.get("q_lora_rank")
+    return {
+        "q_lora_rank": None if q_lora is None else _count(cfg, ("q_lora_rank",)),
+        "kv_lora_rank": _count(cfg, ("kv_lora_rank",)),
+        "qk_nope_head_dim": _count(cfg, ("qk_nope_head_dim",)),
+        "qk_rope_head_dim": _count(cfg, ("qk_rope_head_dim",)),
+        "v_head_dim": _count(cfg, ("v_head_dim",)),
+    }
+
+
+def _layer_kinds(cfg: Mapping[str, Any], n_layers: int) -> str:
+    """One letter a layer: T = a transformer block (attention + FFN); from a
+    hybrid_override_pattern (Nemotron-H): M = Mamba2, * = attention, - = MLP, E = MoE."""
+    pattern = cfg.get("hybrid_override_pattern")
+    if pattern is None:
+        return "T" * n_layers
+    if not isinstance(pattern, str) or len(pattern) != n_layers or set(pattern) - set("M*-E"):
+        raise ModelConfigError(
+            f"model config key 'hybrid_override_pattern': expected {n_layers} letters from M, *, -, E; got {pattern!r}"
+        )
+    return pattern
+
+
+def _mamba(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "num_heads": _count(cfg, ("mamba_num_heads",)),
+        "head_dim": _count(cfg, ("mamba_head_dim",)),
+        "n_groups": _count(cfg, ("n_groups",)),
+        "state_size": _count(cfg, ("ssm_state_size",)),
+        "conv_kernel": _count(cfg, ("conv_kernel",)),
+        "proj_bias": _flag(cfg, "mamba_proj_bias", False),
+        "conv_bias": _flag(cfg, "use_conv_bias", True),
+    }
+
+
 def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     if not isinstance(raw, Mapping):
         raise ModelConfigError(f"{name}: a config must be a JSON object")
@@ -383,23 +463,19 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     archs = raw.get("architectures") or cfg.get("architectures") or [""]
     arch = str(archs[0]) if isinstance(archs, list) and archs else ""
 
-    for key, what in (
-        ("hybrid_override_pattern", "hybrid Mamba2/attention layers (M)"),
-        ("kv_lora_rank", "multi-head latent attention (MLA)"),
-        ("quantization_config", "quantised checkpoints"),
-    ):
-        if cfg.get(key) is not None or raw.get(key) is not None:
-            raise ModelConfigError(
-                f"model config key '{key}': {what} are not supported yet (model-zoo issue); "
-                "nothing is priced as something it is not"
-            )
+    quant = cfg.get("quantization_config") or raw.get("quantization_config")
+    if quant is not None and not isinstance(quant, Mapping):
+        raise ModelConfigError(f"model config key 'quantization_config': expected an object, got {quant!r}")
 
     d = _count(cfg, ("hidden_size", "n_embd", "d_model"))
     n_layers = _count(cfg, ("num_hidden_layers", "n_layer", "num_layers"))
     heads = _count(cfg, ("num_attention_heads", "n_head"))
-    explicit_hd = _get(cfg, "head_dim")
-    if explicit_hd is not None:
-        hd = _count(cfg, ("head_dim",))
+    mla = _mla(cfg)
+    explicit_hd = _get(cfg, "head_dim", "attention_head_dim")
+    if mla is not None:
+        hd = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
+    elif explicit_hd is not None:
+        hd = _count(cfg, ("head_dim", "attention_head_dim"))
     else:
         if d % heads != 0:
             raise ModelConfigError(
@@ -416,7 +492,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     vocab = _count(cfg, ("vocab_size",))
     f = _count(cfg, ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"), default=4 * d)
 
-    act_raw = _get(cfg, "hidden_activation", "hidden_act", "activation_function")
+    act_raw = _get(cfg, "mlp_hidden_act", "hidden_activation", "hidden_act", "activation_function")
     if act_raw is None:
         act_raw = "silu"  # PretrainedConfig families without the key (Llama-style) use SiLU
     if not isinstance(act_raw, str):
@@ -449,6 +525,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     o_bias = all_bias or attn_bias
     mlp_bias = all_bias or _flag(cfg, "mlp_bias", False)
     qk_norm = model_type in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text") or _flag(cfg, "qk_layernorm", False)
+    sinks = model_type in _SINK_TYPES
     rotary = model_type not in ("gpt2", "opt", "bloom", "mpt")
 
     tied = _flag(cfg, "tie_word_embeddings", model_type in _TIED_BY_DEFAULT)
@@ -483,8 +560,9 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
             "shared_intermediate_size": shared,
             "gated": gated,
             "activation": _ACTIVATIONS[act_name],
-            "bias": mlp_bias,
-            "router_bias": False,
+            "bias": mlp_bias or model_type in _EXPERT_BIAS_TYPES,
+            "router_bias": model_type in _ROUTER_BIAS_TYPES
+            or (model_type == "deepseek_v3" and cfg.get("topk_method") == "noaux_tc"),
         }
 
     windows = _windows(cfg, model_type, n_layers)
@@ -495,21 +573,36 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
         "activation": _ACTIVATIONS[act_name],
         "bias": mlp_bias,
     }
+    kinds = _layer_kinds(cfg, n_layers)
+    mamba = _mamba(cfg) if "M" in kinds else None
     groups: list[dict[str, Any]] = []
     for i in range(n_layers):
         attention = {
             "heads": heads,
-            "kv_heads": kv,
+            "kv_heads": heads if mla is not None else kv,
             "head_dim": hd,
             "window": windows[i],
             "qkv_bias": qkv_bias,
             "o_bias": o_bias,
             "qk_norm": qk_norm,
             "rotary": rotary,
+            "sinks": sinks,
+            "mla": mla,
         }
-        g = {"attention": attention, "ffn": moe if moe_layers[i] else dense, "norms": norms_per_layer}
+        kind = kinds[i]
+        if kind == "E" and not moe:
+            raise ModelConfigError("model config key 'hybrid_override_pattern': MoE layers (E) need expert settings")
+        ffn: dict[str, Any] = {"kind": "none"}
+        if kind in ("T", "-", "E"):
+            ffn = moe if (kind == "E" or (kind == "T" and moe_layers[i])) else dense
+        g = {
+            "attention": attention if kind in ("T", "*") else None,
+            "mamba": mamba if kind == "M" else None,
+            "ffn": ffn,
+            "norms": norms_per_layer if kind == "T" else 1,
+        }
         for existing in groups:
-            if existing["attention"] == attention and existing["ffn"] == g["ffn"]:
+            if all(existing[k] == g[k] for k in g):
                 existing["count"] += 1
                 break
         else:
@@ -544,10 +637,12 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
         norm=norm,
         tie_word_embeddings=tied,
         max_model_len=max_len,
-        is_moe=any(moe_layers),
+        is_moe=any(g["ffn"]["kind"] == "moe" for g in groups),
         layer_groups=tuple(groups),
         core_json=json.dumps(core),
         source=source,
+        quantization=dict(quant) if quant else None,
+        torch_dtype=str(cfg.get("torch_dtype") or raw.get("torch_dtype") or "") or None,
     )
     _ = m._core  # validate in the core now, not at the first estimate
     return m

@@ -87,10 +87,7 @@ mod tests {
         for s in [1u64, 2, 128, 4096, 32768] {
             assert_eq!(causal_pairs(s, 0, None), (s * (s + 1) / 2) as f64);
         }
-        assert_eq!(
-            causal_pairs(512, 1000, None),
-            (512 * 1000 + 512 * 513 / 2) as f64
-        );
+        assert_eq!(causal_pairs(512, 1000, None), (512 * 1000 + 512 * 513 / 2) as f64);
     }
 
     #[test]

@@ -89,7 +89,11 @@ impl Device {
             format!(
                 "no dense throughput figure for {} or its fallbacks ({}); add a sourced tflops value to the catalog",
                 d.name(),
-                Self::fallback_chain(d).iter().map(|x| x.name()).collect::<Vec<_>>().join(" -> ")
+                Self::fallback_chain(d)
+                    .iter()
+                    .map(|x| x.name())
+                    .collect::<Vec<_>>()
+                    .join(" -> ")
             ),
         ))
     }
@@ -106,10 +110,9 @@ impl Device {
     pub fn validate(&self) -> Result<()> {
         let positive = |col: &str, v: Option<f64>| -> Result<()> {
             match v {
-                Some(x) if !(x.is_finite() && x > 0.0) => Err(Error::hardware(
-                    &self.name,
-                    format!("{col} must be > 0, got {x}"),
-                )),
+                Some(x) if !(x.is_finite() && x > 0.0) => {
+                    Err(Error::hardware(&self.name, format!("{col} must be > 0, got {x}")))
+                }
                 _ => Ok(()),
             }
         };

@@ -10,6 +10,7 @@ use crate::model::{Ffn, Model};
 use crate::params::{self, ParamCounts};
 use crate::plan::{Efficiency, Plan};
 use crate::roofline::{price, price_range, Cost};
+use crate::weights::Role;
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -102,12 +103,13 @@ struct Resolved<'a> {
     warnings: Vec<String>,
 }
 
-fn resolve<'a>(
-    m: &'a Model,
-    dev: &Device,
-    plan: &Plan,
-    proto: ProtocolTable,
-) -> Result<Resolved<'a>> {
+fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) -> Result<Resolved<'a>> {
+    if let Some(what) = m.unpriced_layers() {
+        return Err(Error::model(
+            "hybrid_override_pattern",
+            format!("{what} are not supported by the engine yet; nothing is priced as attention"),
+        ));
+    }
     let mut warnings = Vec::new();
     let act = plan.dtype;
     let pa = dev.peak(act)?;
@@ -124,27 +126,34 @@ fn resolve<'a>(
                 .join(" -> ")
         ));
     }
-    let w = plan.weight_dtype();
-    let mut gemm = pa;
-    if matches!(w, DType::Fp8 | DType::Int8) {
-        match dev.tflops(w) {
+    let formats = plan.weights.resolve(act)?;
+    // A GEMM runs in its weights' compute path (W8A8 fp8/int8) only where the
+    // device has that path and it is faster; otherwise weights are dequantised
+    // and the GEMM runs at the activation dtype's peak (W4A16 at the bf16 peak).
+    let mut peaks = [pa.flops_per_s; 10];
+    let mut gemm_dtype = pa.used;
+    for (i, f) in formats.iter().enumerate() {
+        let Some(c) = f.compute else { continue };
+        match dev.tflops(c) {
             Some(t) if t * 1e12 > pa.flops_per_s => {
-                gemm = crate::device::Peak { flops_per_s: t * 1e12, requested: w, used: w }
+                peaks[i] = t * 1e12;
+                gemm_dtype = c;
             }
-            _ => warnings.push(format!(
-                "{} has no {} path faster than {}: {} weights are dequantised and GEMMs run at the {} peak",
-                dev.name,
-                w.name(),
-                pa.used.name(),
-                w.name(),
-                pa.used.name()
-            )),
+            _ => {
+                let w = format!(
+                    "{} has no {} path faster than {}: {} weights are dequantised and GEMMs run at the {} peak",
+                    dev.name,
+                    c.name(),
+                    pa.used.name(),
+                    c.name(),
+                    pa.used.name()
+                );
+                if !warnings.contains(&w) {
+                    warnings.push(w);
+                }
+            }
         }
     }
-    let act_b = act.bytes();
-    let w_lin_b = w.bytes();
-    // Quantised methods keep the embedding table and LM head unquantised.
-    let w_emb_b = if w_lin_b < act_b { act_b } else { w_lin_b };
     let link = if plan.tp > 1 {
         let (agg, latency, what) = match (dev.scaleup_bw_gbs, dev.host_link_bw_gbs) {
             (Some(bw), _) => (bw, dev.scaleup_latency_us, "scale-up fabric"),
@@ -158,7 +167,10 @@ fn resolve<'a>(
             (None, None) => {
                 return Err(Error::plan(
                     "tp",
-                    format!("TP {} needs a device link, and the catalog has no scale-up or host-link bandwidth for {}", plan.tp, dev.name),
+                    format!(
+                        "TP {} needs a device link, and the catalog has no scale-up or host-link bandwidth for {}",
+                        plan.tp, dev.name
+                    ),
                 ))
             }
         };
@@ -168,29 +180,33 @@ fn resolve<'a>(
                 dev.name
             ));
         }
-        Some(Link::from_bidirectional_gbs(
-            agg,
-            latency.unwrap_or(0.0) * MICRO,
-        ))
+        Some(Link::from_bidirectional_gbs(agg, latency.unwrap_or(0.0) * MICRO))
     } else {
         None
     };
+    if m.is_moe() {
+        warnings.push(
+            "MoE weights read per step assume uniform routing: E (1 - (1 - k/E)^T) distinct experts for T tokens"
+                .to_string(),
+        );
+    }
+    let peak_max = peaks.iter().copied().fold(pa.flops_per_s, f64::max);
     Ok(Resolved {
         ctx: BuildCtx {
             model: m,
             tp: plan.tp,
-            act_b,
+            ep: plan.ep,
+            act_b: act.bytes(),
             kv_b: plan.kv_dtype().bytes(),
-            w_lin_b,
-            w_emb_b,
-            peak_gemm: gemm.flops_per_s,
+            formats,
+            peaks,
             peak_act: pa.flops_per_s,
             link,
             proto,
         },
-        gemm_dtype: gemm.used,
+        gemm_dtype,
         attn_dtype: pa.used,
-        peak_max: gemm.flops_per_s.max(pa.flops_per_s),
+        peak_max,
         warnings,
     })
 }
@@ -283,11 +299,7 @@ impl Acc {
         let per_layer = (layers * steps) as f64 * eff.t_layer_s;
         let per_step = steps as f64 * eff.t_step_s;
         if per_layer > 0.0 {
-            self.add(
-                OpKind::LayerOverhead,
-                MODEL_LEVEL,
-                Cost::overhead(per_layer),
-            );
+            self.add(OpKind::LayerOverhead, MODEL_LEVEL, Cost::overhead(per_layer));
         }
         if per_step > 0.0 {
             self.add(OpKind::StepOverhead, MODEL_LEVEL, Cost::overhead(per_step));
@@ -317,31 +329,66 @@ impl Acc {
     }
 }
 
-/// Weight bytes one TP rank holds, by the same sharding the graph uses.
+/// Weight bytes one rank holds, by the same sharding and formats the graph uses.
 fn weight_bytes_per_rank(ctx: &BuildCtx) -> f64 {
     let m = ctx.model;
-    let t = ctx.tp;
-    let d = m.hidden_size;
-    let mut lin = 0u64; // sharded linear-layer parameters per rank
-    let mut rep = 0u64; // replicated small tensors (norms, router) in the activation dtype
+    let t = ctx.tp as f64;
+    let d = m.hidden_size as f64;
+    let f = |r: Role, k: f64, n: f64| ctx.format(r).bytes(k, n);
+    let act = ctx.act_b;
+    let mut total = 0.0;
     for g in &m.layer_groups {
-        let a = &g.attention;
-        let h_t = a.heads / t;
-        let kv_t = a.kv_heads.div_ceil(t);
-        let mut attn = d * h_t * a.head_dim * 2 + 2 * d * kv_t * a.head_dim;
-        if a.qkv_bias {
-            attn += (h_t + 2 * kv_t) * a.head_dim;
+        let mut layer = g.norms as f64 * m.norm.params(m.hidden_size) as f64 * act;
+        if let Some(a) = &g.attention {
+            let h_t = (a.heads as f64 / t).floor();
+            match &a.mla {
+                None => {
+                    let hd = a.head_dim as f64;
+                    let kv_t = a.kv_heads.div_ceil(ctx.tp) as f64;
+                    layer += f(Role::Q, d, h_t * hd) + f(Role::K, d, kv_t * hd) + f(Role::V, d, kv_t * hd);
+                    layer += f(Role::O, h_t * hd, d);
+                    if a.qkv_bias {
+                        layer += (h_t + 2.0 * kv_t) * hd * act;
+                    }
+                }
+                Some(x) => {
+                    let (kvl, v) = (x.kv_lora_rank as f64, x.v_head_dim as f64);
+                    let qk = (x.qk_nope_head_dim + x.qk_rope_head_dim) as f64;
+                    layer += match x.q_lora_rank {
+                        Some(r) => {
+                            let r = r as f64;
+                            f(Role::Q, d, r) + r * act + f(Role::Q, r, h_t * qk)
+                        }
+                        None => f(Role::Q, d, h_t * qk),
+                    };
+                    layer += f(Role::K, d, x.cache_width() as f64) + kvl * act;
+                    layer += f(Role::V, kvl, h_t * (x.qk_nope_head_dim as f64 + v));
+                    layer += f(Role::O, h_t * v, d);
+                }
+            }
+            if a.o_bias {
+                layer += d * act;
+            }
+            if a.qk_norm {
+                layer += 2.0 * a.head_dim as f64 * act;
+            }
+            if a.sinks {
+                layer += h_t * act;
+            }
         }
-        if a.o_bias {
-            attn += d;
-        }
-        let ffn = match &g.ffn {
+        let mlp = |up: Role, down: Role, width: f64, gated: bool, bias: bool| {
+            let n_up = if gated { 2.0 * width } else { width };
+            let b = if bias { (n_up + d) * act } else { 0.0 };
+            f(up, d, n_up) + f(down, width, d) + b
+        };
+        layer += match &g.ffn {
+            Ffn::None => 0.0,
             Ffn::Dense {
                 intermediate_size,
                 gated,
                 bias,
                 ..
-            } => params::mlp_params(d, intermediate_size / t, *gated, *bias),
+            } => mlp(Role::Up, Role::Down, *intermediate_size as f64 / t, *gated, *bias),
             Ffn::Moe {
                 num_experts,
                 expert_intermediate_size,
@@ -351,35 +398,51 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> f64 {
                 router_bias,
                 ..
             } => {
-                rep += g.count * (d * num_experts + if *router_bias { *num_experts } else { 0 });
-                num_experts * params::mlp_params(d, expert_intermediate_size / t, *gated, *bias)
-                    + params::mlp_params(d, shared_intermediate_size / t, *gated, *bias)
+                let e = *num_experts as f64;
+                let fe = *expert_intermediate_size as f64;
+                let experts = if ctx.ep > 1 {
+                    e / ctx.ep as f64 * mlp(Role::ExpertUp, Role::ExpertDown, fe, *gated, *bias)
+                } else {
+                    e * mlp(Role::ExpertUp, Role::ExpertDown, fe / t, *gated, *bias)
+                };
+                let shared = if *shared_intermediate_size > 0 {
+                    mlp(
+                        Role::Up,
+                        Role::Down,
+                        *shared_intermediate_size as f64 / t,
+                        *gated,
+                        *bias,
+                    )
+                } else {
+                    0.0
+                };
+                let router = (d * e + if *router_bias { e } else { 0.0 }) * act;
+                experts + shared + router
             }
         };
-        lin += g.count * (attn + ffn);
-        rep += g.count * (g.norms * m.norm.params(d) + if a.qk_norm { 2 * a.head_dim } else { 0 });
+        total += g.count as f64 * layer;
     }
-    rep += m.norm.params(d);
-    let vocab_rows = m.vocab_size as f64 / t as f64;
-    let mut emb = vocab_rows * d as f64 + (m.position_embeddings * d) as f64;
+    total += m.norm.params(m.hidden_size) as f64 * act;
+    let v_t = m.vocab_size as f64 / t;
+    total += f(Role::Embedding, d, v_t) + f(Role::Embedding, d, m.position_embeddings as f64);
     if !m.tie_word_embeddings {
-        emb += vocab_rows * d as f64;
+        total += f(Role::LmHead, d, v_t);
     }
     if m.lm_head_bias {
-        emb += vocab_rows;
+        total += v_t * act;
     }
-    lin as f64 * ctx.w_lin_b + emb * ctx.w_emb_b + rep as f64 * ctx.act_b
+    total
 }
 
-/// KV-cache bytes one rank holds for `seqs` sequences of `tokens` tokens.
+/// KV-cache bytes one rank holds for `seqs` sequences of `tokens` tokens;
+/// windowed layers hold at most their window.
 fn kv_bytes_per_rank(ctx: &BuildCtx, seqs: u64, tokens: u64) -> f64 {
     ctx.model
-        .layer_groups
-        .iter()
-        .map(|g| {
-            let a = &g.attention;
-            let held = a.window.map_or(tokens, |w| tokens.min(w));
-            (g.count * seqs * held * 2 * a.kv_heads.div_ceil(ctx.tp) * a.head_dim) as f64 * ctx.kv_b
+        .kv_layers(ctx.tp)
+        .into_iter()
+        .map(|(count, values, window)| {
+            let held = window.map_or(tokens, |w| tokens.min(w));
+            (count * seqs * held * values) as f64 * ctx.kv_b
         })
         .sum()
 }

@@ -9,7 +9,8 @@
 
 use crate::attention::{causal_pairs, distinct_keys};
 use crate::collectives::{self, Collective, Link, ProtocolTable};
-use crate::model::{Attention, Ffn, LayerGroup, Model};
+use crate::model::{Attention, Ffn, LayerGroup, Mla, Model};
+use crate::weights::{Role, WeightFormat};
 
 /// Group index of operators outside the decoder layers.
 pub const MODEL_LEVEL: u16 = u16::MAX;
@@ -21,6 +22,12 @@ pub enum OpKind {
     EmbeddingAllReduce,
     Norm,
     QkvProj,
+    QLoraProj,
+    KvLoraProj,
+    LatentNorm,
+    KvUpProj,
+    QAbsorb,
+    VUnabsorb,
     QkNorm,
     Rotary,
     KvCacheWrite,
@@ -31,6 +38,7 @@ pub enum OpKind {
     FfnAct,
     FfnDown,
     Router,
+    ExpertDispatch,
     ExpertUp,
     ExpertAct,
     ExpertDown,
@@ -53,6 +61,12 @@ impl OpKind {
             OpKind::EmbeddingAllReduce => "embedding_allreduce",
             OpKind::Norm => "norm",
             OpKind::QkvProj => "qkv_proj",
+            OpKind::QLoraProj => "q_lora_proj",
+            OpKind::KvLoraProj => "kv_lora_proj",
+            OpKind::LatentNorm => "latent_norm",
+            OpKind::KvUpProj => "kv_up_proj",
+            OpKind::QAbsorb => "q_absorb",
+            OpKind::VUnabsorb => "v_unabsorb",
             OpKind::QkNorm => "qk_norm",
             OpKind::Rotary => "rotary",
             OpKind::KvCacheWrite => "kv_cache_write",
@@ -63,6 +77,7 @@ impl OpKind {
             OpKind::FfnAct => "ffn_act",
             OpKind::FfnDown => "ffn_down",
             OpKind::Router => "router",
+            OpKind::ExpertDispatch => "expert_dispatch_combine",
             OpKind::ExpertUp => "expert_up",
             OpKind::ExpertAct => "expert_act",
             OpKind::ExpertDown => "expert_down",
@@ -82,6 +97,7 @@ impl OpKind {
         matches!(
             self,
             OpKind::EmbeddingAllReduce
+                | OpKind::ExpertDispatch
                 | OpKind::AttnAllReduce
                 | OpKind::FfnAllReduce
                 | OpKind::LogitsAllGather
@@ -124,9 +140,11 @@ pub struct Segment {
 /// What a step holds.
 #[derive(Clone, Copy, Debug)]
 pub enum Geometry<'a> {
-    /// Prefill chunks (and later, mixed steps): exact constant counts.
+    /// Prefill chunks (and later, mixed steps): exact constant counts. MLA
+    /// runs in its expanded form here.
     Segments(&'a [Segment]),
-    /// `batch` sequences each decoding one token at a symbolic context.
+    /// `batch` sequences each decoding one token at a symbolic context. MLA
+    /// runs in its weight-absorbed form here.
     Decode { batch: u64 },
 }
 
@@ -168,25 +186,35 @@ impl Geometry<'_> {
 pub struct BuildCtx<'a> {
     pub model: &'a Model,
     pub tp: u64,
+    /// Expert-parallel degree (1, or the TP group).
+    pub ep: u64,
     /// Bytes per activation element.
     pub act_b: f64,
     pub kv_b: f64,
-    /// Bytes per weight of the linear layers.
-    pub w_lin_b: f64,
-    /// Bytes per weight of the embedding table and LM head.
-    pub w_emb_b: f64,
-    pub peak_gemm: f64,
+    /// Storage format of each weight role (indexed like `Role::ALL`).
+    pub formats: [WeightFormat; 10],
+    /// Dense peak (FLOP/s) of the GEMMs on each weight role.
+    pub peaks: [f64; 10],
+    /// Dense peak of activation-dtype kernels (attention, elementwise).
     pub peak_act: f64,
     pub link: Option<Link>,
     pub proto: ProtocolTable,
 }
 
 impl BuildCtx<'_> {
-    fn comm(&self, op: Collective, msg: f64) -> f64 {
+    fn comm(&self, op: Collective, ranks: u64, msg: f64) -> f64 {
         match self.link {
-            Some(link) if self.tp > 1 => collectives::time(op, self.tp, msg, link, &self.proto),
+            Some(link) if ranks > 1 => collectives::time(op, ranks, msg, link, &self.proto),
             _ => 0.0,
         }
+    }
+
+    pub fn format(&self, r: Role) -> WeightFormat {
+        self.formats[r as usize]
+    }
+
+    pub fn peak(&self, r: Role) -> f64 {
+        self.peaks[r as usize]
     }
 }
 
@@ -198,15 +226,8 @@ struct Builder<'a, 'b> {
 }
 
 impl Builder<'_, '_> {
-    fn push(
-        &mut self,
-        kind: OpKind,
-        peak: f64,
-        f: (f64, f64),
-        b: (f64, f64),
-        act: f64,
-        window: Option<u64>,
-    ) {
+    #[allow(clippy::too_many_arguments)]
+    fn push(&mut self, kind: OpKind, peak: f64, f: (f64, f64), b: (f64, f64), act: f64, window: Option<u64>) {
         self.out.push(Op {
             kind,
             group: self.group,
@@ -223,44 +244,42 @@ impl Builder<'_, '_> {
         });
     }
 
-    /// GEMM [m x k] x [k x n]: 2mnk FLOPs; bytes = weights (`weight_sets`
-    /// copies of k x n at `w_b` bytes, bias in the activation dtype) + input + output.
-    #[allow(clippy::too_many_arguments)]
-    fn gemm(
-        &mut self,
-        kind: OpKind,
-        m: f64,
-        k: f64,
-        n: f64,
-        weight_sets: f64,
-        w_b: f64,
-        bias: bool,
-    ) {
+    /// GEMM [m x k] x [k x n] whose n columns are made of parts stored in
+    /// different roles (fused q/k/v): 2mnk FLOPs; bytes = `weight_sets` copies
+    /// of the weights (bias in the activation dtype) + input + output.
+    fn gemm_parts(&mut self, kind: OpKind, m: f64, k: f64, parts: &[(f64, Role)], weight_sets: f64, bias: bool) {
         let c = self.ctx;
+        let n: f64 = parts.iter().map(|p| p.0).sum();
         let act = (m * k + m * n) * c.act_b;
-        let mut w = weight_sets * k * n * w_b;
+        let mut w: f64 = parts.iter().map(|(np, r)| c.format(*r).bytes(k, *np)).sum();
         if bias {
-            w += weight_sets * n * c.act_b;
+            w += n * c.act_b;
         }
+        let peak = c.peak(parts[0].1);
         self.push(
             kind,
-            c.peak_gemm,
+            peak,
             (2.0 * m * n * k, 0.0),
-            (w + act, 0.0),
+            (weight_sets * w + act, 0.0),
             act,
             None,
         );
     }
 
-    /// Elementwise op over `elems` outputs, reading `reads` x and writing 1 x.
-    fn elementwise(
-        &mut self,
-        kind: OpKind,
-        elems: f64,
-        flops_per: f64,
-        read_per: f64,
-        weight_bytes: f64,
-    ) {
+    fn gemm(&mut self, kind: OpKind, m: f64, k: f64, n: f64, role: Role, bias: bool) {
+        self.gemm_parts(kind, m, k, &[(n, role)], 1.0, bias);
+    }
+
+    /// A GEMM whose weights stay in the activation dtype (router, MLA latent norms' neighbours).
+    fn gemm_act(&mut self, kind: OpKind, m: f64, k: f64, n: f64, bias: bool) {
+        let c = self.ctx;
+        let act = (m * k + m * n) * c.act_b;
+        let w = (k * n + if bias { n } else { 0.0 }) * c.act_b;
+        self.push(kind, c.peak_act, (2.0 * m * n * k, 0.0), (w + act, 0.0), act, None);
+    }
+
+    /// Elementwise op over `elems` outputs, reading `read_per` inputs per output.
+    fn elementwise(&mut self, kind: OpKind, elems: f64, flops_per: f64, read_per: f64, weight_bytes: f64) {
         let c = self.ctx;
         let act = elems * (read_per + 1.0) * c.act_b;
         self.push(
@@ -273,8 +292,8 @@ impl Builder<'_, '_> {
         );
     }
 
-    fn comm(&mut self, kind: OpKind, op: Collective, msg: f64) {
-        let s = self.ctx.comm(op, msg);
+    fn comm(&mut self, kind: OpKind, op: Collective, ranks: u64, msg: f64) {
+        let s = self.ctx.comm(op, ranks, msg);
         self.out.push(Op {
             kind,
             group: self.group,
@@ -291,78 +310,80 @@ impl Builder<'_, '_> {
         });
     }
 
-    /// A feed-forward block of width `f` (per rank `f/t`) on `m` token rows,
-    /// reading `weight_sets` copies of its weights (1 for dense, the expected
-    /// distinct experts for routed experts).
+    /// `count` norms, each over `rows` x `width` elements with its own weights.
+    fn norm(&mut self, kind: OpKind, count: f64, rows: f64, width: f64) {
+        let norm = self.ctx.model.norm;
+        let w = count * width * norm.params(1) as f64 * self.ctx.act_b;
+        self.elementwise(kind, count * rows * width, norm.flops_per_element(), 1.0, w);
+    }
+
+    /// A feed-forward block: up (gate+up when gated) to width `ft` per rank,
+    /// activation, down; on `m` token rows, reading `weight_sets` copies of
+    /// its weights (1 for dense, the expected distinct experts when routed).
     #[allow(clippy::too_many_arguments)]
     fn mlp(
         &mut self,
         kinds: [OpKind; 3],
+        roles: [Role; 2],
         m: f64,
-        f: u64,
+        ft: f64,
         gated: bool,
         act_flops: f64,
         bias: bool,
         weight_sets: f64,
     ) {
-        let c = self.ctx;
-        let d = c.model.hidden_size as f64;
-        let ft = (f / c.tp) as f64;
+        let d = self.ctx.model.hidden_size as f64;
         let up = if gated { 2.0 * ft } else { ft };
-        self.gemm(kinds[0], m, d, up, weight_sets, c.w_lin_b, bias);
-        self.elementwise(
-            kinds[1],
-            m * ft,
-            act_flops,
-            if gated { 2.0 } else { 1.0 },
-            0.0,
+        self.gemm_parts(kinds[0], m, d, &[(up, roles[0])], weight_sets, bias);
+        self.elementwise(kinds[1], m * ft, act_flops, if gated { 2.0 } else { 1.0 }, 0.0);
+        self.gemm_parts(kinds[2], m, ft, &[(d, roles[1])], weight_sets, bias);
+    }
+
+    fn kv_cache_write(&mut self, t: f64, values_per_token: f64) {
+        let c = self.ctx;
+        let elems = t * values_per_token;
+        self.push(
+            OpKind::KvCacheWrite,
+            c.peak_act,
+            (0.0, 0.0),
+            (elems * (c.act_b + c.kv_b), 0.0),
+            elems * c.act_b,
+            None,
         );
-        self.gemm(kinds[2], m, ft, d, weight_sets, c.w_lin_b, bias);
     }
 
     fn attention(&mut self, a: &Attention, geo: &Geometry, t: f64) {
         let c = self.ctx;
         let d = c.model.hidden_size as f64;
-        let hd = a.head_dim as f64;
         let h_t = (a.heads / c.tp) as f64;
+        match &a.mla {
+            None => self.attention_mha(a, geo, t, h_t),
+            Some(m) => self.attention_mla(a, m, geo, t, h_t),
+        }
+        let o_in = h_t * a.mla.as_ref().map_or(a.head_dim, |m| m.v_head_dim) as f64;
+        self.gemm(OpKind::OutProj, t, o_in, d, Role::O, a.o_bias);
+        if c.tp > 1 {
+            self.comm(OpKind::AttnAllReduce, Collective::AllReduce, c.tp, t * d * c.act_b);
+        }
+    }
+
+    fn attention_mha(&mut self, a: &Attention, geo: &Geometry, t: f64, h_t: f64) {
+        let c = self.ctx;
+        let d = c.model.hidden_size as f64;
+        let hd = a.head_dim as f64;
         let kv_t = a.kv_heads.div_ceil(c.tp) as f64;
-        let norm = c.model.norm;
-        self.gemm(
-            OpKind::QkvProj,
-            t,
-            d,
-            (h_t + 2.0 * kv_t) * hd,
-            1.0,
-            c.w_lin_b,
-            a.qkv_bias,
-        );
+        let parts = [(h_t * hd, Role::Q), (kv_t * hd, Role::K), (kv_t * hd, Role::V)];
+        self.gemm_parts(OpKind::QkvProj, t, d, &parts, 1.0, a.qkv_bias);
         if a.qk_norm {
-            let w = 2.0 * hd * c.act_b;
-            self.elementwise(
-                OpKind::QkNorm,
-                t * (h_t + kv_t) * hd,
-                norm.flops_per_element(),
-                1.0,
-                w,
-            );
+            self.norm(OpKind::QkNorm, 1.0, t * (h_t + kv_t), hd);
         }
         if a.rotary {
             // x cos + rotate(x) sin: 2 multiplies and 1 add per element.
             self.elementwise(OpKind::Rotary, t * (h_t + kv_t) * hd, 3.0, 1.0, 0.0);
         }
-        // New K and V rows into the cache: read in the activation dtype, write in the KV dtype.
-        let kv_elems = t * 2.0 * kv_t * hd;
-        let kvw = kv_elems * (c.act_b + c.kv_b);
-        self.push(
-            OpKind::KvCacheWrite,
-            c.peak_act,
-            (0.0, 0.0),
-            (kvw, 0.0),
-            kv_elems * c.act_b,
-            None,
-        );
-        // Attention: QK^T and PV over the exact pairs; reads Q, the attended
-        // K and V rows (in the KV dtype), writes O. No S x S matrix in memory.
+        self.kv_cache_write(t, 2.0 * kv_t * hd);
+        // QK^T and PV over the exact pairs; reads Q, the attended K and V rows
+        // (in the KV dtype), writes O. No S x S matrix in memory.
         let (p0, p1, k0, k1) = geo.attention(a.window);
         let per_pair = 4.0 * h_t * hd;
         let per_key = 2.0 * kv_t * hd * c.kv_b;
@@ -375,20 +396,98 @@ impl Builder<'_, '_> {
             qo,
             a.window,
         );
-        self.gemm(OpKind::OutProj, t, h_t * hd, d, 1.0, c.w_lin_b, a.o_bias);
-        if c.tp > 1 {
-            self.comm(
-                OpKind::AttnAllReduce,
-                Collective::AllReduce,
-                t * d * c.act_b,
-            );
+    }
+
+    /// Multi-head latent attention. The cache holds the latent (kv_lora) and
+    /// the shared rope key; decode attends over the latent with the up
+    /// projections absorbed, prefill expands keys and values per head.
+    fn attention_mla(&mut self, a: &Attention, m: &Mla, geo: &Geometry, t: f64, h_t: f64) {
+        let c = self.ctx;
+        let d = c.model.hidden_size as f64;
+        let (nope, rope, v) = (
+            m.qk_nope_head_dim as f64,
+            m.qk_rope_head_dim as f64,
+            m.v_head_dim as f64,
+        );
+        let kvl = m.kv_lora_rank as f64;
+        let qk = nope + rope;
+        match m.q_lora_rank {
+            Some(r) => {
+                let r = r as f64;
+                self.gemm(OpKind::QLoraProj, t, d, r, Role::Q, false);
+                self.norm(OpKind::LatentNorm, 1.0, t, r);
+                self.gemm(OpKind::QkvProj, t, r, h_t * qk, Role::Q, false);
+            }
+            None => self.gemm(OpKind::QkvProj, t, d, h_t * qk, Role::Q, false),
+        }
+        self.gemm(OpKind::KvLoraProj, t, d, kvl + rope, Role::K, false);
+        self.norm(OpKind::LatentNorm, 1.0, t, kvl);
+        if a.rotary {
+            self.elementwise(OpKind::Rotary, t * (h_t + 1.0) * rope, 3.0, 1.0, 0.0);
+        }
+        self.kv_cache_write(t, kvl + rope);
+        let (p0, p1, k0, k1) = geo.attention(a.window);
+        match geo {
+            Geometry::Decode { .. } => {
+                // q_nope x W_UK per head -> a query in latent space.
+                let w_uk = c.format(Role::V).bytes(kvl, h_t * nope);
+                let act = t * h_t * (nope + kvl) * c.act_b;
+                self.push(
+                    OpKind::QAbsorb,
+                    c.peak(Role::V),
+                    (2.0 * t * h_t * nope * kvl, 0.0),
+                    (w_uk + act, 0.0),
+                    act,
+                    None,
+                );
+                // Scores over latent + rope key, values over the latent: MQA on the cache.
+                let per_pair = 2.0 * h_t * (2.0 * kvl + rope);
+                let per_key = (kvl + rope) * c.kv_b;
+                let qo = t * h_t * (kvl + rope + kvl) * c.act_b;
+                self.push(
+                    OpKind::Attention,
+                    c.peak_act,
+                    (per_pair * p0, per_pair * p1),
+                    (qo + per_key * k0, per_key * k1),
+                    qo,
+                    a.window,
+                );
+                // Latent output x W_UV per head -> values.
+                let w_uv = c.format(Role::V).bytes(kvl, h_t * v);
+                let act = t * h_t * (kvl + v) * c.act_b;
+                self.push(
+                    OpKind::VUnabsorb,
+                    c.peak(Role::V),
+                    (2.0 * t * h_t * kvl * v, 0.0),
+                    (w_uv + act, 0.0),
+                    act,
+                    None,
+                );
+            }
+            Geometry::Segments(_) => {
+                // Up-project every attended key's latent to per-head K_nope and V.
+                self.gemm(OpKind::KvUpProj, k0, kvl, h_t * (nope + v), Role::V, false);
+                let per_pair = 2.0 * h_t * (qk + v);
+                let per_key = h_t * (qk + v) * c.act_b;
+                let qo = t * h_t * (qk + v) * c.act_b;
+                self.push(
+                    OpKind::Attention,
+                    c.peak_act,
+                    (per_pair * p0, per_pair * p1),
+                    (qo + per_key * k0, per_key * k1),
+                    qo,
+                    a.window,
+                );
+            }
         }
     }
 
     fn ffn(&mut self, g: &LayerGroup, t: f64) {
         let c = self.ctx;
         let d = c.model.hidden_size as f64;
+        let tpf = c.tp as f64;
         match &g.ffn {
+            Ffn::None => return,
             Ffn::Dense {
                 intermediate_size,
                 gated,
@@ -396,10 +495,12 @@ impl Builder<'_, '_> {
                 bias,
             } => {
                 let af = activation.flops_per_element(*gated);
+                let ft = *intermediate_size as f64 / tpf;
                 self.mlp(
                     [OpKind::FfnUp, OpKind::FfnAct, OpKind::FfnDown],
+                    [Role::Up, Role::Down],
                     t,
-                    *intermediate_size,
+                    ft,
                     *gated,
                     af,
                     *bias,
@@ -420,18 +521,39 @@ impl Builder<'_, '_> {
                 let k = *top_k as f64;
                 let af = activation.flops_per_element(*gated);
                 // Router: a replicated GEMM to E logits, weights in the activation dtype.
-                self.gemm(OpKind::Router, t, d, e, 1.0, c.act_b, *router_bias);
+                self.gemm_act(OpKind::Router, t, d, e, *router_bias);
                 // Expected distinct experts under uniform routing: E (1 - (1 - k/E)^T).
                 let distinct = e * (1.0 - (1.0 - k / e).powf(t));
-                self.mlp(
-                    [OpKind::ExpertUp, OpKind::ExpertAct, OpKind::ExpertDown],
-                    t * k,
-                    *expert_intermediate_size,
-                    *gated,
-                    af,
-                    *bias,
-                    distinct,
-                );
+                let fe = *expert_intermediate_size as f64;
+                if c.ep > 1 {
+                    // Expert parallelism: E/ep whole experts per device; each token's
+                    // hidden state is sent to its k experts and the results sent back.
+                    let epf = c.ep as f64;
+                    let msg = t * k * d * c.act_b;
+                    self.comm(OpKind::ExpertDispatch, Collective::AllToAll, c.ep, msg);
+                    self.mlp(
+                        [OpKind::ExpertUp, OpKind::ExpertAct, OpKind::ExpertDown],
+                        [Role::ExpertUp, Role::ExpertDown],
+                        t * k / epf,
+                        fe,
+                        *gated,
+                        af,
+                        *bias,
+                        distinct / epf,
+                    );
+                    self.comm(OpKind::ExpertDispatch, Collective::AllToAll, c.ep, msg);
+                } else {
+                    self.mlp(
+                        [OpKind::ExpertUp, OpKind::ExpertAct, OpKind::ExpertDown],
+                        [Role::ExpertUp, Role::ExpertDown],
+                        t * k,
+                        fe / tpf,
+                        *gated,
+                        af,
+                        *bias,
+                        distinct,
+                    );
+                }
                 if *shared_intermediate_size > 0 {
                     self.mlp(
                         [
@@ -439,8 +561,9 @@ impl Builder<'_, '_> {
                             OpKind::SharedExpertAct,
                             OpKind::SharedExpertDown,
                         ],
+                        [Role::Up, Role::Down],
                         t,
-                        *shared_intermediate_size,
+                        *shared_intermediate_size as f64 / tpf,
                         *gated,
                         af,
                         *bias,
@@ -450,7 +573,7 @@ impl Builder<'_, '_> {
             }
         }
         if c.tp > 1 {
-            self.comm(OpKind::FfnAllReduce, Collective::AllReduce, t * d * c.act_b);
+            self.comm(OpKind::FfnAllReduce, Collective::AllReduce, c.tp, t * d * c.act_b);
         }
     }
 }
@@ -463,8 +586,6 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
     let t = geo.tokens();
     let samples = geo.samples();
     let tpf = ctx.tp as f64;
-    let norm = m.norm;
-    let norm_w = |n: f64| n * norm.params(1) as f64 * ctx.act_b;
 
     let mut b = Builder {
         ctx,
@@ -474,22 +595,24 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
     };
     // Embedding lookup (vocab-parallel under TP): read T rows, write T x d.
     let act = t * d * ctx.act_b;
+    let rows = ctx.format(Role::Embedding).bytes(d, t) / tpf;
     b.push(
         OpKind::Embedding,
         ctx.peak_act,
         (0.0, 0.0),
-        (t * d * ctx.w_emb_b / tpf + act, 0.0),
+        (rows + act, 0.0),
         act,
         None,
     );
     if m.position_embeddings > 0 {
         // Learned absolute positions: read T rows, add to the hidden state.
         let act = 2.0 * t * d * ctx.act_b;
+        let rows = ctx.format(Role::Embedding).bytes(d, t);
         b.push(
             OpKind::PositionEmbedding,
             ctx.peak_act,
             (t * d, 0.0),
-            (t * d * ctx.w_emb_b + act, 0.0),
+            (rows + act, 0.0),
             act,
             None,
         );
@@ -498,47 +621,30 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
         b.comm(
             OpKind::EmbeddingAllReduce,
             Collective::AllReduce,
+            ctx.tp,
             t * d * ctx.act_b,
         );
     }
     for (gi, g) in m.layer_groups.iter().enumerate() {
         b.group = gi as u16;
         b.repeat = g.count as f64;
-        let n = g.norms as f64;
-        b.elementwise(
-            OpKind::Norm,
-            n * t * d,
-            norm.flops_per_element(),
-            1.0,
-            norm_w(n * d),
-        );
-        b.attention(&g.attention, geo, t);
+        b.norm(OpKind::Norm, g.norms as f64, t, d);
+        if let Some(a) = &g.attention {
+            b.attention(a, geo, t);
+        }
         b.ffn(g, t);
     }
     b.group = MODEL_LEVEL;
     b.repeat = 1.0;
-    b.elementwise(
-        OpKind::FinalNorm,
-        t * d,
-        norm.flops_per_element(),
-        1.0,
-        norm_w(d),
-    );
+    b.norm(OpKind::FinalNorm, 1.0, t, d);
     if samples > 0.0 {
         let v = m.vocab_size as f64 / tpf;
-        b.gemm(
-            OpKind::LmHead,
-            samples,
-            d,
-            v,
-            1.0,
-            ctx.w_emb_b,
-            m.lm_head_bias,
-        );
+        b.gemm(OpKind::LmHead, samples, d, v, Role::LmHead, m.lm_head_bias);
         if ctx.tp > 1 {
             b.comm(
                 OpKind::LogitsAllGather,
                 Collective::AllGather,
+                ctx.tp,
                 samples * m.vocab_size as f64 * ctx.act_b,
             );
         }

@@ -16,6 +16,7 @@ pub mod params;
 pub mod plan;
 pub mod roofline;
 pub mod sweep;
+pub mod weights;
 
 #[cfg(feature = "python")]
 mod py;

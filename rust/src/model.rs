@@ -78,6 +78,54 @@ pub struct Attention {
     /// Rotary position embedding applied to q and k.
     #[serde(default = "yes")]
     pub rotary: bool,
+    /// A learned attention-sink logit per head (gpt-oss).
+    #[serde(default)]
+    pub sinks: bool,
+    /// Multi-head latent attention (DeepSeek-V2/V3): `head_dim` is then
+    /// `qk_nope_head_dim + qk_rope_head_dim` and the cache holds the latent.
+    #[serde(default)]
+    pub mla: Option<Mla>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Mla {
+    /// Rank of the low-rank query projection (None: a full q_proj).
+    #[serde(default)]
+    pub q_lora_rank: Option<u64>,
+    pub kv_lora_rank: u64,
+    pub qk_nope_head_dim: u64,
+    pub qk_rope_head_dim: u64,
+    pub v_head_dim: u64,
+}
+
+impl Mla {
+    /// Cached values per token per layer: the latent plus the shared rope key.
+    pub fn cache_width(&self) -> u64 {
+        self.kv_lora_rank + self.qk_rope_head_dim
+    }
+}
+
+/// A Mamba2 mixer (Nemotron-H): counted for parameters; the engine does not price it yet.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Mamba2 {
+    pub num_heads: u64,
+    pub head_dim: u64,
+    pub n_groups: u64,
+    pub state_size: u64,
+    pub conv_kernel: u64,
+    #[serde(default)]
+    pub proj_bias: bool,
+    #[serde(default)]
+    pub conv_bias: bool,
+}
+
+impl Mamba2 {
+    pub fn inner(&self) -> u64 {
+        self.num_heads * self.head_dim
+    }
+    pub fn conv_dim(&self) -> u64 {
+        self.inner() + 2 * self.n_groups * self.state_size
+    }
 }
 
 fn yes() -> bool {
@@ -87,6 +135,8 @@ fn yes() -> bool {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Ffn {
+    /// No feed-forward block in this layer (Nemotron-H mixer-only layers).
+    None,
     Dense {
         intermediate_size: u64,
         gated: bool,
@@ -113,7 +163,11 @@ pub enum Ffn {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LayerGroup {
     pub count: u64,
-    pub attention: Attention,
+    /// The attention mixer (None in Mamba- or MLP-only layers).
+    #[serde(default)]
+    pub attention: Option<Attention>,
+    #[serde(default)]
+    pub mamba: Option<Mamba2>,
     pub ffn: Ffn,
     /// Norms per layer (1: parallel attention/MLP blocks; 2: pre-norm; 4: Gemma-2).
     pub norms: u64,
@@ -147,9 +201,34 @@ impl Model {
     }
 
     pub fn is_moe(&self) -> bool {
+        self.layer_groups.iter().any(|g| matches!(g.ffn, Ffn::Moe { .. }))
+    }
+
+    /// KV-cache values one token adds to each layer group on one of `tp`
+    /// ranks: `(layers, values per token, window)`. K and V per KV head
+    /// (replicated when TP exceeds the KV heads), or the MLA latent plus its
+    /// rope key (replicated on every rank).
+    pub fn kv_layers(&self, tp: u64) -> Vec<(u64, u64, Option<u64>)> {
         self.layer_groups
             .iter()
-            .any(|g| matches!(g.ffn, Ffn::Moe { .. }))
+            .filter_map(|g| {
+                g.attention.as_ref().map(|a| {
+                    let values = match &a.mla {
+                        None => 2 * a.kv_heads.div_ceil(tp) * a.head_dim,
+                        Some(m) => m.cache_width(),
+                    };
+                    (g.count, values, a.window)
+                })
+            })
+            .collect()
+    }
+
+    /// Layer types the engine cannot price yet, named for the error.
+    pub fn unpriced_layers(&self) -> Option<&'static str> {
+        self.layer_groups
+            .iter()
+            .find(|g| g.mamba.is_some())
+            .map(|_| "Mamba2 (M) layers")
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -168,26 +247,48 @@ impl Model {
         }
         for g in &self.layer_groups {
             pos("num_hidden_layers", g.count)?;
-            let a = &g.attention;
-            pos("num_attention_heads", a.heads)?;
-            pos("num_key_value_heads", a.kv_heads)?;
-            pos("head_dim", a.head_dim)?;
-            if a.heads % a.kv_heads != 0 {
-                return Err(Error::model(
-                    "num_key_value_heads",
-                    format!(
-                        "{} query heads are not a multiple of {} kv heads",
-                        a.heads, a.kv_heads
-                    ),
-                ));
+            if let Some(a) = &g.attention {
+                pos("num_attention_heads", a.heads)?;
+                pos("num_key_value_heads", a.kv_heads)?;
+                pos("head_dim", a.head_dim)?;
+                if a.heads % a.kv_heads != 0 {
+                    return Err(Error::model(
+                        "num_key_value_heads",
+                        format!("{} query heads are not a multiple of {} kv heads", a.heads, a.kv_heads),
+                    ));
+                }
+                if let Some(w) = a.window {
+                    pos("sliding_window", w)?;
+                }
+                if let Some(m) = &a.mla {
+                    pos("kv_lora_rank", m.kv_lora_rank)?;
+                    pos("qk_rope_head_dim", m.qk_rope_head_dim)?;
+                    pos("v_head_dim", m.v_head_dim)?;
+                    if let Some(q) = m.q_lora_rank {
+                        pos("q_lora_rank", q)?;
+                    }
+                    if a.head_dim != m.qk_nope_head_dim + m.qk_rope_head_dim {
+                        return Err(Error::model(
+                            "qk_nope_head_dim",
+                            "head_dim must equal qk_nope + qk_rope",
+                        ));
+                    }
+                }
             }
-            if let Some(w) = a.window {
-                pos("sliding_window", w)?;
+            if let Some(m) = &g.mamba {
+                for (k, v) in [
+                    ("mamba_num_heads", m.num_heads),
+                    ("mamba_head_dim", m.head_dim),
+                    ("n_groups", m.n_groups),
+                    ("ssm_state_size", m.state_size),
+                    ("conv_kernel", m.conv_kernel),
+                ] {
+                    pos(k, v)?;
+                }
             }
             match &g.ffn {
-                Ffn::Dense {
-                    intermediate_size, ..
-                } => pos("intermediate_size", *intermediate_size)?,
+                Ffn::None => {}
+                Ffn::Dense { intermediate_size, .. } => pos("intermediate_size", *intermediate_size)?,
                 Ffn::Moe {
                     num_experts,
                     top_k,
@@ -222,7 +323,8 @@ pub(crate) mod tests {
             vocab_size: 128256,
             layer_groups: vec![LayerGroup {
                 count: 32,
-                attention: Attention {
+                mamba: None,
+                attention: Some(Attention {
                     heads: 32,
                     kv_heads: 8,
                     head_dim: 128,
@@ -231,7 +333,9 @@ pub(crate) mod tests {
                     o_bias: false,
                     qk_norm: false,
                     rotary: true,
-                },
+                    sinks: false,
+                    mla: None,
+                }),
                 ffn: Ffn::Dense {
                     intermediate_size: 14336,
                     gated: true,
@@ -254,7 +358,7 @@ pub(crate) mod tests {
         let s = serde_json::to_string(&m).unwrap();
         assert_eq!(Model::from_json(&s).unwrap(), m);
         let mut bad = m.clone();
-        bad.layer_groups[0].attention.kv_heads = 5;
+        bad.layer_groups[0].attention.as_mut().unwrap().kv_heads = 5;
         assert!(matches!(bad.validate(), Err(Error::ModelConfig { .. })));
         let mut moe = m;
         moe.layer_groups[0].ffn = Ffn::Moe {

@@ -4,6 +4,7 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::{Ffn, Model};
+use crate::weights::WeightFormats;
 use serde::Deserialize;
 
 fn default_dtype() -> DType {
@@ -20,9 +21,12 @@ pub struct Plan {
     /// Activation (compute) dtype.
     #[serde(default = "default_dtype")]
     pub dtype: DType,
-    /// Weight dtype of the linear layers (default: `dtype`).
+    /// Storage format of each weight role (default: all in `dtype`).
     #[serde(default)]
-    pub weight_dtype: Option<DType>,
+    pub weights: WeightFormats,
+    /// Expert-parallel degree: 1, or equal to `tp` (experts spread over the TP group).
+    #[serde(default = "one")]
+    pub ep: u64,
     /// KV-cache dtype (default: `dtype`).
     #[serde(default)]
     pub kv_dtype: Option<DType>,
@@ -81,10 +85,6 @@ impl Efficiency {
 }
 
 impl Plan {
-    pub fn weight_dtype(&self) -> DType {
-        self.weight_dtype.unwrap_or(self.dtype)
-    }
-
     pub fn kv_dtype(&self) -> DType {
         self.kv_dtype.unwrap_or(self.dtype)
     }
@@ -106,6 +106,16 @@ impl Plan {
         positive("prompt", self.prompt)?;
         positive("output", self.output)?;
         positive("tp", self.tp)?;
+        positive("ep", self.ep)?;
+        if self.ep > 1 && self.ep != self.tp {
+            return Err(Error::plan(
+                "ep",
+                format!(
+                    "EP {} must be 1 or equal TP {} (experts spread over the TP group)",
+                    self.ep, self.tp
+                ),
+            ));
+        }
         if let Some(c) = self.chunk {
             positive("chunk", c)?;
         }
@@ -119,11 +129,8 @@ impl Plan {
                 ),
             ));
         }
-        if matches!(self.kv_dtype(), DType::Tf32) || matches!(self.weight_dtype(), DType::Tf32) {
-            return Err(Error::plan(
-                "weight_dtype/kv_dtype",
-                "tf32 is a compute mode, not a storage format",
-            ));
+        if matches!(self.kv_dtype(), DType::Tf32) {
+            return Err(Error::plan("kv_dtype", "tf32 is a compute mode, not a storage format"));
         }
         let u = self.gpu_memory_utilization;
         if !(u.is_finite() && u > 0.0 && u <= 1.0) {
@@ -143,39 +150,52 @@ impl Plan {
             ));
         }
         for g in &m.layer_groups {
-            let a = &g.attention;
-            if a.heads % self.tp != 0 {
-                return Err(Error::plan(
-                    "tp",
-                    format!(
-                        "TP {} does not divide the {} attention heads",
-                        self.tp, a.heads
-                    ),
-                ));
+            if let Some(a) = &g.attention {
+                if a.heads % self.tp != 0 {
+                    return Err(Error::plan(
+                        "tp",
+                        format!("TP {} does not divide the {} attention heads", self.tp, a.heads),
+                    ));
+                }
+                if !a.kv_heads.is_multiple_of(self.tp) && !self.tp.is_multiple_of(a.kv_heads) {
+                    return Err(Error::plan(
+                        "tp",
+                        format!(
+                            "TP {} neither divides nor is a multiple of the {} KV heads",
+                            self.tp, a.kv_heads
+                        ),
+                    ));
+                }
             }
-            if !a.kv_heads.is_multiple_of(self.tp) && !self.tp.is_multiple_of(a.kv_heads) {
-                return Err(Error::plan(
-                    "tp",
-                    format!(
-                        "TP {} neither divides nor is a multiple of the {} KV heads",
-                        self.tp, a.kv_heads
-                    ),
-                ));
-            }
-            let width = match &g.ffn {
-                Ffn::Dense {
-                    intermediate_size, ..
-                } => *intermediate_size,
+            let widths: Vec<u64> = match &g.ffn {
+                Ffn::None => vec![],
+                Ffn::Dense { intermediate_size, .. } => vec![*intermediate_size],
                 Ffn::Moe {
+                    num_experts,
                     expert_intermediate_size,
+                    shared_intermediate_size,
                     ..
-                } => *expert_intermediate_size,
+                } => {
+                    if self.ep > 1 && num_experts % self.ep != 0 {
+                        return Err(Error::plan(
+                            "ep",
+                            format!("EP {} does not divide the {num_experts} experts", self.ep),
+                        ));
+                    }
+                    let mut w = vec![*shared_intermediate_size];
+                    if self.ep == 1 {
+                        w.push(*expert_intermediate_size);
+                    }
+                    w
+                }
             };
-            if width % self.tp != 0 {
-                return Err(Error::plan(
-                    "tp",
-                    format!("TP {} does not divide the FFN width {width}", self.tp),
-                ));
+            for width in widths {
+                if width % self.tp != 0 {
+                    return Err(Error::plan(
+                        "tp",
+                        format!("TP {} does not divide the FFN width {width}", self.tp),
+                    ));
+                }
             }
         }
         Ok(())

@@ -107,6 +107,8 @@ impl CoreModel {
             ("lm_head", c.lm_head),
             ("total", c.total),
             ("active", c.active),
+            ("active_non_embedding", c.active_non_embedding),
+            ("mamba", c.mamba),
         ] {
             d.set_item(k, v)?;
         }
@@ -115,6 +117,15 @@ impl CoreModel {
 
     fn num_layers(&self) -> u64 {
         self.inner.num_layers()
+    }
+
+    /// `(layers, KV values per token, window)` for each layer group with attention, at TP `tp`.
+    #[pyo3(signature = (tp=1))]
+    fn kv_layers(&self, tp: u64) -> PyResult<Vec<(u64, u64, Option<u64>)>> {
+        if tp == 0 {
+            return Err(Error::plan("tp", "must be a positive integer (>= 1)").into());
+        }
+        Ok(self.inner.kv_layers(tp))
     }
 }
 
@@ -178,11 +189,7 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
     d.set_item("warnings", PyList::new(py, &e.warnings)?)?;
     // Breakdown as columns (cheap to cross, cheap to turn into a DataFrame).
     let n = e.breakdown.len();
-    let (mut phase, mut op, mut group) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
+    let (mut phase, mut op, mut group) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     let mut cols: [Vec<f64>; 8] = Default::default();
     for r in &e.breakdown {
         phase.push(match r.phase {
@@ -190,11 +197,7 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
             Phase::Decode => "decode",
         });
         op.push(r.kind.name());
-        group.push(if r.group == MODEL_LEVEL {
-            -1i64
-        } else {
-            r.group as i64
-        });
+        group.push(if r.group == MODEL_LEVEL { -1i64 } else { r.group as i64 });
         let c = r.cost;
         for (i, v) in [
             c.launches,
@@ -257,10 +260,7 @@ fn estimate<'py>(
 
 fn to_u64(name: &str, a: &[i64]) -> PyResult<Vec<u64>> {
     a.iter()
-        .map(|&x| {
-            u64::try_from(x)
-                .map_err(|_| PyErr::from(Error::plan(name, format!("must be >= 0, got {x}"))))
-        })
+        .map(|&x| u64::try_from(x).map_err(|_| PyErr::from(Error::plan(name, format!("must be >= 0, got {x}")))))
         .collect()
 }
 
@@ -294,11 +294,7 @@ fn estimate_many<'py>(
     );
     let n = b.len();
     if p.len() != n || o.len() != n || t.len() != n {
-        return Err(Error::plan(
-            "grid",
-            "batch, prompt, output and tp arrays must have one length",
-        )
-        .into());
+        return Err(Error::plan("grid", "batch, prompt, output and tp arrays must have one length").into());
     }
     let plans: Vec<Plan> = (0..n)
         .map(|i| Plan {

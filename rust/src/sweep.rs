@@ -23,13 +23,7 @@ pub struct Summary {
     pub mbu_decode: f64,
 }
 
-pub fn summarize(
-    m: &Model,
-    dev: &Device,
-    plan: &Plan,
-    eff: &Efficiency,
-    proto: ProtocolTable,
-) -> Result<Summary> {
+pub fn summarize(m: &Model, dev: &Device, plan: &Plan, eff: &Efficiency, proto: ProtocolTable) -> Result<Summary> {
     let e = estimate(m, dev, plan, eff, proto, false)?;
     Ok(Summary {
         ttft_s: e.ttft_s,
@@ -52,17 +46,9 @@ pub fn evaluate(
     proto: ProtocolTable,
     threads: usize,
 ) -> Vec<Result<Summary>> {
-    let run = || {
-        plans
-            .par_iter()
-            .map(|p| summarize(m, dev, p, eff, proto))
-            .collect()
-    };
+    let run = || plans.par_iter().map(|p| summarize(m, dev, p, eff, proto)).collect();
     if threads == 1 {
-        return plans
-            .iter()
-            .map(|p| summarize(m, dev, p, eff, proto))
-            .collect();
+        return plans.iter().map(|p| summarize(m, dev, p, eff, proto)).collect();
     }
     match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
         Ok(pool) => pool.install(run),
@@ -87,7 +73,8 @@ mod tests {
                 output: 1 + i % 50,
                 tp: [1, 2, 4][i as usize % 3],
                 dtype: DType::Bf16,
-                weight_dtype: None,
+                weights: Default::default(),
+                ep: 1,
                 kv_dtype: None,
                 chunk: None,
                 gpu_memory_utilization: 0.9,

@@ -12,7 +12,8 @@ fn plan(batch: u64, prompt: u64, output: u64) -> Plan {
         output,
         tp: 1,
         dtype: DType::Bf16,
-        weight_dtype: None,
+        weights: Default::default(),
+        ep: 1,
         kv_dtype: None,
         chunk: None,
         gpu_memory_utilization: 0.9,
@@ -20,24 +21,12 @@ fn plan(batch: u64, prompt: u64, output: u64) -> Plan {
 }
 
 fn run(p: &Plan) -> Estimate {
-    estimate(
-        &llama31_8b(),
-        &h100(),
-        p,
-        &Efficiency::uncalibrated(),
-        proto(),
-        true,
-    )
-    .unwrap()
+    estimate(&llama31_8b(), &h100(), p, &Efficiency::uncalibrated(), proto(), true).unwrap()
 }
 
 fn row(e: &Estimate, phase: Phase, kind: OpKind) -> Cost {
     let mut c = Cost::default();
-    for r in e
-        .breakdown
-        .iter()
-        .filter(|r| r.phase == phase && r.kind == kind)
-    {
+    for r in e.breakdown.iter().filter(|r| r.phase == phase && r.kind == kind) {
         c += r.cost;
     }
     c
@@ -46,7 +35,7 @@ fn row(e: &Estimate, phase: Phase, kind: OpKind) -> Cost {
 #[test]
 fn prefill_attention_flops_are_the_causal_triangle() {
     let m = llama31_8b();
-    let a = &m.layer_groups[0].attention;
+    let a = m.layer_groups[0].attention.as_ref().unwrap();
     for s in [1u64, 2, 128, 4096, 32768] {
         let e = run(&plan(1, s, 1));
         let per_layer = row(&e, Phase::Prefill, OpKind::Attention).flops / 32.0;
@@ -181,9 +170,7 @@ fn plan_rules_are_enforced() {
 fn does_not_fit_is_reported_with_the_shortfall() {
     let e = run(&plan(512, 8192, 1024));
     assert!(!e.memory.fits);
-    assert!(
-        (e.memory.shortfall_bytes - (e.memory.total_bytes - e.memory.budget_bytes)).abs() < 1.0
-    );
+    assert!((e.memory.shortfall_bytes - (e.memory.total_bytes - e.memory.budget_bytes)).abs() < 1.0);
     // KV: layers x 2 x kv heads x head_dim x bytes per token
     let per_token = 32.0 * 2.0 * 8.0 * 128.0 * 2.0;
     assert_eq!(e.memory.kv_bytes, 512.0 * (8192.0 + 1024.0) * per_token);
