@@ -14,7 +14,8 @@ import pytest
 import ridgeline
 from ridgeline import _core
 from ridgeline.catalog import default_catalog
-from ridgeline.estimate import _UNCALIBRATED_EFF, _protocol
+from ridgeline.collectives import _protocol_json
+from ridgeline.estimate import _UNCALIBRATED_EFF
 from ridgeline.models import Model
 
 LLAMA = "meta-llama/Llama-3.1-8B"
@@ -48,6 +49,8 @@ def test_10k_plans_one_rust_call(benchmark, threads, model):
     dev = cat.get("H100_SXM")
     base = json.dumps({"batch": 1, "prompt": 1, "output": 1, "gpu_memory_utilization": 0.9})
     grid = _grid()
-    out = benchmark(_core.estimate_many, m._core, dev.core, *grid, base, _UNCALIBRATED_EFF, _protocol(cat), threads)
+    out = benchmark(
+        _core.estimate_many, m._core, dev.core, *grid, base, _UNCALIBRATED_EFF, _protocol_json(cat), threads
+    )
     assert np.isfinite(out["e2e_s"]).all()
     benchmark.extra_info["plans_per_s"] = len(grid[0]) / benchmark.stats.stats.mean

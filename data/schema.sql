@@ -21,6 +21,8 @@ CREATE TABLE hardware (
     scaleup_bw_gbs      DOUBLE CHECK (scaleup_bw_gbs > 0),
     scaleup_latency_us  DOUBLE CHECK (scaleup_latency_us >= 0),
     scaleup_domain      INTEGER CHECK (scaleup_domain >= 1),
+    scaleout_bw_gbs     DOUBLE CHECK (scaleout_bw_gbs > 0),
+    scaleout_latency_us DOUBLE CHECK (scaleout_latency_us >= 0),
     host_link           VARCHAR,
     tdp_w               DOUBLE CHECK (tdp_w > 0),
     idle_w              DOUBLE CHECK (idle_w >= 0),
@@ -41,6 +43,15 @@ CREATE TABLE host_links (
     host_link VARCHAR PRIMARY KEY,
     bw_gbs    DOUBLE NOT NULL CHECK (bw_gbs > 0),
     source    VARCHAR NOT NULL
+);
+
+-- Measured link latencies (per hop), kept apart from the vendor rows of `hardware`.
+CREATE TABLE link_measurements (
+    name       VARCHAR NOT NULL,
+    fabric     VARCHAR NOT NULL CHECK (fabric IN ('scaleup', 'scaleout')),
+    latency_us DOUBLE NOT NULL CHECK (latency_us >= 0),
+    source     VARCHAR NOT NULL,
+    PRIMARY KEY (name, fabric)
 );
 
 CREATE TABLE arch_ratios (
@@ -73,4 +84,37 @@ CREATE TABLE constants (
     unit   VARCHAR NOT NULL,
     source VARCHAR,
     note   VARCHAR
+);
+
+-- Measured rows, one value each, in the unified schema of spec 50 (imported from
+-- data/benchmarks/*.csv by ridgeline.benchmarks, the source files kept verbatim).
+CREATE TABLE benchmarks (
+    id             VARCHAR PRIMARY KEY,
+    source         VARCHAR NOT NULL,
+    file           VARCHAR NOT NULL,
+    file_hardware  VARCHAR NOT NULL,
+    hardware       VARCHAR,
+    runtime        VARCHAR,
+    runtime_version VARCHAR,
+    model          VARCHAR,
+    weight_quant   VARCHAR,
+    kv_dtype       VARCHAR,
+    tp             INTEGER,
+    pp             INTEGER,
+    ep             INTEGER,
+    batch          INTEGER,
+    prompt_tokens  BIGINT,
+    output_tokens  BIGINT,
+    depth          BIGINT,
+    op             VARCHAR,
+    ranks          INTEGER,
+    nodes          INTEGER,
+    devices_per_node INTEGER,
+    size_bytes     DOUBLE,
+    metric         VARCHAR NOT NULL,
+    value          DOUBLE NOT NULL,
+    unit           VARCHAR NOT NULL,
+    flags          VARCHAR,
+    notes          VARCHAR,
+    not_priced     VARCHAR
 );

@@ -16,6 +16,7 @@ __all__ = [
     "RidgelineError",
     "UnknownNameError",
     "__version__",
+    "collective",
     "data_file",
     "data_files",
     "data_hash",
@@ -65,6 +66,17 @@ def estimate_many(
     efficiency_json: str,
     protocol_json: str,
     threads: int = 0,
+) -> dict[str, Any]: ...
+def collective(
+    op: str,
+    ranks: int,
+    sizes: npt.NDArray[np.float64],
+    scaleup_bw_gbs: float,
+    scaleup_latency_us: float,
+    protocol_json: str,
+    devices_per_node: Optional[int] = None,
+    scaleout_bw_gbs: Optional[float] = None,
+    scaleout_latency_us: Optional[float] = None,
 ) -> dict[str, Any]: ...
 def data_files() -> list[str]: ...
 def data_file(path: str) -> bytes: ...

@@ -36,6 +36,7 @@ _TABLE_FILES = {
 _OPTIONAL_FILES = {
     "hardware_sources": "data/hardware/hardware_sources.csv",
     "hardware_cost": "data/hardware/hardware_cost.csv",
+    "link_measurements": "data/hardware/link_measurements.csv",
 }
 
 
@@ -73,7 +74,10 @@ class Device:
     memory_type: Optional[str]
     scaleup_bw_gbs: Optional[float]
     scaleup_latency_us: Optional[float]
+    scaleup_latency_source: Optional[str]
     scaleup_domain: Optional[int]
+    scaleout_bw_gbs: Optional[float]
+    scaleout_latency_us: Optional[float]
     host_link: Optional[str]
     host_link_bw_gbs: Optional[float]
     tdp_w: Optional[float]
@@ -84,7 +88,9 @@ class Device:
     def core(self) -> Any:
         from . import _core
 
-        return _core.CoreDevice(json.dumps(dataclasses.asdict(self)))
+        fields = {"name", "memory_gb", "memory_bw_gbs", "scaleup_bw_gbs", "scaleup_latency_us", "host_link_bw_gbs"}
+        row = {k: v for k, v in dataclasses.asdict(self).items() if k in fields or k.startswith("tflops_")}
+        return _core.CoreDevice(json.dumps(row))
 
 
 class Catalog:
@@ -133,6 +139,7 @@ class Catalog:
                     _load_csv(con, table, _data.read_text(f), f)
             for p in self.extra:
                 _load_csv(con, "hardware", p.read_text(), str(p), replace=True)
+            _load_benchmarks(con)
             rows = con.execute(_data.query("device_for_engine")).fetchall()
             cols = [d[0] for d in con.description]
             export = {
@@ -277,6 +284,18 @@ def _load_csv(con: Any, table: str, text: str, origin: str, replace: bool = Fals
         except duckdb.Error as e:
             label = r[0] if r else "?"
             raise CatalogError(f"{origin}:{i} ({label}): {str(e).splitlines()[0]}") from None
+
+
+def _load_benchmarks(con: Any) -> None:
+    from .benchmarks import COLUMNS, shipped_rows
+
+    rows = shipped_rows()
+    if rows:
+        names = ", ".join(COLUMNS)
+        con.executemany(
+            f"INSERT INTO benchmarks ({names}) VALUES ({', '.join('?' for _ in COLUMNS)})",
+            [[r[c] for c in COLUMNS] for r in rows],
+        )
 
 
 def _types(con: Any, table: str, header: Iterable[str]) -> list[str]:

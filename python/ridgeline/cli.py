@@ -43,6 +43,12 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
 @click.option("--output", type=int, default=256, show_default=True, help="Output tokens per sequence.")
 @click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree.")
 @click.option("--ep", type=int, default=1, show_default=True, help="Expert-parallel degree (1 or --tp).")
+@click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages.")
+@click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel replicas (throughput only).")
+@click.option("--microbatches", type=int, default=None, help="Micro-batches per pipeline round (default: --pp).")
+@click.option("--devices-per-node", type=int, default=None, help="Devices per node (default: catalog).")
+@click.option("--scaleout-gbs", type=float, default=None, help="Scale-out GB/s per device per direction.")
+@click.option("--scaleout-latency-us", type=float, default=None, help="Scale-out per-hop latency in us.")
 @click.option("--dtype", default="bf16", show_default=True, help=f"Activation/compute dtype: {DTYPES}.")
 @click.option(
     "--weight-dtype",
@@ -64,6 +70,12 @@ def estimate(
     output: int,
     tp: int,
     ep: int,
+    pp: int,
+    dp: int,
+    microbatches: Optional[int],
+    devices_per_node: Optional[int],
+    scaleout_gbs: Optional[float],
+    scaleout_latency_us: Optional[float],
     dtype: str,
     weight_dtype: Optional[str],
     kv_dtype: Optional[str],
@@ -84,6 +96,12 @@ def estimate(
         output=output,
         tp=tp,
         ep=ep,
+        pp=pp,
+        dp=dp,
+        microbatches=microbatches,
+        devices_per_node=devices_per_node,
+        scaleout_gbs=scaleout_gbs,
+        scaleout_latency_us=scaleout_latency_us,
         dtype=dtype,
         weight_dtype=weight_dtype,
         kv_dtype=kv_dtype,
@@ -97,7 +115,7 @@ def estimate(
         return
     p = e.plan
     mem = e.memory
-    ep_text = f", EP {p['ep']}" if p["ep"] > 1 else ""
+    ep_text = "".join(f", {k.upper()} {p[k]}" for k in ("ep", "pp", "dp") if p[k] > 1)
     click.echo(
         f"{e.model} on {e.hardware}: batch {p['batch']}, prompt {p['prompt']}, output {p['output']}, "
         f"TP {p['tp']}{ep_text}, {p['dtype']} "
@@ -107,7 +125,7 @@ def estimate(
         ("TTFT", _ms(e.ttft_s)),
         ("TPOT", _ms(e.tpot_s)),
         ("E2E latency", _ms(e.e2e_s)),
-        ("throughput", f"{e.throughput_tok_s:,.1f} output tok/s (batch x output / E2E)"),
+        ("throughput", f"{e.throughput_tok_s:,.1f} output tok/s ({_throughput_basis(e)})"),
         ("prefill rate", f"{e.prefill_tok_s:,.0f} prompt tok/s"),
         ("MFU / MBU prefill", f"{e.prefill['mfu']:.3f} / {e.prefill['mbu']:.3f}"),
         ("MFU / MBU decode", f"{e.decode['mfu']:.3f} / {e.decode['mbu']:.3f}"),
@@ -137,6 +155,15 @@ def estimate(
         click.echo(_breakdown_text(e.breakdown_rows()))
 
 
+def _throughput_basis(e: Any) -> str:
+    p, par = e.plan, e.parallel
+    if p["pp"] > 1:
+        basis = f"GPipe: {par['microbatches']} micro-batches over {p['pp']} stages of {par['stage_layers']} layers"
+    else:
+        basis = "batch x output / E2E"
+    return basis + (f", x {p['dp']} replicas" if p["dp"] > 1 else "")
+
+
 def _breakdown_text(rows: list[dict[str, Any]]) -> str:
     head = (
         f"  {'phase':<8} {'op':<20} {'layers':<34} {'GFLOP':>12} {'MB':>12} {'time ms':>10} {'bound':<8} {'FLOP/B':>8}"
@@ -149,6 +176,91 @@ def _breakdown_text(rows: list[dict[str, Any]]) -> str:
             f"{r['bytes'] / 1e6:>12,.2f} {r['time_s'] * 1e3:>10.4f} {r['bound']:<8} {inten:>8}"
         )
     return "\n".join(lines)
+
+
+@cli.command()
+@click.option(
+    "--op", default="allreduce", show_default=True, help="allreduce, allgather, reducescatter, alltoall, sendrecv."
+)
+@click.option("--ranks", type=int, required=True, help="Devices in the group.")
+@click.option(
+    "--size", default="4MiB", show_default=True, help="Message size (the full buffer): 4MiB, 1GiB, 65536, ..."
+)
+@click.option("--hardware", "-H", required=True, help="Catalog device name or alias.")
+@click.option("--devices-per-node", type=int, default=None, help="Devices per node (default: catalog).")
+@click.option("--scaleout-gbs", type=float, default=None, help="Scale-out GB/s per device per direction.")
+@click.option("--scaleout-latency-us", type=float, default=None, help="Scale-out per-hop latency in us.")
+@click.option("--sweep-sizes", is_flag=True, help="Sweep sizes 8 B .. 8 GiB by x2, as nccl-tests -b 8 -e 8G -f 2.")
+@click.option("--json", "as_json", is_flag=True)
+def collective(
+    op: str,
+    ranks: int,
+    size: str,
+    hardware: str,
+    devices_per_node: Optional[int],
+    scaleout_gbs: Optional[float],
+    scaleout_latency_us: Optional[float],
+    sweep_sizes: bool,
+    as_json: bool,
+) -> None:
+    """Time, algBW and busBW of one collective (alpha-beta, NCCL protocol table)."""
+    from .collectives import collective as run
+    from .collectives import parse_size
+
+    sizes = [2**k for k in range(3, 34)] if sweep_sizes else [parse_size(size)]
+    r = run(op, ranks, sizes, hardware, devices_per_node=devices_per_node, scaleout_gbs=scaleout_gbs,
+            scaleout_latency_us=scaleout_latency_us)  # fmt: skip
+    if as_json:
+        out = {k: v for k, v in r.__dict__.items() if k not in ("size_bytes", "time_s", "algbw_gbs", "busbw_gbs")}
+        click.echo(json.dumps({**out, "notes": list(r.notes), "rows": r.rows()}, indent=2))
+        return
+    click.echo(f"{r.op} over {r.ranks} x {r.hardware} ({r.nodes} node{'s' if r.nodes > 1 else ''}, "
+               f"{'hierarchical' if r.hierarchical else 'ring'}; topology: {r.topology}; "
+               f"link {r.link_gbs_per_direction:g} GB/s per direction)")  # fmt: skip
+    click.echo(f"  {'size (B)':>14} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}")
+    for row in r.rows():
+        click.echo(
+            f"  {row['size_bytes']:>14,} {row['time_us']:>12.2f} {row['algbw_gbs']:>13.2f} {row['busbw_gbs']:>13.2f}"
+        )
+    for n in r.notes:
+        click.echo(f"  note: {n}")
+
+
+@cli.command()
+@click.option("--comm", is_flag=True, help="Communication and link rows: link-rate bound and protocol model.")
+@click.option("--json", "as_json", is_flag=True, help="The summary as JSON.")
+@click.option("--per-row", is_flag=True, help="With --json: every row with observed and predicted values.")
+def validate(comm: bool, as_json: bool, per_row: bool) -> None:
+    """Predict measured rows and report the agreement (exit 1 on an unexplained bound violation)."""
+    from .validate import comm_report
+
+    if not comm:
+        raise click.UsageError("choose what to validate: --comm (model rows arrive with the calibration issue)")
+    rep = comm_report()
+    if as_json:
+        out = dict(rep)
+        if not per_row:
+            out.pop("per_row")
+        click.echo(json.dumps(out, indent=2, default=str))
+    else:
+        click.echo(f"communication rows: {rep['rows']} ({rep['priced']} priced)")
+        for kind in ("metric", "size_bucket", "setup"):
+            click.echo(f"\n  by {kind.replace('_', ' ')}:")
+            click.echo(f"    {'group':<72} {'rows':>5} {'obs/pred':>9} {'obs/bound':>10} {'max o/b':>8}")
+            for key, v in rep["summary"][kind].items():
+                click.echo(f"    {key[:72]:<72} {v['rows']:>5} {v['median_obs_over_pred']:>9.3f} "
+                           f"{v['median_obs_over_bound']:>10.3f} {v['max_obs_over_bound']:>8.3f}")  # fmt: skip
+        for r in rep["not_priced"]:
+            click.echo(f"  not priced: {r['id']}: {r['reason']}")
+        for v in rep["violations"]:
+            why = (
+                "in-switch reduction (NVLink SHARP), a faster algorithm than the ring"
+                if v["in_switch_reduction"]
+                else "UNEXPLAINED"
+            )
+            click.echo(f"  beats the link bound: {v['id']} {v['observed']:.1f} > {v['bound']:.1f} GB/s: {why}")
+    if rep["unexplained_violations"]:
+        sys.exit(1)
 
 
 @cli.group()

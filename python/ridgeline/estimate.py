@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 from . import _core, quant
 from .catalog import Catalog, Device, default_catalog
+from .collectives import _protocol_json, resolve_topology
 from .errors import DoesNotFitError, PlanError
 from .models import Model
 
@@ -52,18 +53,6 @@ def _positive_int(name: str, v: Any) -> int:
     return int(v)
 
 
-def _protocol(cat: Catalog) -> str:
-    return json.dumps(
-        {
-            "beta_ll": cat.constant("nccl_beta_ll"),
-            "beta_ll128": cat.constant("nccl_beta_ll128"),
-            "beta_simple": cat.constant("nccl_beta_simple"),
-            "ll_max_bytes": cat.constant("nccl_ll_max_bytes"),
-            "ll128_max_bytes": cat.constant("nccl_ll128_max_bytes"),
-        }
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class Estimate:
     """The result of one plan. Times in seconds, sizes in bytes, rates per second."""
@@ -89,6 +78,7 @@ class Estimate:
     peak_tflops: float
     memory_bw_gbs: float
     params: Mapping[str, int]
+    parallel: Mapping[str, Any]
     warnings: tuple[str, ...]
     _breakdown: Mapping[str, Sequence[Any]] = dataclasses.field(repr=False, compare=False)
     _group_labels: tuple[str, ...] = dataclasses.field(repr=False, compare=False)
@@ -172,6 +162,12 @@ def estimate(
     output: int = 256,
     tp: int = 1,
     ep: int = 1,
+    pp: int = 1,
+    dp: int = 1,
+    microbatches: Optional[int] = None,
+    devices_per_node: Optional[int] = None,
+    scaleout_gbs: Optional[float] = None,
+    scaleout_latency_us: Optional[float] = None,
     dtype: str = "bf16",
     weight_dtype: Optional[str] = None,
     kv_dtype: Optional[str] = None,
@@ -191,6 +187,12 @@ def estimate(
         output: output tokens per sequence (the first comes from prefill).
         tp: tensor-parallel degree.
         ep: expert-parallel degree (1, or equal to ``tp``: experts spread over the TP group).
+        pp: pipeline stages (ceil(layers / pp) layers each); latency is the full pass plus the sends.
+        dp: data-parallel replicas (throughput only).
+        microbatches: micro-batches per pipeline round (default ``pp``); throughput follows GPipe.
+        devices_per_node: devices per node (default: the catalog's scale-up domain).
+        scaleout_gbs: per-device scale-out bandwidth between nodes, GB/s per direction (default: catalog).
+        scaleout_latency_us: scale-out per-hop latency (default: catalog, else omitted and flagged).
         dtype: activation (compute) dtype: bf16, fp16, fp32 or tf32.
         weight_dtype: weight storage format of the linear layers: a dtype (bf16, fp8, int8), a
             quantisation (int4, w4a16, gptq, awq, mxfp4, nvfp4) or a GGUF type (q4_0, q4_k_m, q8_0, ...);
@@ -218,6 +220,9 @@ def estimate(
         "output": _positive_int("output", output),
         "tp": _positive_int("tp", tp),
         "ep": _positive_int("ep", ep),
+        "pp": _positive_int("pp", pp),
+        "dp": _positive_int("dp", dp),
+        "microbatches": None if microbatches is None else _positive_int("microbatches", microbatches),
         "dtype": dtype,
         "weight_dtype": weight_dtype,
         "kv_dtype": kv_dtype,
@@ -228,7 +233,13 @@ def estimate(
         if plan[k] is not None and not isinstance(plan[k], str):
             raise PlanError(f"{k}: expected a dtype name such as bf16, got {plan[k]!r}")
     weights = quant.resolve(m, str(dtype).lower(), weight_dtype)
-    plan_json = _plan_json({**plan, "weights": weights.core()})
+    if devices_per_node is not None:
+        _positive_int("devices_per_node", devices_per_node)
+    for k, v in (("scaleout_gbs", scaleout_gbs), ("scaleout_latency_us", scaleout_latency_us)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0):
+            raise PlanError(f"{k}: must be a non-negative number, got {v!r}")
+    topo = resolve_topology(dev, devices_per_node, scaleout_gbs, scaleout_latency_us)
+    plan_json = _plan_json({**plan, "weights": weights.core(), "topology": topo.core()})
     r = _core.estimate(m._core, dev.core, plan_json, _UNCALIBRATED_EFF, _protocol_cached(cat), breakdown)
     mem = r["memory"]
     if not mem["fits"] and not allow_no_fit:
@@ -246,7 +257,13 @@ def estimate(
     return Estimate(
         model=m.name,
         hardware=dev.name,
-        plan={**plan, "runtime": runtime, "weights": weights.label, "weights_source": weights.source},
+        plan={
+            **plan,
+            "runtime": runtime,
+            "weights": weights.label,
+            "weights_source": weights.source,
+            "topology": topo.source,
+        },
         ttft_s=r["ttft_s"],
         tpot_s=r["tpot_s"],
         e2e_s=r["e2e_s"],
@@ -265,6 +282,7 @@ def estimate(
         peak_tflops=r["peak_flops"] / 1e12,
         memory_bw_gbs=r["memory_bw"] / 1e9,
         params=m.params,
+        parallel=r["parallel"],
         warnings=tuple(warnings),
         _breakdown=r["breakdown"],
         _group_labels=_group_labels(m),
@@ -281,5 +299,5 @@ _PROTO: dict[int, str] = {}
 def _protocol_cached(cat: Catalog) -> str:
     key = id(cat)
     if key not in _PROTO:
-        _PROTO[key] = _protocol(cat)
+        _PROTO[key] = _protocol_json(cat)
     return _PROTO[key]

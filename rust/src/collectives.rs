@@ -55,10 +55,26 @@ pub enum Collective {
 
 /// Time of a collective over `n` ranks on a flat ring, message `m` bytes
 /// (the full buffer each rank holds).
+///
+/// The protocol table makes the raw closed form dip just above each protocol
+/// cut (a faster protocol takes over). A message can always be padded up to
+/// the next cut, so the time at `m` is the smaller of the closed form at `m`
+/// and at each cut above it: monotone in size, with no constant added.
 pub fn time(op: Collective, n: u64, m: f64, link: Link, proto: &ProtocolTable) -> f64 {
     if n <= 1 && op != Collective::PointToPoint {
         return 0.0;
     }
+    let mut t = raw_time(op, n, m, link, proto);
+    for cut in [proto.ll_max_bytes, proto.ll128_max_bytes] {
+        if cut > m {
+            t = t.min(raw_time(op, n, cut, link, proto));
+        }
+    }
+    t
+}
+
+/// The spec-40 closed form at one message size.
+fn raw_time(op: Collective, n: u64, m: f64, link: Link, proto: &ProtocolTable) -> f64 {
     let nf = n as f64;
     let bw = link.bw_per_direction * proto.beta(m);
     match op {
@@ -67,6 +83,96 @@ pub fn time(op: Collective, n: u64, m: f64, link: Link, proto: &ProtocolTable) -
             (nf - 1.0) * link.alpha_s + (nf - 1.0) / nf * m / bw
         }
         Collective::PointToPoint => link.alpha_s + m / bw,
+    }
+}
+
+/// Where the collective's ranks sit: devices per node on the scale-up fabric,
+/// and the per-device scale-out link between nodes when one is known.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Topology {
+    pub scaleup: Link,
+    pub devices_per_node: Option<u64>,
+    pub scaleout: Option<Link>,
+}
+
+/// A collective's time and how it was routed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CommTime {
+    pub time_s: f64,
+    pub nodes: u64,
+    /// True when the group spans nodes and the hierarchical form was used.
+    pub hierarchical: bool,
+    /// True when the group exceeds one node but no scale-out link is known,
+    /// so it was priced as a flat ring on the scale-up fabric.
+    pub flat_ring_fallback: bool,
+}
+
+impl Topology {
+    pub fn flat(scaleup: Link) -> Topology {
+        Topology {
+            scaleup,
+            devices_per_node: None,
+            scaleout: None,
+        }
+    }
+
+    /// Nodes a group of `n` ranks occupies: ceil(n / devices_per_node).
+    pub fn nodes(&self, n: u64) -> u64 {
+        match self.devices_per_node {
+            Some(d) if d > 0 => n.div_ceil(d),
+            _ => 1,
+        }
+    }
+
+    /// Time of `op` over `n` ranks with message `m`; groups that fit in a node
+    /// (or with no scale-out link known) are flat rings on the scale-up fabric.
+    pub fn time(&self, op: Collective, n: u64, m: f64, proto: &ProtocolTable) -> CommTime {
+        let nodes = self.nodes(n);
+        let flat = |fallback| CommTime {
+            time_s: time(op, n, m, self.scaleup, proto),
+            nodes,
+            hierarchical: false,
+            flat_ring_fallback: fallback,
+        };
+        let (Some(dpn), Some(out)) = (self.devices_per_node, self.scaleout) else {
+            return flat(nodes > 1);
+        };
+        if nodes <= 1 {
+            return flat(false);
+        }
+        let local = n.min(dpn);
+        let up = self.scaleup;
+        let t = match op {
+            // intra reduce-scatter + inter ring all-reduce of M/local + intra all-gather
+            Collective::AllReduce => {
+                time(Collective::ReduceScatter, local, m, up, proto)
+                    + time(Collective::AllReduce, nodes, m / local as f64, out, proto)
+                    + time(Collective::AllGather, local, m, up, proto)
+            }
+            Collective::ReduceScatter => {
+                time(Collective::ReduceScatter, local, m, up, proto)
+                    + time(Collective::ReduceScatter, nodes, m / local as f64, out, proto)
+            }
+            Collective::AllGather => {
+                time(Collective::AllGather, nodes, m / local as f64, out, proto)
+                    + time(Collective::AllGather, local, m, up, proto)
+            }
+            // each rank's off-node share leaves over its NIC, the on-node share over
+            // the scale-up fabric, concurrently: the slower fabric's share bounds it
+            Collective::AllToAll => {
+                let nf = n as f64;
+                let on = (local - 1) as f64 / nf * m / (up.bw_per_direction * proto.beta(m));
+                let off = (n - local) as f64 / nf * m / (out.bw_per_direction * proto.beta(m));
+                on.max(off) + (local - 1) as f64 * up.alpha_s + (n - local) as f64 * out.alpha_s
+            }
+            Collective::PointToPoint => time(Collective::PointToPoint, 2, m, out, proto),
+        };
+        CommTime {
+            time_s: t,
+            nodes,
+            hierarchical: true,
+            flat_ring_fallback: false,
+        }
     }
 }
 
@@ -102,6 +208,69 @@ pub(crate) mod tests {
         let link0 = Link::from_bidirectional_gbs(900.0, 0.0);
         let tb = time(Collective::AllReduce, 8, big, link0, &proto());
         assert!((allreduce_busbw(8, big, tb) - 0.85 * 450e9).abs() < 1.0);
+    }
+
+    #[test]
+    fn each_collective_closed_form() {
+        let p = proto();
+        let link = Link::from_bidirectional_gbs(600.0, 3e-6);
+        let m = 8.0 * 1024.0 * 1024.0;
+        let bw = 300e9 * 0.85;
+        let close = |a: f64, b: f64| assert!((a - b).abs() / b < 1e-12, "{a} vs {b}");
+        close(time(Collective::AllReduce, 4, m, link, &p), 6.0 * 3e-6 + 1.5 * m / bw);
+        close(time(Collective::AllGather, 4, m, link, &p), 3.0 * 3e-6 + 0.75 * m / bw);
+        close(
+            time(Collective::ReduceScatter, 4, m, link, &p),
+            3.0 * 3e-6 + 0.75 * m / bw,
+        );
+        close(time(Collective::AllToAll, 4, m, link, &p), 3.0 * 3e-6 + 0.75 * m / bw);
+        close(time(Collective::PointToPoint, 2, m, link, &p), 3e-6 + m / bw);
+    }
+
+    #[test]
+    fn hierarchical_allreduce_hand_derivation() {
+        // 12 ranks on 8-device nodes (2 nodes), 4 MiB, 900 GB/s NVLink, 50 GB/s scale-out per direction.
+        let p = proto();
+        let up = Link::from_bidirectional_gbs(900.0, 0.0);
+        let out = Link {
+            bw_per_direction: 50e9,
+            alpha_s: 0.0,
+        };
+        let topo = Topology {
+            scaleup: up,
+            devices_per_node: Some(8),
+            scaleout: Some(out),
+        };
+        let m = 4.0 * 1024.0 * 1024.0;
+        let c = topo.time(Collective::AllReduce, 12, m, &p);
+        assert_eq!(c.nodes, 2);
+        assert!(c.hierarchical);
+        // by hand: RS over 8 on NVLink: 7/8 x 4 MiB / (450 GB/s x 0.85)  = 9.594 us
+        //          AR over 2 nodes of 512 KiB (LL128): 2 x 1/2 x 512 KiB / (50 GB/s x 0.65) = 16.131 us
+        //          AG over 8 on NVLink: = 9.594 us
+        let hand = 9.594e-6 + 16.131e-6 + 9.594e-6;
+        assert!((c.time_s - hand).abs() / hand < 0.01, "{} vs {hand}", c.time_s);
+        // without a scale-out link the group stays a flat ring, and says so
+        let flat = Topology { scaleout: None, ..topo }.time(Collective::AllReduce, 12, m, &p);
+        assert!(flat.flat_ring_fallback && !flat.hierarchical);
+    }
+
+    #[test]
+    fn padding_to_the_next_cut_keeps_time_monotone() {
+        let p = proto();
+        let link = Link::from_bidirectional_gbs(900.0, 0.0);
+        let below = time(Collective::AllReduce, 8, 65535.0, link, &p);
+        let at = time(Collective::AllReduce, 8, 65536.0, link, &p);
+        assert!(below <= at);
+        assert_eq!(below, raw_time(Collective::AllReduce, 8, 65536.0, link, &p));
+        let mut last = 0.0;
+        let mut m = 1.0;
+        while m < 1e10 {
+            let t = time(Collective::AllReduce, 8, m, link, &p);
+            assert!(t >= last, "{m}");
+            last = t;
+            m *= 1.07;
+        }
     }
 
     #[test]

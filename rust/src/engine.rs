@@ -1,7 +1,7 @@
 //! A whole plan in one call: prefill (one step, or chunk steps), decode
 //! summed exactly over every output step, memory footprint and fit.
 
-use crate::collectives::{Link, ProtocolTable};
+use crate::collectives::{Link, ProtocolTable, Topology};
 use crate::device::{Device, MICRO};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -90,8 +90,25 @@ pub struct Estimate {
     pub attention_dtype: DType,
     pub peak_flops: f64,
     pub memory_bw: f64,
+    pub parallel: Parallel,
     pub warnings: Vec<String>,
     pub breakdown: Vec<BreakdownRow>,
+}
+
+/// How the plan spreads over devices.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Parallel {
+    /// TP x PP x DP.
+    pub devices: u64,
+    /// Nodes one replica's TP x PP devices occupy (1 when no node size is known).
+    pub nodes_per_replica: u64,
+    /// Layers of the largest pipeline stage: ceil(L / p).
+    pub stage_layers: u64,
+    pub microbatches: u64,
+    /// Time of one stage over the whole request for one micro-batch (PP), else E2E.
+    pub stage_s: f64,
+    /// Pipeline round: (m + p - 1) x stage time (GPipe fill and drain), else E2E.
+    pub round_s: f64,
 }
 
 /// Everything a plan resolves to before any operator is priced.
@@ -154,36 +171,7 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
             }
         }
     }
-    let link = if plan.tp > 1 {
-        let (agg, latency, what) = match (dev.scaleup_bw_gbs, dev.host_link_bw_gbs) {
-            (Some(bw), _) => (bw, dev.scaleup_latency_us, "scale-up fabric"),
-            (None, Some(bw)) => {
-                warnings.push(format!(
-                    "{} has no scale-up fabric in the catalog; TP collectives run over the host link ({bw} GB/s bidirectional)",
-                    dev.name
-                ));
-                (bw, None, "host link")
-            }
-            (None, None) => {
-                return Err(Error::plan(
-                    "tp",
-                    format!(
-                        "TP {} needs a device link, and the catalog has no scale-up or host-link bandwidth for {}",
-                        plan.tp, dev.name
-                    ),
-                ))
-            }
-        };
-        if latency.is_none() {
-            warnings.push(format!(
-                "{} {what} latency is not in the catalog: collective alpha terms omitted (optimistic)",
-                dev.name
-            ));
-        }
-        Some(Link::from_bidirectional_gbs(agg, latency.unwrap_or(0.0) * MICRO))
-    } else {
-        None
-    };
+    let topo = topology(dev, plan, &mut warnings)?;
     if m.is_moe() {
         warnings.push(
             "MoE weights read per step assume uniform routing: E (1 - (1 - k/E)^T) distinct experts for T tokens"
@@ -196,12 +184,13 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
             model: m,
             tp: plan.tp,
             ep: plan.ep,
+            pp: plan.pp,
             act_b: act.bytes(),
             kv_b: plan.kv_dtype().bytes(),
             formats,
             peaks,
             peak_act: pa.flops_per_s,
-            link,
+            topo,
             proto,
         },
         gemm_dtype,
@@ -209,6 +198,67 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
         peak_max,
         warnings,
     })
+}
+
+/// The links of a multi-device plan (spec 40). Scale-up: the catalog's
+/// fabric, else the host link (flagged); scale-out: the caller's explicit
+/// topology, else the catalog's, else none (a flat ring, flagged).
+fn topology(dev: &Device, plan: &Plan, warnings: &mut Vec<String>) -> Result<Option<Topology>> {
+    let group = plan.tp * plan.pp;
+    if group <= 1 {
+        return Ok(None);
+    }
+    let (agg, latency, what) = match (dev.scaleup_bw_gbs, dev.host_link_bw_gbs) {
+        (Some(bw), _) => (bw, dev.scaleup_latency_us, "scale-up fabric"),
+        (None, Some(bw)) => {
+            warnings.push(format!(
+                "{} has no scale-up fabric in the catalog; collectives run over the host link ({bw} GB/s bidirectional)",
+                dev.name
+            ));
+            (bw, None, "host link")
+        }
+        (None, None) => {
+            return Err(Error::plan(
+                if plan.tp > 1 { "tp" } else { "pp" },
+                format!(
+                    "{group} devices need a link between them, and the catalog has no scale-up or host-link bandwidth for {}",
+                    dev.name
+                ),
+            ))
+        }
+    };
+    if latency.is_none() {
+        warnings.push(format!(
+            "{} {what} latency is not in the catalog: collective alpha terms omitted (optimistic)",
+            dev.name
+        ));
+    }
+    let t = &plan.topology;
+    let scaleout = t.scaleout_bw_gbs.map(|bw| Link {
+        bw_per_direction: bw * 1e9,
+        alpha_s: t.scaleout_latency_us.unwrap_or(0.0) * MICRO,
+    });
+    let topo = Topology {
+        scaleup: Link::from_bidirectional_gbs(agg, latency.unwrap_or(0.0) * MICRO),
+        devices_per_node: t.devices_per_node,
+        scaleout,
+    };
+    let nodes = topo.nodes(group);
+    if nodes > 1 {
+        match scaleout {
+            None => warnings.push(format!(
+                "the {group} devices span {nodes} nodes of {} but no scale-out topology is known: flat ring on the {what}",
+                t.devices_per_node.unwrap_or(group)
+            )),
+            Some(_) if t.scaleout_latency_us.is_none() => {
+                warnings.push("scale-out latency unknown: its alpha terms are omitted (optimistic)".to_string())
+            }
+            Some(_) => {}
+        }
+    } else if t.devices_per_node.is_none() && scaleout.is_none() {
+        warnings.push("no node size known: collectives priced as one flat ring on the scale-up fabric".to_string());
+    }
+    Ok(Some(topo))
 }
 
 /// The prefill schedule: `batch` prompts of `prompt` tokens, in steps of at
@@ -262,6 +312,8 @@ pub fn prefill_steps(batch: u64, prompt: u64, chunk: Option<u64>) -> Vec<Vec<Seg
 
 struct Acc {
     total: Cost,
+    /// Pipeline send time within `total`.
+    sends_s: f64,
     overhead_s: f64,
     steps: u64,
     rows: Option<Vec<BreakdownRow>>,
@@ -272,6 +324,7 @@ impl Acc {
     fn new(phase: Phase, breakdown: bool) -> Acc {
         Acc {
             total: Cost::default(),
+            sends_s: 0.0,
             overhead_s: 0.0,
             steps: 0,
             rows: breakdown.then(Vec::new),
@@ -281,6 +334,9 @@ impl Acc {
 
     fn add(&mut self, kind: OpKind, group: u16, c: Cost) {
         self.total += c;
+        if kind == OpKind::PpSend {
+            self.sends_s += c.time_s;
+        }
         if let Some(rows) = &mut self.rows {
             match rows.iter_mut().find(|r| r.kind == kind && r.group == group) {
                 Some(r) => r.cost += c,
@@ -329,8 +385,9 @@ impl Acc {
     }
 }
 
-/// Weight bytes one rank holds, by the same sharding and formats the graph uses.
-fn weight_bytes_per_rank(ctx: &BuildCtx) -> f64 {
+/// Weight bytes one TP rank holds, by the same sharding and formats the graph
+/// uses: (decoder layers, embedding tables, final norm and LM head).
+fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
     let m = ctx.model;
     let t = ctx.tp as f64;
     let d = m.hidden_size as f64;
@@ -422,16 +479,17 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> f64 {
         };
         total += g.count as f64 * layer;
     }
-    total += m.norm.params(m.hidden_size) as f64 * act;
     let v_t = m.vocab_size as f64 / t;
-    total += f(Role::Embedding, d, v_t) + f(Role::Embedding, d, m.position_embeddings as f64);
-    if !m.tie_word_embeddings {
-        total += f(Role::LmHead, d, v_t);
+    let embed = f(Role::Embedding, d, v_t) + f(Role::Embedding, d, m.position_embeddings as f64);
+    let mut head = m.norm.params(m.hidden_size) as f64 * act;
+    // A tied head shares the embedding table unless a pipeline puts them on different stages.
+    if !m.tie_word_embeddings || ctx.pp > 1 {
+        head += f(Role::LmHead, d, v_t);
     }
     if m.lm_head_bias {
-        total += v_t * act;
+        head += v_t * act;
     }
-    total
+    (total, embed, head)
 }
 
 /// KV-cache bytes one rank holds for `seqs` sequences of `tokens` tokens;
@@ -445,6 +503,41 @@ fn kv_bytes_per_rank(ctx: &BuildCtx, seqs: u64, tokens: u64) -> f64 {
             (count * seqs * held * values) as f64 * ctx.kv_b
         })
         .sum()
+}
+
+struct Phases {
+    pre: Acc,
+    dec: Acc,
+    workspace: f64,
+}
+
+/// Prefill (one step, or the chunk steps) and decode (every step, closed form) of `batch` sequences.
+fn run_phases(ctx: &BuildCtx, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64, breakdown: bool) -> Phases {
+    let layers = ctx.model.num_layers();
+    let mut ops: Vec<Op> = Vec::with_capacity(48);
+    let mut pre = Acc::new(Phase::Prefill, breakdown);
+    let mut workspace = 0.0f64;
+    let steps = prefill_steps(batch, plan.prompt, plan.chunk);
+    for segs in &steps {
+        build_step(ctx, &Geometry::Segments(segs), &mut ops);
+        for op in &ops {
+            workspace = workspace.max(op.act_bytes);
+            pre.add(op.kind, op.group, price(op, 0.0, bw, eff));
+        }
+    }
+    pre.overhead(layers, steps.len() as u64, eff);
+    // Decode: contexts prompt+1 ..= prompt+output-1, every step, in closed form.
+    let mut dec = Acc::new(Phase::Decode, breakdown);
+    if plan.output > 1 {
+        let (lo, hi) = (plan.prompt + 1, plan.prompt + plan.output - 1);
+        build_step(ctx, &Geometry::Decode { batch }, &mut ops);
+        for op in &ops {
+            workspace = workspace.max(op.act_bytes);
+            dec.add(op.kind, op.group, price_range(op, lo, hi, bw, eff));
+        }
+        dec.overhead(layers, plan.output - 1, eff);
+    }
+    Phases { pre, dec, workspace }
 }
 
 /// Estimates one plan. `breakdown` keeps per-operator rows.
@@ -463,42 +556,39 @@ pub fn estimate(
     let ctx = &r.ctx;
     let bw = dev.memory_bw();
     let layers = m.num_layers();
-    let mut ops: Vec<Op> = Vec::with_capacity(48);
+    let ph = run_phases(ctx, plan, plan.batch, eff, bw, breakdown);
 
-    // Prefill: one step holding every prompt, or the chunk steps.
-    let mut pre = Acc::new(Phase::Prefill, breakdown);
-    let mut workspace = 0.0f64;
-    let steps = prefill_steps(plan.batch, plan.prompt, plan.chunk);
-    for segs in &steps {
-        build_step(ctx, &Geometry::Segments(segs), &mut ops);
-        for op in &ops {
-            workspace = workspace.max(op.act_bytes);
-            pre.add(op.kind, op.group, price(op, 0.0, bw, eff));
-        }
-    }
-    pre.overhead(layers, steps.len() as u64, eff);
-
-    // Decode: contexts prompt+1 ..= prompt+output-1, every step, in closed form.
-    let mut dec = Acc::new(Phase::Decode, breakdown);
-    if plan.output > 1 {
-        let (lo, hi) = (plan.prompt + 1, plan.prompt + plan.output - 1);
-        build_step(ctx, &Geometry::Decode { batch: plan.batch }, &mut ops);
-        for op in &ops {
-            workspace = workspace.max(op.act_bytes);
-            dec.add(op.kind, op.group, price_range(op, lo, hi, bw, eff));
-        }
-        dec.overhead(layers, plan.output - 1, eff);
-    }
-
-    let prefill = pre.totals(r.peak_max, bw);
-    let decode = dec.totals(r.peak_max, bw);
+    let prefill = ph.pre.totals(r.peak_max, bw);
+    let decode = ph.dec.totals(r.peak_max, bw);
+    // One request's latency: the full pass through every stage plus the p-1 sends.
     let ttft_s = prefill.time_s;
     let tpot_s = (plan.output > 1).then(|| decode.time_s / (plan.output - 1) as f64);
     let e2e_s = ttft_s + decode.time_s;
     let out_tokens = (plan.batch * plan.output) as f64;
+    let stage_layers = layers.div_ceil(plan.pp);
+    let stage_share = stage_layers as f64 / layers as f64;
 
-    let weights = weight_bytes_per_rank(ctx);
-    let kv = kv_bytes_per_rank(ctx, plan.batch, plan.prompt + plan.output);
+    // Throughput: GPipe fill and drain of m micro-batches, (m + p - 1) x stage time.
+    let mb = plan.microbatches();
+    let (stage_s, round_s) = if plan.pp > 1 {
+        let micro = run_phases(ctx, plan, plan.batch.div_ceil(mb), eff, bw, false);
+        let e2e_m = micro.pre.total.time_s + micro.dec.total.time_s;
+        let sends_m = micro.pre.sends_s + micro.dec.sends_s;
+        let stage = (e2e_m - sends_m) * stage_share + sends_m / (plan.pp - 1) as f64;
+        (stage, (mb + plan.pp - 1) as f64 * stage)
+    } else {
+        (e2e_s, e2e_s)
+    };
+    let throughput_tok_s = plan.dp as f64 * out_tokens / round_s;
+
+    let (layer_w, embed_w, head_w) = weight_bytes_per_rank(ctx);
+    let weights = if plan.pp > 1 {
+        layer_w * stage_share + embed_w.max(head_w)
+    } else {
+        layer_w + embed_w + head_w
+    };
+    let kv = kv_bytes_per_rank(ctx, plan.batch, plan.prompt + plan.output) * stage_share;
+    let workspace = ph.workspace;
     let total = weights + kv + workspace;
     let budget = dev.memory_bytes() * plan.gpu_memory_utilization;
     let memory = Memory {
@@ -513,17 +603,18 @@ pub fn estimate(
     };
 
     let mut rows = Vec::new();
-    if let Some(p) = pre.rows {
+    if let Some(p) = ph.pre.rows {
         rows.extend(p);
     }
-    if let Some(d) = dec.rows {
+    if let Some(d) = ph.dec.rows {
         rows.extend(d);
     }
+    let nodes = ctx.topo.map_or(1, |t| t.nodes(plan.tp * plan.pp));
     let est = Estimate {
         ttft_s,
         tpot_s,
         e2e_s,
-        throughput_tok_s: out_tokens / e2e_s,
+        throughput_tok_s,
         prefill_tok_s: (plan.batch * plan.prompt) as f64 / ttft_s,
         prefill,
         decode,
@@ -533,6 +624,14 @@ pub fn estimate(
         attention_dtype: r.attn_dtype,
         peak_flops: r.peak_max,
         memory_bw: bw,
+        parallel: Parallel {
+            devices: plan.devices(),
+            nodes_per_replica: nodes,
+            stage_layers,
+            microbatches: if plan.pp > 1 { mb } else { 1 },
+            stage_s,
+            round_s,
+        },
         warnings: r.warnings,
         breakdown: rows,
     };

@@ -8,7 +8,7 @@
 //! can never disagree on structure.
 
 use crate::attention::{causal_pairs, distinct_keys};
-use crate::collectives::{self, Collective, Link, ProtocolTable};
+use crate::collectives::{Collective, ProtocolTable, Topology};
 use crate::model::{Attention, Ffn, LayerGroup, Mla, Model};
 use crate::weights::{Role, WeightFormat};
 
@@ -47,6 +47,7 @@ pub enum OpKind {
     SharedExpertDown,
     FfnAllReduce,
     FinalNorm,
+    PpSend,
     LmHead,
     LogitsAllGather,
     LayerOverhead,
@@ -86,6 +87,7 @@ impl OpKind {
             OpKind::SharedExpertDown => "shared_expert_down",
             OpKind::FfnAllReduce => "ffn_allreduce",
             OpKind::FinalNorm => "final_norm",
+            OpKind::PpSend => "pp_send",
             OpKind::LmHead => "lm_head",
             OpKind::LogitsAllGather => "logits_allgather",
             OpKind::LayerOverhead => "layer_overhead",
@@ -101,6 +103,7 @@ impl OpKind {
                 | OpKind::AttnAllReduce
                 | OpKind::FfnAllReduce
                 | OpKind::LogitsAllGather
+                | OpKind::PpSend
         )
     }
 }
@@ -188,6 +191,8 @@ pub struct BuildCtx<'a> {
     pub tp: u64,
     /// Expert-parallel degree (1, or the TP group).
     pub ep: u64,
+    /// Pipeline stages.
+    pub pp: u64,
     /// Bytes per activation element.
     pub act_b: f64,
     pub kv_b: f64,
@@ -197,16 +202,36 @@ pub struct BuildCtx<'a> {
     pub peaks: [f64; 10],
     /// Dense peak of activation-dtype kernels (attention, elementwise).
     pub peak_act: f64,
-    pub link: Option<Link>,
+    /// The devices' links (None on a single device).
+    pub topo: Option<Topology>,
     pub proto: ProtocolTable,
 }
 
 impl BuildCtx<'_> {
     fn comm(&self, op: Collective, ranks: u64, msg: f64) -> f64 {
-        match self.link {
-            Some(link) if ranks > 1 => collectives::time(op, ranks, msg, link, &self.proto),
+        match self.topo {
+            Some(t) if ranks > 1 => t.time(op, ranks, msg, &self.proto).time_s,
             _ => 0.0,
         }
+    }
+
+    /// Activation sends between the `pp` stages of one step: TP-major
+    /// placement (stage s holds devices s*tp .. (s+1)*tp), so a boundary
+    /// crosses nodes when those devices sit on different nodes.
+    fn pp_sends(&self, msg: f64) -> f64 {
+        let Some(topo) = self.topo else { return 0.0 };
+        (1..self.pp)
+            .map(|s| {
+                let crosses = match topo.devices_per_node {
+                    Some(d) => (s * self.tp - 1) / d != (s * self.tp) / d,
+                    None => false,
+                };
+                match (crosses, topo.scaleout) {
+                    (true, Some(out)) => crate::collectives::time(Collective::PointToPoint, 2, msg, out, &self.proto),
+                    _ => crate::collectives::time(Collective::PointToPoint, 2, msg, topo.scaleup, &self.proto),
+                }
+            })
+            .sum()
     }
 
     pub fn format(&self, r: Role) -> WeightFormat {
@@ -636,6 +661,23 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
     }
     b.group = MODEL_LEVEL;
     b.repeat = 1.0;
+    if ctx.pp > 1 {
+        let s = ctx.pp_sends(t * d * ctx.act_b);
+        b.out.push(Op {
+            kind: OpKind::PpSend,
+            group: MODEL_LEVEL,
+            repeat: 1.0,
+            launches: (ctx.pp - 1) as f64,
+            peak: ctx.peak_act,
+            f0: 0.0,
+            f1: 0.0,
+            b0: 0.0,
+            b1: 0.0,
+            act_bytes: t * d * ctx.act_b,
+            window: None,
+            comm_s: s,
+        });
+    }
     b.norm(OpKind::FinalNorm, 1.0, t, d);
     if samples > 0.0 {
         let v = m.vocab_size as f64 / tpf;

@@ -27,6 +27,18 @@ pub struct Plan {
     /// Expert-parallel degree: 1, or equal to `tp` (experts spread over the TP group).
     #[serde(default = "one")]
     pub ep: u64,
+    /// Pipeline stages.
+    #[serde(default = "one")]
+    pub pp: u64,
+    /// Data-parallel replicas (throughput only).
+    #[serde(default = "one")]
+    pub dp: u64,
+    /// Micro-batches per pipeline round (default: `pp`, at most `batch`).
+    #[serde(default)]
+    pub microbatches: Option<u64>,
+    /// Node layout and scale-out link, resolved by the caller (explicit, else catalog).
+    #[serde(default)]
+    pub topology: TopologySpec,
     /// KV-cache dtype (default: `dtype`).
     #[serde(default)]
     pub kv_dtype: Option<DType>,
@@ -39,6 +51,21 @@ pub struct Plan {
 
 fn one() -> u64 {
     1
+}
+
+/// Devices per node and the per-device scale-out link (NIC line rate per
+/// direction), as the caller resolved them.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct TopologySpec {
+    #[serde(default)]
+    pub devices_per_node: Option<u64>,
+    #[serde(default)]
+    pub scaleout_bw_gbs: Option<f64>,
+    #[serde(default)]
+    pub scaleout_latency_us: Option<f64>,
+    /// Where it came from ("explicit", "catalog"), for the result's notes.
+    #[serde(default)]
+    pub source: String,
 }
 
 /// Fitted efficiencies (spec 50); `uncalibrated()` is the physical bound.
@@ -85,13 +112,38 @@ impl Efficiency {
 }
 
 impl Plan {
+    /// A single-device bf16 plan; the other fields take their defaults.
+    pub fn new(batch: u64, prompt: u64, output: u64, gpu_memory_utilization: f64) -> Plan {
+        Plan {
+            batch,
+            prompt,
+            output,
+            tp: 1,
+            dtype: DType::Bf16,
+            weights: WeightFormats::default(),
+            ep: 1,
+            pp: 1,
+            dp: 1,
+            microbatches: None,
+            topology: TopologySpec::default(),
+            kv_dtype: None,
+            chunk: None,
+            gpu_memory_utilization,
+        }
+    }
+
     pub fn kv_dtype(&self) -> DType {
         self.kv_dtype.unwrap_or(self.dtype)
     }
 
-    /// KV heads each TP rank holds: kv/t, or one replicated head when t > kv.
-    pub fn kv_heads_per_rank(&self, kv_heads: u64) -> u64 {
-        kv_heads.div_ceil(self.tp)
+    /// Devices the plan occupies: TP x PP x DP (EP spreads experts over the TP group).
+    pub fn devices(&self) -> u64 {
+        self.tp * self.pp * self.dp
+    }
+
+    /// Micro-batches per pipeline round: `microbatches`, else `pp`, never more than `batch`.
+    pub fn microbatches(&self) -> u64 {
+        self.microbatches.unwrap_or(self.pp).min(self.batch).max(1)
     }
 
     pub fn validate(&self, m: &Model) -> Result<()> {
@@ -107,6 +159,34 @@ impl Plan {
         positive("output", self.output)?;
         positive("tp", self.tp)?;
         positive("ep", self.ep)?;
+        positive("pp", self.pp)?;
+        positive("dp", self.dp)?;
+        if let Some(mb) = self.microbatches {
+            positive("microbatches", mb)?;
+        }
+        if self.pp > m.num_layers() {
+            return Err(Error::plan(
+                "pp",
+                format!(
+                    "{} pipeline stages exceed the model's {} layers",
+                    self.pp,
+                    m.num_layers()
+                ),
+            ));
+        }
+        if let Some(d) = self.topology.devices_per_node {
+            positive("devices_per_node", d)?;
+        }
+        for (name, v) in [
+            ("scaleout_bw_gbs", self.topology.scaleout_bw_gbs),
+            ("scaleout_latency_us", self.topology.scaleout_latency_us),
+        ] {
+            if let Some(x) = v {
+                if !(x.is_finite() && x >= 0.0) || (name == "scaleout_bw_gbs" && x == 0.0) {
+                    return Err(Error::plan(name, format!("must be a positive number, got {x}")));
+                }
+            }
+        }
         if self.ep > 1 && self.ep != self.tp {
             return Err(Error::plan(
                 "ep",

@@ -1,7 +1,7 @@
 //! All PyO3 code: the exceptions, the one `From<Error> for PyErr`, and thin
 //! wrappers that pass whole plans and grids across the boundary.
 
-use crate::collectives::ProtocolTable;
+use crate::collectives::{Collective, Link, ProtocolTable, Topology};
 use crate::device::Device;
 use crate::embedded;
 use crate::engine::{self, Estimate, Phase};
@@ -186,6 +186,14 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
     d.set_item("attention_dtype", e.attention_dtype.name())?;
     d.set_item("peak_flops", e.peak_flops)?;
     d.set_item("memory_bw", e.memory_bw)?;
+    let par = PyDict::new(py);
+    par.set_item("devices", e.parallel.devices)?;
+    par.set_item("nodes_per_replica", e.parallel.nodes_per_replica)?;
+    par.set_item("stage_layers", e.parallel.stage_layers)?;
+    par.set_item("microbatches", e.parallel.microbatches)?;
+    par.set_item("stage_s", e.parallel.stage_s)?;
+    par.set_item("round_s", e.parallel.round_s)?;
+    d.set_item("parallel", par)?;
     d.set_item("warnings", PyList::new(py, &e.warnings)?)?;
     // Breakdown as columns (cheap to cross, cheap to turn into a DataFrame).
     let n = e.breakdown.len();
@@ -359,6 +367,90 @@ fn estimate_many<'py>(
     Ok(out)
 }
 
+/// Times of one collective over a range of message sizes (bytes), on a
+/// scale-up link (bidirectional aggregate, as the catalog quotes it) and an
+/// optional scale-out link (per direction) between nodes.
+#[pyfunction]
+#[pyo3(signature = (op, ranks, sizes, scaleup_bw_gbs, scaleup_latency_us, protocol_json, devices_per_node=None, scaleout_bw_gbs=None, scaleout_latency_us=None))]
+#[allow(clippy::too_many_arguments)]
+fn collective<'py>(
+    py: Python<'py>,
+    op: &str,
+    ranks: u64,
+    sizes: PyReadonlyArray1<'py, f64>,
+    scaleup_bw_gbs: f64,
+    scaleup_latency_us: f64,
+    protocol_json: &str,
+    devices_per_node: Option<u64>,
+    scaleout_bw_gbs: Option<f64>,
+    scaleout_latency_us: Option<f64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let op = match op.to_ascii_lowercase().replace(['-', '_'], "").as_str() {
+        "allreduce" => Collective::AllReduce,
+        "allgather" => Collective::AllGather,
+        "reducescatter" => Collective::ReduceScatter,
+        "alltoall" => Collective::AllToAll,
+        "sendrecv" | "p2p" | "pointtopoint" => Collective::PointToPoint,
+        _ => {
+            return Err(Error::plan(
+                "op",
+                format!("unknown collective '{op}'; accepted: allreduce, allgather, reducescatter, alltoall, sendrecv"),
+            )
+            .into())
+        }
+    };
+    if ranks == 0 || (ranks < 2 && op != Collective::PointToPoint) {
+        return Err(Error::plan("ranks", "a collective needs at least 2 ranks").into());
+    }
+    for (name, v) in [
+        ("scaleup_bw_gbs", Some(scaleup_bw_gbs)),
+        ("scaleout_bw_gbs", scaleout_bw_gbs),
+    ] {
+        if let Some(x) = v {
+            if !(x.is_finite() && x > 0.0) {
+                return Err(Error::plan(name, format!("must be > 0, got {x}")).into());
+            }
+        }
+    }
+    for (name, v) in [
+        ("scaleup_latency_us", Some(scaleup_latency_us)),
+        ("scaleout_latency_us", scaleout_latency_us),
+    ] {
+        if let Some(x) = v {
+            if !(x.is_finite() && x >= 0.0) {
+                return Err(Error::plan(name, format!("must be >= 0, got {x}")).into());
+            }
+        }
+    }
+    if devices_per_node == Some(0) {
+        return Err(Error::plan("devices_per_node", "must be >= 1").into());
+    }
+    let proto: ProtocolTable = from_json("protocol", protocol_json)?;
+    let topo = Topology {
+        scaleup: Link::from_bidirectional_gbs(scaleup_bw_gbs, scaleup_latency_us * 1e-6),
+        devices_per_node,
+        scaleout: scaleout_bw_gbs.map(|bw| Link {
+            bw_per_direction: bw * 1e9,
+            alpha_s: scaleout_latency_us.unwrap_or(0.0) * 1e-6,
+        }),
+    };
+    let sizes = sizes.as_slice()?;
+    if let Some(bad) = sizes.iter().find(|m| !(m.is_finite() && **m > 0.0)) {
+        return Err(Error::plan("size", format!("message sizes must be > 0 bytes, got {bad}")).into());
+    }
+    let results: Vec<_> = sizes.iter().map(|&m| topo.time(op, ranks, m, &proto)).collect();
+    let d = PyDict::new(py);
+    d.set_item(
+        "time_s",
+        PyArray1::from_vec(py, results.iter().map(|r| r.time_s).collect()),
+    )?;
+    let first = results.first().copied();
+    d.set_item("nodes", first.map_or(topo.nodes(ranks), |r| r.nodes))?;
+    d.set_item("hierarchical", first.is_some_and(|r| r.hierarchical))?;
+    d.set_item("flat_ring_fallback", first.is_some_and(|r| r.flat_ring_fallback))?;
+    Ok(d)
+}
+
 /// Paths of the data files compiled into the extension.
 #[pyfunction]
 fn data_files() -> Vec<&'static str> {
@@ -386,6 +478,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CoreDevice>()?;
     m.add_function(wrap_pyfunction!(estimate, m)?)?;
     m.add_function(wrap_pyfunction!(estimate_many, m)?)?;
+    m.add_function(wrap_pyfunction!(collective, m)?)?;
     m.add_function(wrap_pyfunction!(data_files, m)?)?;
     m.add_function(wrap_pyfunction!(data_file, m)?)?;
     m.add_function(wrap_pyfunction!(data_hash, m)?)?;

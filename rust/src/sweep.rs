@@ -60,7 +60,6 @@ pub fn evaluate(
 mod tests {
     use super::*;
     use crate::device::tests::h100;
-    use crate::dtype::DType;
     use crate::engine::tests::proto;
     use crate::model::tests::llama31_8b;
 
@@ -68,16 +67,8 @@ mod tests {
     fn thread_count_does_not_change_results() {
         let plans: Vec<Plan> = (1..200)
             .map(|i| Plan {
-                batch: i % 17 + 1,
-                prompt: 64 * i,
-                output: 1 + i % 50,
                 tp: [1, 2, 4][i as usize % 3],
-                dtype: DType::Bf16,
-                weights: Default::default(),
-                ep: 1,
-                kv_dtype: None,
-                chunk: None,
-                gpu_memory_utilization: 0.9,
+                ..Plan::new(i % 17 + 1, 64 * i, 1 + i % 50, 0.9)
             })
             .collect();
         let eff = Efficiency::uncalibrated();

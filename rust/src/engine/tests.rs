@@ -6,18 +6,7 @@ use proptest::prelude::*;
 pub(crate) use crate::collectives::tests::proto;
 
 fn plan(batch: u64, prompt: u64, output: u64) -> Plan {
-    Plan {
-        batch,
-        prompt,
-        output,
-        tp: 1,
-        dtype: DType::Bf16,
-        weights: Default::default(),
-        ep: 1,
-        kv_dtype: None,
-        chunk: None,
-        gpu_memory_utilization: 0.9,
-    }
+    Plan::new(batch, prompt, output, 0.9)
 }
 
 fn run(p: &Plan) -> Estimate {
@@ -202,4 +191,95 @@ proptest! {
             prop_assert!(ph.mfu <= 1.0 + 1e-12 && ph.mbu <= 1.0 + 1e-12, "{:?}", ph);
         }
     }
+}
+
+fn pp_plan(batch: u64, pp: u64) -> Plan {
+    let mut p = plan(batch, 1024, 64);
+    p.pp = pp;
+    p.topology.devices_per_node = Some(8);
+    p
+}
+
+#[test]
+fn pipeline_of_one_stage_is_the_single_device_estimate() {
+    let base = run(&plan(4, 1024, 64));
+    let mut p = plan(4, 1024, 64);
+    p.pp = 1;
+    p.dp = 1;
+    assert_eq!(run(&p), base);
+}
+
+#[test]
+fn pipeline_latency_is_the_full_pass_plus_the_sends() {
+    let one = run(&pp_plan(4, 1));
+    let two = run(&pp_plan(4, 2));
+    // one send per step of the batch's hidden states, 4 x 1024 x 4096 x 2 bytes in prefill
+    let msg = 4.0 * 1024.0 * 4096.0 * 2.0;
+    let send = msg / (450e9 * 0.85);
+    assert!(
+        (two.ttft_s - (one.ttft_s + send)).abs() < 1e-15,
+        "{} {}",
+        two.ttft_s,
+        one.ttft_s
+    );
+    let dmsg = 4.0 * 4096.0 * 2.0; // 32 KiB per decode step: LL protocol
+    let dsend = dmsg / (450e9 * 0.40);
+    assert!((two.tpot_s.unwrap() - (one.tpot_s.unwrap() + dsend)).abs() < 1e-15);
+    assert!(two.ttft_s < 1.01 * one.ttft_s, "never inflated by (2 - 1/p)");
+    // memory: half the layers, plus the larger of the embedding and the head
+    assert!(two.memory.weights_bytes < 0.6 * one.memory.weights_bytes);
+    assert_eq!(two.memory.kv_bytes * 2.0, one.memory.kv_bytes);
+}
+
+#[test]
+fn pipeline_throughput_follows_gpipe() {
+    let (b, p, m) = (8u64, 2u64, 2u64);
+    let two = run(&pp_plan(b, p));
+    assert_eq!(two.parallel.microbatches, m);
+    // stage time for one micro-batch of b/m: half the layers' work plus one send
+    let full = run(&pp_plan(b / m, 1)).e2e_s;
+    let sends = run(&pp_plan(b / m, 2)).e2e_s - full;
+    let stage = full * 16.0 / 32.0 + sends;
+    let round = (m + p - 1) as f64 * stage;
+    let want = (b * 64) as f64 / round;
+    assert!(
+        (two.throughput_tok_s - want).abs() / want < 1e-12,
+        "{} vs {want}",
+        two.throughput_tok_s
+    );
+    let mut dp = pp_plan(b, p);
+    dp.dp = 3;
+    let three = run(&dp);
+    assert!((three.throughput_tok_s - 3.0 * want).abs() / want < 1e-12);
+    assert_eq!(three.ttft_s, two.ttft_s);
+    assert_eq!(three.parallel.devices, 6);
+}
+
+#[test]
+fn tp_across_nodes_uses_the_hierarchical_allreduce() {
+    let mut p = plan(1, 1024, 2);
+    p.tp = 16;
+    p.topology.devices_per_node = Some(8);
+    p.topology.scaleout_bw_gbs = Some(50.0);
+    let hier = run(&p);
+    assert_eq!(hier.parallel.nodes_per_replica, 2);
+    p.topology.scaleout_bw_gbs = None;
+    let flat = run(&p);
+    assert!(flat
+        .warnings
+        .iter()
+        .any(|w| w.contains("no scale-out topology is known")));
+    let ar = |e: &Estimate| row(e, Phase::Prefill, OpKind::AttnAllReduce).comm_s;
+    assert!(
+        ar(&hier) > ar(&flat),
+        "the 50 GB/s NICs are slower than the flat NVLink ring"
+    );
+}
+
+#[test]
+fn more_stages_than_layers_is_refused() {
+    let mut p = plan(1, 10, 10);
+    p.pp = 33;
+    let e = estimate(&llama31_8b(), &h100(), &p, &Efficiency::uncalibrated(), proto(), false);
+    assert!(matches!(e, Err(Error::Plan { ref field, .. }) if field == "pp"));
 }

@@ -1,0 +1,173 @@
+"""Collective communication times (spec 40), with the topology precedence:
+explicit arguments, then the catalog, then a flat ring (flagged as such)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import numpy as np
+
+from . import _core
+from .catalog import Catalog, Device, default_catalog
+from .errors import PlanError
+
+_UNITS = {
+    "": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}  # fmt: skip
+FLAT_RING_NOTE = "flat ring, no scale-out topology known"
+
+
+def parse_size(text: str) -> int:
+    """Bytes from '4MiB', '512KiB', '1GB', '65536' or '1e6'.
+
+    >>> parse_size("4MiB")
+    4194304
+    """
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise PlanError(f"size: cannot read '{text}'; use bytes or a unit such as 64KiB, 4MiB, 1GiB, 1GB")
+    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if value < 1:
+        raise PlanError(f"size: must be at least 1 byte, got '{text}'")
+    return int(value)
+
+
+def bus_factor(op: str, ranks: int) -> float:
+    """nccl-tests busBW / algBW: 2(n-1)/n for all-reduce, (n-1)/n for all-gather,
+    reduce-scatter and all-to-all, 1 for send/recv."""
+    key = op.lower().replace("_", "").replace("-", "")
+    if key == "allreduce":
+        return 2 * (ranks - 1) / ranks
+    if key in ("allgather", "reducescatter", "alltoall"):
+        return (ranks - 1) / ranks
+    return 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    """Node layout of a device group, with where each part came from."""
+
+    devices_per_node: Optional[int]
+    scaleout_bw_gbs: Optional[float]
+    scaleout_latency_us: Optional[float]
+    source: str
+
+    def core(self) -> dict[str, Any]:
+        return {
+            "devices_per_node": self.devices_per_node,
+            "scaleout_bw_gbs": self.scaleout_bw_gbs,
+            "scaleout_latency_us": self.scaleout_latency_us,
+            "source": self.source,
+        }
+
+
+def resolve_topology(
+    dev: Device,
+    devices_per_node: Optional[int] = None,
+    scaleout_gbs: Optional[float] = None,
+    scaleout_latency_us: Optional[float] = None,
+) -> Topology:
+    """Explicit arguments first, then the catalog's scaleup_domain / scaleout_* columns."""
+    explicit = any(v is not None for v in (devices_per_node, scaleout_gbs, scaleout_latency_us))
+    dpn = devices_per_node if devices_per_node is not None else dev.scaleup_domain
+    bw = scaleout_gbs if scaleout_gbs is not None else dev.scaleout_bw_gbs
+    lat = scaleout_latency_us if scaleout_latency_us is not None else dev.scaleout_latency_us
+    if explicit:
+        source = "explicit topology" + (" (rest from the catalog)" if None in (devices_per_node, scaleout_gbs) else "")
+    elif dpn is not None or bw is not None:
+        source = "catalog"
+    else:
+        source = FLAT_RING_NOTE
+    return Topology(dpn, bw, lat, source)
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectiveResult:
+    op: str
+    ranks: int
+    hardware: str
+    size_bytes: tuple[int, ...]
+    time_s: tuple[float, ...]
+    algbw_gbs: tuple[float, ...]
+    busbw_gbs: tuple[float, ...]
+    link_gbs_per_direction: float
+    nodes: int
+    hierarchical: bool
+    topology: str
+    notes: tuple[str, ...]
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [
+            {"size_bytes": s, "time_us": t * 1e6, "algbw_gbs": a, "busbw_gbs": b}
+            for s, t, a, b in zip(self.size_bytes, self.time_s, self.algbw_gbs, self.busbw_gbs)
+        ]
+
+
+def _protocol_json(cat: Catalog) -> str:
+    """The NCCL protocol table from the constants table (one source for every collective)."""
+    import json
+
+    return json.dumps(
+        {
+            "beta_ll": cat.constant("nccl_beta_ll"),
+            "beta_ll128": cat.constant("nccl_beta_ll128"),
+            "beta_simple": cat.constant("nccl_beta_simple"),
+            "ll_max_bytes": cat.constant("nccl_ll_max_bytes"),
+            "ll128_max_bytes": cat.constant("nccl_ll128_max_bytes"),
+        }
+    )
+
+
+def collective(
+    op: str,
+    ranks: int,
+    sizes: int | Sequence[int],
+    hardware: str | Device,
+    *,
+    devices_per_node: Optional[int] = None,
+    scaleout_gbs: Optional[float] = None,
+    scaleout_latency_us: Optional[float] = None,
+    catalog: Optional[Catalog] = None,
+) -> CollectiveResult:
+    """Time, algBW and busBW of one collective over message sizes (bytes).
+
+    >>> r = collective("allreduce", 8, 2**30, "H100_SXM")
+    >>> round(r.busbw_gbs[0])
+    382
+    """
+    cat = catalog or default_catalog()
+    dev = hardware if isinstance(hardware, Device) else cat.get(hardware)
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise PlanError(f"ranks: must be a positive integer, got {ranks!r}")
+    size_list = [int(sizes)] if isinstance(sizes, (int, np.integer)) else [int(s) for s in sizes]
+    notes = []
+    if dev.scaleup_bw_gbs is not None:
+        link, latency = dev.scaleup_bw_gbs, dev.scaleup_latency_us
+    elif dev.host_link_bw_gbs is not None:
+        link, latency = dev.host_link_bw_gbs, None
+        notes.append(f"{dev.name} has no scale-up fabric in the catalog: the host link carries the collective")
+    else:
+        raise PlanError(f"hardware: {dev.name} has no scale-up or host-link bandwidth in the catalog")
+    if latency is None:
+        notes.append("scale-up latency not in the catalog: alpha terms omitted (optimistic)")
+    elif dev.scaleup_latency_source:
+        notes.append(f"scale-up latency {latency} us: {dev.scaleup_latency_source[:100]}")
+    topo = resolve_topology(dev, devices_per_node, scaleout_gbs, scaleout_latency_us)
+    r = _core.collective(
+        op, ranks, np.asarray(size_list, dtype=np.float64), link, latency or 0.0, _protocol_json(cat),
+        topo.devices_per_node, topo.scaleout_bw_gbs, topo.scaleout_latency_us,
+    )  # fmt: skip
+    if r["flat_ring_fallback"] or topo.source == FLAT_RING_NOTE:
+        notes.append(FLAT_RING_NOTE)
+    times = [float(t) for t in r["time_s"]]
+    alg = [s / t / 1e9 if t > 0 else 0.0 for s, t in zip(size_list, times)]
+    f = bus_factor(op, ranks)
+    return CollectiveResult(
+        op=op, ranks=ranks, hardware=dev.name, size_bytes=tuple(size_list), time_s=tuple(times),
+        algbw_gbs=tuple(alg), busbw_gbs=tuple(a * f for a in alg), link_gbs_per_direction=link / 2,
+        nodes=int(r["nodes"]), hierarchical=bool(r["hierarchical"]), topology=topo.source, notes=tuple(notes),
+    )  # fmt: skip

@@ -1,0 +1,145 @@
+"""Validation reports: predictions of measured rows next to the rows.
+
+``comm_report`` (``ridgeline validate --comm``) compares every measured
+communication row with two predictions: the link-rate bound (protocol
+efficiency 1, no latency) and the protocol model (the NCCL beta table and the
+catalog's latencies). Fitting a comm efficiency is calibration's job; this is
+the raw structural agreement.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Optional
+
+import numpy as np
+
+from . import _core
+from .catalog import Catalog, default_catalog
+from .collectives import _protocol_json, bus_factor
+
+# Protocol efficiencies of the link-rate bound: every protocol at the full link rate.
+_BOUND_PROTO = {"beta_ll": 1.0, "beta_ll128": 1.0, "beta_simple": 1.0}
+# Rows whose measurement used in-switch reduction (NVLink SHARP / NVLS) beat a ring's link bound legitimately.
+_IN_SWITCH_MARKERS = ("nvls", "sharp", "in-switch")
+
+SIZE_BUCKETS = ((64 * 2**10, "<64KiB"), (2**20, "64KiB-1MiB"), (64 * 2**20, "1MiB-64MiB"), (math.inf, ">=64MiB"))
+
+
+def size_bucket(size: Optional[float]) -> str:
+    if size is None or (isinstance(size, float) and math.isnan(size)):
+        return "unstated"
+    return next(label for limit, label in SIZE_BUCKETS if size < limit)
+
+
+def _collective_bw(cat: Catalog, row: dict[str, Any], bound: bool) -> Optional[float]:
+    """Predicted busBW (GB/s) of an all-reduce or send/recv row."""
+    dev = cat.get(row["hardware"])
+    proto = json.loads(_protocol_json(cat))
+    if bound:
+        proto.update(_BOUND_PROTO)
+    op = "sendrecv" if row["metric"] == "sendrecv_busbw_gbs" else row["op"]
+    ranks = int(row["ranks"] or 2)
+    size = float(row["size_bytes"])
+    link = dev.scaleup_bw_gbs or dev.host_link_bw_gbs
+    if link is None:
+        return None
+    latency = 0.0 if bound else (dev.scaleup_latency_us or 0.0)
+    r = _core.collective(
+        op, ranks, np.array([size]), link, latency, json.dumps(proto),
+        row["devices_per_node"], dev.scaleout_bw_gbs, None if bound else dev.scaleout_latency_us,
+    )  # fmt: skip
+    t = float(r["time_s"][0])
+    return size / t * bus_factor(op, ranks) / 1e9
+
+
+def _link_bw(cat: Catalog, row: dict[str, Any], bound: bool) -> Optional[float]:
+    """Predicted GB/s of a copy or link row (a single transfer at the link or memory rate)."""
+    dev = cat.get(row["hardware"])
+    beta = 1.0 if bound else cat.constant("nccl_beta_simple")
+    metric = row["metric"]
+    if metric == "copy_gbs":  # bandwidthTest device-to-device counts read + write bytes
+        return float(dev.memory_bw_gbs)
+    if metric == "host_link_gbs":
+        return None if dev.host_link_bw_gbs is None else dev.host_link_bw_gbs / 2  # one direction
+    if metric == "link_unidirectional_gbs" and dev.scaleup_bw_gbs:
+        return dev.scaleup_bw_gbs / 2 * beta
+    if metric == "copy_bidirectional_gbs" and dev.scaleup_bw_gbs:
+        return dev.scaleup_bw_gbs * beta
+    return None
+
+
+def comm_rows(catalog: Optional[Catalog] = None) -> list[dict[str, Any]]:
+    """Every communication and link row with its observed value and both predictions."""
+    cat = catalog or default_catalog()
+    rows = cat.sql(
+        "SELECT * FROM benchmarks WHERE metric IN ('allreduce_busbw_gbs', 'sendrecv_busbw_gbs', 'copy_gbs', "
+        "'host_link_gbs', 'link_unidirectional_gbs', 'copy_bidirectional_gbs') ORDER BY id"
+    ).to_dicts()
+    out = []
+    for r in rows:
+        rec = {
+            "id": r["id"], "hardware": r["hardware"], "file_hardware": r["file_hardware"], "metric": r["metric"],
+            "op": r["op"], "ranks": r["ranks"], "nodes": r["nodes"], "size_bytes": r["size_bytes"],
+            "bucket": size_bucket(r["size_bytes"]), "observed": r["value"], "unit": r["unit"], "source": r["source"],
+            "bound": None, "predicted": None, "reason": r["not_priced"],
+        }  # fmt: skip
+        if r["not_priced"] is None:
+            price = _collective_bw if r["metric"] in ("allreduce_busbw_gbs", "sendrecv_busbw_gbs") else _link_bw
+            rec["bound"] = price(cat, r, True)
+            rec["predicted"] = price(cat, r, False)
+            if rec["bound"] is None:
+                rec["reason"] = f"{r['hardware']} has no catalog figure for this link"
+        if rec["bound"]:
+            rec["obs_over_bound"] = rec["observed"] / rec["bound"]
+            rec["obs_over_pred"] = rec["observed"] / rec["predicted"]
+            rec["beats_bound"] = rec["obs_over_bound"] > 1.05
+            notes = f"{r['notes'] or ''} {r['runtime'] or ''}".lower()
+            rec["in_switch_reduction"] = any(k in notes for k in _IN_SWITCH_MARKERS)
+        else:
+            rec.update(obs_over_bound=None, obs_over_pred=None, beats_bound=False, in_switch_reduction=False)
+        out.append(rec)
+    return out
+
+
+def _median(xs: list[float]) -> Optional[float]:
+    return float(np.median(xs)) if xs else None
+
+
+def comm_report(catalog: Optional[Catalog] = None) -> dict[str, Any]:
+    """Medians of observed/predicted per size bucket and per setup, and the bound violations."""
+    rows = comm_rows(catalog)
+    priced = [r for r in rows if r["bound"]]
+    groups: dict[str, dict[str, list[dict[str, Any]]]] = {"size_bucket": {}, "setup": {}, "metric": {}}
+    for r in priced:
+        setup = f"{r['file_hardware']} / {r['ranks'] or '-'} ranks / {r['nodes'] or 1} node(s)"
+        groups["size_bucket"].setdefault(f"{r['metric']} {r['bucket']}", []).append(r)
+        groups["setup"].setdefault(f"{r['metric']}: {setup}", []).append(r)
+        groups["metric"].setdefault(r["metric"], []).append(r)
+    summary = {
+        kind: {
+            key: {
+                "rows": len(v),
+                "median_obs_over_pred": _median([x["obs_over_pred"] for x in v]),
+                "median_obs_over_bound": _median([x["obs_over_bound"] for x in v]),
+                "max_obs_over_bound": max(x["obs_over_bound"] for x in v),
+            }
+            for key, v in sorted(g.items())
+        }
+        for kind, g in groups.items()
+    }
+    violations = [
+        {k: r[k] for k in ("id", "hardware", "metric", "size_bytes", "observed", "bound", "in_switch_reduction")}
+        for r in priced
+        if r["beats_bound"]
+    ]
+    return {
+        "rows": len(rows),
+        "priced": len(priced),
+        "not_priced": [{"id": r["id"], "reason": r["reason"]} for r in rows if not r["bound"]],
+        "violations": violations,
+        "unexplained_violations": [v for v in violations if not v["in_switch_reduction"]],
+        "summary": summary,
+        "per_row": rows,
+    }
