@@ -22,6 +22,7 @@ __all__ = [
     "data_hash",
     "estimate",
     "estimate_many",
+    "sweep_grid",
 ]
 
 __version__: str
@@ -66,6 +67,24 @@ def estimate_many(
     efficiency_json: str,
     protocol_json: str,
     threads: int = 0,
+) -> dict[str, Any]: ...
+def sweep_grid(
+    model: CoreModel,
+    device: CoreDevice,
+    tp: npt.NDArray[np.int64],
+    pp: npt.NDArray[np.int64],
+    ep: npt.NDArray[np.int64],
+    dp: npt.NDArray[np.int64],
+    chunk: npt.NDArray[np.int64],
+    batch: npt.NDArray[np.int64],
+    prompt: npt.NDArray[np.int64],
+    output: npt.NDArray[np.int64],
+    base_plan_json: str,
+    efficiency_json: str,
+    protocol_json: str,
+    threads: int = 0,
+    start: int = 0,
+    stop: Optional[int] = None,
 ) -> dict[str, Any]: ...
 def collective(
     op: str,

@@ -100,7 +100,12 @@ class Catalog:
     989.4
     """
 
-    def __init__(self, path: Optional[str | Path] = None, extra: Sequence[str | Path] = ()) -> None:
+    def __init__(
+        self,
+        path: Optional[str | Path] = None,
+        extra: Sequence[str | Path] = (),
+        constants: Optional[str | Path] = None,
+    ) -> None:
         env_extra = [p for p in os.environ.get("RIDGELINE_HARDWARE", "").split(os.pathsep) if p]
         self.extra = tuple(Path(p) for p in (*env_extra, *extra))
         for p in self.extra:
@@ -108,6 +113,12 @@ class Catalog:
                 raise CatalogError(
                     f"extra hardware file '{p}' does not exist (expected a CSV with the devices.csv columns)"
                 )
+        env_constants = os.environ.get("RIDGELINE_CONSTANTS")
+        self.constants_file = Path(constants) if constants else (Path(env_constants) if env_constants else None)
+        if self.constants_file is not None and not self.constants_file.is_file():
+            raise CatalogError(
+                f"constants override '{self.constants_file}' does not exist (expected name,value,unit,source,note rows)"
+            )
         self.fingerprint = self._fingerprint()
         if path is None:
             path = cache_dir() / f"catalog-{self.fingerprint}.duckdb"
@@ -118,7 +129,8 @@ class Catalog:
 
     def _fingerprint(self) -> str:
         h = hashlib.sha256(_data.data_hash().encode())
-        for p in self.extra:
+        for p in (*self.extra, *([self.constants_file] if self.constants_file else [])):
+            h.update(str(p).encode())
             h.update(p.read_bytes())
         return h.hexdigest()[:16]
 
@@ -139,6 +151,8 @@ class Catalog:
                     _load_csv(con, table, _data.read_text(f), f)
             for p in self.extra:
                 _load_csv(con, "hardware", p.read_text(), str(p), replace=True)
+            if self.constants_file:
+                _load_csv(con, "constants", self.constants_file.read_text(), str(self.constants_file), replace=True)
             _load_benchmarks(con)
             rows = con.execute(_data.query("device_for_engine")).fetchall()
             cols = [d[0] for d in con.description]

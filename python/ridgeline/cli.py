@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any, Optional
 
 import click
@@ -227,6 +228,88 @@ def collective(
 
 
 @cli.command()
+@click.option("--model", "-m", "models", multiple=True, help="Model(s); repeat or comma-separate.")
+@click.option("--hardware", "-H", "hardware", multiple=True, help="Device(s); repeat or comma-separate.")
+@click.option("--batch", multiple=True, help="Batch sizes: 1,8,64 or 1..256:x2.")
+@click.option("--prompt", multiple=True, help="Prompt lengths: 128..32768:x2.")
+@click.option("--output", multiple=True, help="Output lengths.")
+@click.option("--tp", multiple=True, help="TP degrees: 1,2,4,8.")
+@click.option("--pp", multiple=True, help="Pipeline stages.")
+@click.option("--ep", multiple=True, help="Expert-parallel degrees (1 or TP).")
+@click.option("--dp", multiple=True, help="Data-parallel replicas.")
+@click.option("--chunk", multiple=True, help="Chunked-prefill budgets (0: none).")
+@click.option("--dtype", multiple=True, help="Activation dtypes.")
+@click.option("--weight-dtype", multiple=True, help="Weight formats (see estimate --help).")
+@click.option("--kv-dtype", multiple=True, help="KV-cache dtypes.")
+@click.option("--grid", "grid_file", type=click.Path(exists=True, dir_okay=False), help="A YAML or JSON grid file.")
+@click.option("--out", default=None, help="results.parquet, results.csv or results.duckdb:table.")
+@click.option("--threads", type=int, default=0, show_default=True, help="Threads (0: all cores).")
+@click.option("--chunk-size", type=int, default=1 << 18, show_default=True, help="Plans per Rust call (bounds memory).")
+@click.option("--columns", "show_columns", is_flag=True, help="Print the output columns with their units and exit.")
+def sweep(
+    models: tuple[str, ...],
+    hardware: tuple[str, ...],
+    batch: tuple[str, ...],
+    prompt: tuple[str, ...],
+    output: tuple[str, ...],
+    tp: tuple[str, ...],
+    pp: tuple[str, ...],
+    ep: tuple[str, ...],
+    dp: tuple[str, ...],
+    chunk: tuple[str, ...],
+    dtype: tuple[str, ...],
+    weight_dtype: tuple[str, ...],
+    kv_dtype: tuple[str, ...],
+    grid_file: Optional[str],
+    out: Optional[str],
+    threads: int,
+    chunk_size: int,
+    show_columns: bool,
+) -> None:
+    """Evaluate a grid of plans in the Rust core across all cores."""
+    import resource
+    import time
+
+    import polars as pl
+
+    from .sweep import SWEEP_COLUMNS, grid_size, iter_sweep, load_grid_file, write
+
+    if show_columns:
+        click.echo(_table(list(SWEEP_COLUMNS.items())))
+        return
+    grid: dict[str, Any] = load_grid_file(grid_file) if grid_file else {}
+    flags = {"model": models, "hardware": hardware, "batch": batch, "prompt": prompt, "output": output, "tp": tp,
+             "pp": pp, "ep": ep, "dp": dp, "chunk": chunk, "dtype": dtype, "weight_dtype": weight_dtype,
+             "kv_dtype": kv_dtype}  # fmt: skip
+    grid.update({k: list(v) for k, v in flags.items() if v})
+    if chunk_size < 1:
+        raise click.BadParameter("must be >= 1", param_hint="--chunk-size")
+    total = grid_size(grid)
+    t0 = time.perf_counter()
+    bar = None
+    if sys.stderr.isatty():
+        bar = click.progressbar(length=total, label="plans", file=sys.stderr)
+        bar.__enter__()
+    try:
+        frames = iter_sweep(grid, threads=threads, chunk_size=chunk_size, progress=bar.update if bar else None)
+        if out:
+            rows = write(frames, out)
+            df = None
+        else:
+            df = pl.concat(list(frames))
+            rows = df.height
+    finally:
+        if bar:
+            bar.__exit__(None, None, None)
+    dt = time.perf_counter() - t0
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if df is not None:
+        _frame_out(df, "table")
+    click.echo(f"{rows:,} plans in {dt:.2f} s ({rows / dt:,.0f} plans/s), peak RSS {rss_mb:,.0f} MB"
+               + (f", written to {out}" if out else ""), err=True)  # fmt: skip
+
+
+@cli.command()
 @click.option("--comm", is_flag=True, help="Communication and link rows: link-rate bound and protocol model.")
 @click.option("--json", "as_json", is_flag=True, help="The summary as JSON.")
 @click.option("--per-row", is_flag=True, help="With --json: every row with observed and predicted values.")
@@ -260,6 +343,57 @@ def validate(comm: bool, as_json: bool, per_row: bool) -> None:
             )
             click.echo(f"  beats the link bound: {v['id']} {v['observed']:.1f} > {v['bound']:.1f} GB/s: {why}")
     if rep["unexplained_violations"]:
+        sys.exit(1)
+
+
+@cli.group()
+def snapshot() -> None:
+    """Golden snapshots of a fixed panel of estimates."""
+
+
+@snapshot.command("save")
+@click.option("--db", default="snapshots.duckdb", show_default=True, help="DuckDB file holding the snapshots table.")
+@click.option("--label", default=None, help="Label (default: ridgeline version + structure version).")
+@click.option("--to-text", is_flag=True, help="Also rewrite data/snapshots/golden.csv (run from the repository root).")
+def snapshot_save(db: str, label: Optional[str], to_text: bool) -> None:
+    """Evaluate the panel and store it."""
+    from . import __version__
+    from .snapshot import GOLDEN, evaluate, save, structure_version
+    from .snapshot import to_text as as_text
+
+    label = label or f"{__version__}+{structure_version()}"
+    n = save(db, label)
+    click.echo(f"saved {n} panel rows to {db} as '{label}'")
+    if to_text:
+        path = Path(GOLDEN)
+        if not path.parent.is_dir():
+            raise click.UsageError(f"{path.parent} not found: run --to-text from the repository root")
+        path.write_text(as_text(evaluate()))
+        click.echo(f"wrote {path}")
+
+
+@snapshot.command("diff")
+@click.argument("a", default="shipped")
+@click.argument("b", default="current")
+@click.option("--db", default=None, help="DuckDB file for labels saved with `snapshot save`.")
+@click.option("--tolerance", type=float, default=1e-9, show_default=True, help="Relative change that counts.")
+@click.option("--expected", default="snapshot-expected.yaml", show_default=True, help="Declared changes (YAML/JSON).")
+@click.option("--json", "as_json", is_flag=True)
+def snapshot_diff(a: str, b: str, db: Optional[str], tolerance: float, expected: str, as_json: bool) -> None:
+    """Changed cells between snapshots A and B (default: the shipped panel and the current code);
+    exit 1 when a change above the tolerance is not declared in the expected file."""
+    from .snapshot import diff, load, load_expected
+
+    rep = diff(load(a, db=db), load(b, db=db), tolerance=tolerance, expected=load_expected(expected))
+    if as_json:
+        click.echo(json.dumps(rep, indent=2, default=str))
+    else:
+        click.echo(f"{rep['changed']} changed cells ({rep['undeclared']} undeclared) between {a} and {b}")
+        for g in rep["groups"]:
+            tag = "declared" if g["declared"] else "UNDECLARED"
+            click.echo(f"  {tag:<10} {g['model']} on {g['hardware']}: {g['column']} in {g['cells']} rows, "
+                       f"max relative change {g['max_rel_change']:.3g}")  # fmt: skip
+    if rep["undeclared"]:
         sys.exit(1)
 
 

@@ -315,27 +315,44 @@ fn estimate_many<'py>(
         .collect();
     let (m, d) = (&model.inner, &device.inner);
     let results = py.detach(|| sweep::evaluate(m, d, &plans, &eff, proto, threads));
-    let mut cols: [Vec<f64>; 7] = Default::default();
+    summaries(py, results)
+}
+
+/// Result columns of many plans: NaN values and the reason in `error` where a plan cannot be priced.
+fn summaries<'py>(py: Python<'py>, results: Vec<crate::error::Result<sweep::Summary>>) -> PyResult<Bound<'py, PyDict>> {
+    const NAMES: [&str; 8] = [
+        "ttft_s",
+        "tpot_s",
+        "e2e_s",
+        "throughput_tok_s",
+        "prefill_tok_s",
+        "memory_bytes",
+        "mfu_prefill",
+        "mbu_decode",
+    ];
+    let n = results.len();
+    let mut cols: [Vec<f64>; 8] = Default::default();
     let mut fits = Vec::with_capacity(n);
+    let mut devices = Vec::with_capacity(n);
     let mut errors: Vec<Option<String>> = Vec::with_capacity(n);
     for r in results {
         match r {
             Ok(s) => {
-                for (i, v) in [
+                let vals = [
                     s.ttft_s,
                     s.tpot_s,
                     s.e2e_s,
                     s.throughput_tok_s,
+                    s.prefill_tok_s,
                     s.memory_bytes,
                     s.mfu_prefill,
                     s.mbu_decode,
-                ]
-                .into_iter()
-                .enumerate()
-                {
-                    cols[i].push(v);
+                ];
+                for (c, v) in cols.iter_mut().zip(vals) {
+                    c.push(v);
                 }
                 fits.push(s.fits);
+                devices.push(s.devices as i64);
                 errors.push(None);
             }
             Err(e) => {
@@ -343,27 +360,81 @@ fn estimate_many<'py>(
                     c.push(f64::NAN);
                 }
                 fits.push(false);
+                devices.push(0);
                 errors.push(Some(e.to_string()));
             }
         }
     }
     let out = PyDict::new(py);
-    for (i, name) in [
-        "ttft_s",
-        "tpot_s",
-        "e2e_s",
-        "throughput_tok_s",
-        "memory_bytes",
-        "mfu_prefill",
-        "mbu_decode",
-    ]
-    .iter()
-    .enumerate()
-    {
-        out.set_item(*name, PyArray1::from_vec(py, std::mem::take(&mut cols[i])))?;
+    for (name, c) in NAMES.iter().zip(cols) {
+        out.set_item(*name, PyArray1::from_vec(py, c))?;
     }
     out.set_item("fits", PyArray1::from_vec(py, fits))?;
+    out.set_item("devices", PyArray1::from_vec(py, devices))?;
     out.set_item("error", PyList::new(py, errors)?)?;
+    Ok(out)
+}
+
+fn axis(name: &str, a: PyReadonlyArray1<'_, i64>) -> PyResult<Vec<u64>> {
+    to_u64(name, a.as_slice()?)
+}
+
+/// Evaluates plans `start..stop` of a grid whose numeric axes are expanded
+/// here (output fastest), with the rest of the plan shared. Returns the axis
+/// values of each plan and its result columns.
+#[pyfunction]
+#[pyo3(signature = (model, device, tp, pp, ep, dp, chunk, batch, prompt, output, base_plan_json, efficiency_json, protocol_json, threads=0, start=0, stop=None))]
+#[allow(clippy::too_many_arguments)]
+fn sweep_grid<'py>(
+    py: Python<'py>,
+    model: &CoreModel,
+    device: &CoreDevice,
+    tp: PyReadonlyArray1<'py, i64>,
+    pp: PyReadonlyArray1<'py, i64>,
+    ep: PyReadonlyArray1<'py, i64>,
+    dp: PyReadonlyArray1<'py, i64>,
+    chunk: PyReadonlyArray1<'py, i64>,
+    batch: PyReadonlyArray1<'py, i64>,
+    prompt: PyReadonlyArray1<'py, i64>,
+    output: PyReadonlyArray1<'py, i64>,
+    base_plan_json: &str,
+    efficiency_json: &str,
+    protocol_json: &str,
+    threads: usize,
+    start: usize,
+    stop: Option<usize>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let axes = sweep::Axes {
+        tp: axis("tp", tp)?,
+        pp: axis("pp", pp)?,
+        ep: axis("ep", ep)?,
+        dp: axis("dp", dp)?,
+        chunk: axis("chunk", chunk)?,
+        batch: axis("batch", batch)?,
+        prompt: axis("prompt", prompt)?,
+        output: axis("output", output)?,
+    };
+    axes.validate()?;
+    let base: Plan = from_json("plan", base_plan_json)?;
+    let eff: Efficiency = from_json("efficiency", efficiency_json)?;
+    let proto: ProtocolTable = from_json("protocol", protocol_json)?;
+    let stop = stop.unwrap_or(axes.len()).min(axes.len());
+    let start = start.min(stop);
+    let (m, d) = (&model.inner, &device.inner);
+    let results = py.detach(|| sweep::grid(m, d, &axes, &base, &eff, proto, threads, start, stop));
+    let out = summaries(py, results)?;
+    let mut vals: [Vec<i64>; 8] = Default::default();
+    for i in start..stop {
+        for (k, v) in axes.values(i).iter().enumerate() {
+            vals[k].push(*v as i64);
+        }
+    }
+    for (name, v) in ["tp", "pp", "ep", "dp", "chunk", "batch", "prompt", "output"]
+        .iter()
+        .zip(vals)
+    {
+        out.set_item(*name, PyArray1::from_vec(py, v))?;
+    }
     Ok(out)
 }
 
@@ -479,6 +550,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(estimate, m)?)?;
     m.add_function(wrap_pyfunction!(estimate_many, m)?)?;
     m.add_function(wrap_pyfunction!(collective, m)?)?;
+    m.add_function(wrap_pyfunction!(sweep_grid, m)?)?;
     m.add_function(wrap_pyfunction!(data_files, m)?)?;
     m.add_function(wrap_pyfunction!(data_file, m)?)?;
     m.add_function(wrap_pyfunction!(data_hash, m)?)?;

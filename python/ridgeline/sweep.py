@@ -1,0 +1,266 @@
+"""Sweeps: a grid of plans evaluated in the Rust core across all cores.
+
+Categorical axes (model, hardware, dtypes, weight formats) are looped here; the
+numeric axes (tp, pp, ep, dp, chunk, batch, prompt, output) are expanded and
+evaluated inside Rust in chunks, so memory stays bounded and the result does
+not depend on the thread count. Invalid combinations are kept as rows with
+the reason in ``error``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from . import _core, quant
+from .catalog import Catalog, default_catalog
+from .collectives import _protocol_json, resolve_topology
+from .errors import PlanError
+from .estimate import _UNCALIBRATED_EFF, UNCALIBRATED
+from .models import Model
+
+NUMERIC_AXES = ("tp", "pp", "ep", "dp", "chunk", "batch", "prompt", "output")
+CATEGORICAL_AXES = ("model", "hardware", "dtype", "weight_dtype", "kv_dtype")
+DEFAULTS: dict[str, list[Any]] = {
+    "tp": [1], "pp": [1], "ep": [1], "dp": [1], "chunk": [0], "batch": [1], "prompt": [1024], "output": [256],
+    "dtype": ["bf16"], "weight_dtype": [None], "kv_dtype": [None],
+}  # fmt: skip
+
+#: Every output column, with its unit.
+SWEEP_COLUMNS = {
+    "model": "model (Hugging Face id or path)",
+    "hardware": "catalog device name",
+    "dtype": "activation dtype",
+    "weights": "weight format label (quantisation or dtype)",
+    "kv_dtype": "KV-cache dtype",
+    "tp": "tensor-parallel degree",
+    "pp": "pipeline stages",
+    "ep": "expert-parallel degree",
+    "dp": "data-parallel replicas",
+    "chunk": "chunked-prefill budget in tokens (0: one prefill step)",
+    "batch": "concurrent sequences",
+    "prompt": "prompt tokens per sequence",
+    "output": "output tokens per sequence",
+    "devices": "devices the plan occupies (tp x pp x dp)",
+    "ttft_s": "time to first token, s",
+    "tpot_s": "mean time per output token after the first, s (NaN with one output token)",
+    "e2e_s": "request latency, s",
+    "throughput_tok_s": "output tokens per second over all replicas",
+    "prefill_tok_s": "prompt tokens per second during prefill",
+    "memory_gb": "memory per device, GB (1e9 bytes)",
+    "fits": "whether the plan fits in device memory x gpu_memory_utilization",
+    "mfu_prefill": "prefill FLOP/s over the dense peak (<= 1)",
+    "mbu_decode": "decode bytes/s over the memory bandwidth (<= 1)",
+    "calibration": "calibration label (uncalibrated: an optimistic bound)",
+    "estimated": "true when the device row is not vendor-verified",
+    "error": "why the plan cannot be priced (null when it can)",
+}
+
+_RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+)\s*(?::\s*([x*+])\s*(\d+))?\s*$")
+
+
+def parse_axis(name: str, value: Any) -> list[Any]:
+    """Values of one axis from a list, a comma list, or a range 'a..b[:xk|:+k]'.
+
+    >>> parse_axis("prompt", "128..1024:x2")
+    [128, 256, 512, 1024]
+    """
+    items: list[Any] = list(value) if isinstance(value, (list, tuple)) else [value]
+    out: list[Any] = []
+    for item in items:
+        if name not in NUMERIC_AXES:
+            out.extend(str(x).strip() for x in str(item).split(",") if str(x).strip())
+            continue
+        if isinstance(item, bool):
+            raise PlanError(f"{name}: expected whole numbers, got {item!r}")
+        if isinstance(item, int):
+            out.append(item)
+            continue
+        for part in str(item).split(","):
+            m = _RANGE.match(part)
+            if m:
+                lo, hi, op, step = int(m.group(1)), int(m.group(2)), m.group(3) or "+", int(m.group(4) or 1)
+                if hi < lo or step < 1 or (op in "x*" and step < 2):
+                    raise PlanError(f"{name}: bad range '{part}' (use a..b, a..b:+k or a..b:xk with k >= 2 for x)")
+                v = lo
+                while v <= hi:
+                    out.append(v)
+                    v = v * step if op in "x*" else v + step
+            else:
+                try:
+                    out.append(int(part))
+                except ValueError:
+                    raise PlanError(f"{name}: cannot read '{part}'; use 8, 1,8,64 or 128..32768:x2") from None
+    if not out:
+        raise PlanError(f"{name}: the axis has no values")
+    if name in NUMERIC_AXES:
+        floor = 0 if name == "chunk" else 1
+        bad = [v for v in out if v < floor]
+        if bad:
+            raise PlanError(f"{name}: values must be >= {floor}, got {bad[0]}")
+    return out
+
+
+def normalise_grid(grid: Mapping[str, Any]) -> dict[str, list[Any]]:
+    unknown = set(grid) - set(NUMERIC_AXES) - set(CATEGORICAL_AXES)
+    if unknown:
+        raise PlanError(
+            f"grid: unknown axis {', '.join(sorted(unknown))}; axes: {', '.join(CATEGORICAL_AXES + NUMERIC_AXES)}"
+        )
+    out = {k: list(v) for k, v in DEFAULTS.items()}
+    for k, v in grid.items():
+        if v is None:
+            continue
+        out[k] = parse_axis(k, v)
+    for k in ("model", "hardware"):
+        if not out.get(k):
+            raise PlanError(f"grid: needs at least one {k}")
+    return out
+
+
+def load_grid_file(path: str | Path) -> dict[str, Any]:
+    """A grid from a JSON or YAML file: {axis: value or list or 'a..b:x2'}."""
+    text = Path(path).read_text()
+    if str(path).endswith((".yaml", ".yml")):
+        import yaml
+
+        data = yaml.safe_load(text)
+    else:
+        data = json.loads(text)
+    if not isinstance(data, dict):
+        raise PlanError(f"{path}: a grid file holds one mapping of axis names to values")
+    return data
+
+
+def grid_size(grid: Mapping[str, Any]) -> int:
+    g = normalise_grid(grid)
+    return int(np.prod([len(g[k]) for k in CATEGORICAL_AXES + NUMERIC_AXES]))
+
+
+def iter_sweep(
+    grid: Mapping[str, Any],
+    *,
+    threads: int = 0,
+    chunk_size: int = 1 << 18,
+    catalog: Optional[Catalog] = None,
+    progress: Optional[Callable[[int], None]] = None,
+) -> Iterator[Any]:
+    """Yields the sweep as Polars DataFrames of at most ``chunk_size`` rows, in grid order."""
+    import polars as pl
+
+    cat = catalog or default_catalog()
+    g = normalise_grid(grid)
+    tp, pp, ep, dp, chunk, batch, prompt, output = (np.asarray(g[k], dtype=np.int64) for k in NUMERIC_AXES)
+    n_numeric = int(np.prod([len(g[k]) for k in NUMERIC_AXES]))
+    proto = _protocol_json(cat)
+    models = {name: Model.from_config(name) for name in g["model"]}
+    devices = {name: cat.get(name) for name in g["hardware"]}
+    mem_util = cat.constant("gpu_memory_utilization")
+    for name, hw, dtype, wdt, kvdt in itertools.product(
+        g["model"], g["hardware"], g["dtype"], g["weight_dtype"], g["kv_dtype"]
+    ):
+        m, dev = models[name], devices[hw]
+        weights = quant.resolve(m, str(dtype).lower(), None if wdt in (None, "None") else wdt)
+        kv = None if kvdt in (None, "None") else kvdt
+        base = {
+            "batch": 1, "prompt": 1, "output": 1, "dtype": dtype, "kv_dtype": kv, "weights": weights.core(),
+            "topology": resolve_topology(dev).core(), "gpu_memory_utilization": mem_util,
+        }  # fmt: skip
+        base_json = json.dumps({k: v for k, v in base.items() if v is not None})
+        for start in range(0, n_numeric, chunk_size):
+            stop = min(start + chunk_size, n_numeric)
+            r = _core.sweep_grid(
+                m._core, dev.core, tp, pp, ep, dp, chunk, batch, prompt, output,
+                base_json, _UNCALIBRATED_EFF, proto, threads, start, stop,
+            )  # fmt: skip
+            n = stop - start
+            cols: dict[str, Any] = {
+                "model": pl.Series("model", [m.name] * n, dtype=pl.Utf8),
+                "hardware": pl.Series("hardware", [dev.name] * n, dtype=pl.Utf8),
+                "dtype": pl.Series("dtype", [str(dtype)] * n, dtype=pl.Utf8),
+                "weights": pl.Series("weights", [weights.label] * n, dtype=pl.Utf8),
+                "kv_dtype": pl.Series("kv_dtype", [kv or str(dtype)] * n, dtype=pl.Utf8),
+            }
+            for k in NUMERIC_AXES:
+                cols[k] = r[k]
+            cols["devices"] = r["devices"]
+            for k in ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "prefill_tok_s"):
+                cols[k] = r[k]
+            cols["memory_gb"] = r["memory_bytes"] / 1e9
+            cols["fits"] = r["fits"]
+            cols["mfu_prefill"] = r["mfu_prefill"]
+            cols["mbu_decode"] = r["mbu_decode"]
+            cols["calibration"] = pl.Series("calibration", [UNCALIBRATED] * n, dtype=pl.Utf8)
+            cols["estimated"] = pl.Series("estimated", [not dev.verified] * n, dtype=pl.Boolean)
+            cols["error"] = pl.Series("error", r["error"], dtype=pl.Utf8)
+            if progress:
+                progress(n)
+            # A plan that cannot be priced has no numbers: nulls, never NaN.
+            df = pl.DataFrame(cols)
+            yield df.with_columns(pl.col(pl.Float64).fill_nan(None))
+
+
+def sweep(grid: Mapping[str, Any], *, threads: int = 0, catalog: Optional[Catalog] = None) -> Any:
+    """Evaluates a grid of plans and returns a Polars DataFrame (columns in ``SWEEP_COLUMNS``).
+
+    >>> df = sweep({"model": "meta-llama/Llama-3.1-8B", "hardware": "H100_SXM", "batch": [1, 8], "tp": [1, 2]})
+    >>> df.height
+    4
+    """
+    import polars as pl
+
+    frames = list(iter_sweep(grid, threads=threads, catalog=catalog))
+    return pl.concat(frames) if frames else pl.DataFrame()
+
+
+def write(frames: Iterator[Any], out: str) -> int:
+    """Streams frames to ``x.parquet``, ``x.csv`` or ``x.duckdb:table``; returns the row count."""
+    import polars as pl
+
+    rows = 0
+    if out.endswith(".csv"):
+        with open(out, "w") as fh:
+            for i, df in enumerate(frames):
+                df.write_csv(fh, include_header=i == 0)
+                rows += df.height
+        return rows
+    target, table = out, None
+    if ":" in out and out.rsplit(":", 1)[0].endswith(".duckdb"):
+        target, table = out.rsplit(":", 1)
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", table):
+            raise PlanError(f"out: table name '{table}' must be a plain identifier")
+    elif not out.endswith(".parquet"):
+        raise PlanError(f"out: '{out}' must end in .parquet or .csv, or be file.duckdb:table")
+    with tempfile.TemporaryDirectory(prefix="ridgeline-sweep-", dir=Path(target).resolve().parent) as tmp:
+        parts = []
+        for i, df in enumerate(frames):
+            p = Path(tmp) / f"part-{i:06d}.parquet"
+            df.write_parquet(p)
+            parts.append(p)
+            rows += df.height
+        if not parts:
+            raise PlanError("the grid has no plans")
+        if table is None:
+            pl.concat([pl.scan_parquet(p) for p in parts]).sink_parquet(target)
+        else:
+            import duckdb
+
+            con = duckdb.connect(target)
+            try:
+                con.execute("SET preserve_insertion_order = true")
+                files = ", ".join(f"'{p}'" for p in parts)
+                con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM read_parquet([{files}])")
+            finally:
+                con.close()
+    return rows
+
+
+def describe_columns() -> Sequence[tuple[str, str]]:
+    return list(SWEEP_COLUMNS.items())

@@ -1,0 +1,93 @@
+"""Sweeps: grid parsing, kept invalid rows, outputs, determinism across thread counts."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pytest
+import ridgeline
+from ridgeline import PlanError
+from ridgeline.sweep import SWEEP_COLUMNS, iter_sweep, parse_axis, sweep, write
+
+GRID = {
+    "model": ["meta-llama/Llama-3.1-8B", "mistralai/Mixtral-8x7B-v0.1"],
+    "hardware": ["H100_SXM", "RTX_4090"],
+    "batch": "1..64:x2",
+    "prompt": [128, 8192],
+    "tp": "1,2,3,8",
+}
+
+
+def test_axes_parse_lists_and_ranges():
+    assert parse_axis("batch", "1..64:x2") == [1, 2, 4, 8, 16, 32, 64]
+    assert parse_axis("prompt", ["128..512:+128", 4096]) == [128, 256, 384, 512, 4096]
+    assert parse_axis("tp", "1,2,4,8") == [1, 2, 4, 8]
+    assert parse_axis("model", ["a,b", "c"]) == ["a", "b", "c"]
+    for bad in ("0..4", "8..2", "1..64:x1", "many"):
+        with pytest.raises(PlanError):
+            parse_axis("batch", bad)
+
+
+def test_sweep_keeps_invalid_rows_with_reasons_and_no_nan():
+    df = sweep(GRID)
+    assert df.height == 2 * 2 * 7 * 2 * 4
+    assert df.columns == list(SWEEP_COLUMNS)
+    errs = df.filter(pl.col("error").is_not_null())
+    assert errs.filter(pl.col("tp") == 3).height == errs.filter(pl.col("tp") == 3).height > 0
+    assert all("TP 3 does not divide" in e for e in errs.filter(pl.col("tp") == 3)["error"])
+    ok = df.filter(pl.col("error").is_null())
+    assert ok.height > 0 and ok.filter(~pl.col("fits")).height > 0  # not fitting is a result, not an error
+    for c in ("ttft_s", "e2e_s", "throughput_tok_s", "memory_gb"):
+        assert df[c].is_nan().sum() == 0 and ok[c].null_count() == 0
+    # the sweep agrees with single estimates
+    row = ok.filter((pl.col("hardware") == "H100_SXM") & (pl.col("tp") == 2) & (pl.col("batch") == 8)).row(
+        0, named=True
+    )
+    e = ridgeline.estimate(row["model"], "H100_SXM", batch=8, prompt=row["prompt"], tp=2, allow_no_fit=True)
+    assert row["e2e_s"] == e.e2e_s and row["memory_gb"] == e.memory["total_bytes"] / 1e9
+
+
+def test_same_bytes_whatever_the_thread_count(tmp_path):
+    outs = []
+    for threads in (1, 2):
+        p = tmp_path / f"t{threads}.parquet"
+        write(iter_sweep(GRID, threads=threads, chunk_size=37), str(p))
+        c = tmp_path / f"t{threads}.csv"
+        write(iter_sweep(GRID, threads=threads, chunk_size=37), str(c))
+        outs.append((p.read_bytes(), c.read_bytes()))
+    assert outs[0] == outs[1]
+
+
+def test_parquet_and_duckdb_outputs_are_queryable(tmp_path):
+    p = tmp_path / "results.parquet"
+    n = write(iter_sweep({**GRID, "output": "16..256:x2"}, chunk_size=1000), str(p))
+    con = duckdb.connect()
+    got = con.execute(f"SELECT count(*), count(error), min(tpot_s) FROM '{p}'").fetchall()[0]
+    assert got[0] == n == 2 * 2 * 7 * 2 * 4 * 5 and got[1] > 0 and got[2] > 0
+    db = tmp_path / "r.duckdb"
+    write(iter_sweep(GRID), f"{db}:plans")
+    rows = duckdb.connect(str(db)).execute("SELECT count(*) FROM plans WHERE fits").fetchall()[0][0]
+    assert rows > 0
+
+
+def _cli(*args, cwd=None):
+    exe = Path(sys.executable).with_name("ridgeline")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "ridgeline.cli"]
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, cwd=cwd, env=os.environ.copy())
+
+
+def test_cli_sweep_with_a_grid_file(tmp_path):
+    (tmp_path / "grid.yaml").write_text("model: meta-llama/Llama-3.2-1B\nhardware: [L4, GB10]\nbatch: 1..8:x2\n")
+    r = _cli("sweep", "--grid", "grid.yaml", "--tp", "1,2", "--out", "out.csv", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "plans/s" in r.stderr and "peak RSS" in r.stderr
+    assert pl.read_csv(tmp_path / "out.csv").height == 2 * 4 * 2
+    (tmp_path / "g.json").write_text(json.dumps({"model": "x", "hardware": "H100"}))
+    r = _cli("sweep", "--grid", "g.json", cwd=tmp_path)
+    assert r.returncode == 3 and "unknown model" in r.stderr
+    r = _cli("sweep", "-m", "meta-llama/Llama-3.2-1B", "-H", "L4", "--batch", "0", cwd=tmp_path)
+    assert r.returncode == 2 and "batch" in r.stderr
