@@ -186,15 +186,7 @@ pub fn allreduce_busbw(n: u64, m: f64, t: f64) -> f64 {
 pub(crate) mod tests {
     use super::*;
 
-    pub(crate) fn proto() -> ProtocolTable {
-        ProtocolTable {
-            beta_ll: 0.40,
-            beta_ll128: 0.65,
-            beta_simple: 0.85,
-            ll_max_bytes: 65536.0,
-            ll128_max_bytes: 1048576.0,
-        }
-    }
+    pub(crate) use crate::fixtures::nccl_protocol as proto;
 
     #[test]
     fn ring_allreduce_closed_form() {

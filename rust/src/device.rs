@@ -137,22 +137,7 @@ impl Device {
 pub(crate) mod tests {
     use super::*;
 
-    pub fn h100() -> Device {
-        Device {
-            name: "H100_SXM".into(),
-            tflops_bf16: Some(989.4),
-            tflops_fp16: Some(989.4),
-            tflops_fp8: Some(1978.9),
-            tflops_int8: Some(1978.9),
-            tflops_tf32: Some(494.7),
-            tflops_fp32: Some(66.9),
-            memory_gb: 80.0,
-            memory_bw_gbs: 3350.0,
-            scaleup_bw_gbs: Some(900.0),
-            scaleup_latency_us: None,
-            host_link_bw_gbs: Some(126.0),
-        }
-    }
+    pub use crate::fixtures::h100;
 
     #[test]
     fn fallback_follows_the_documented_chain() {

@@ -10,6 +10,7 @@ pub mod dtype;
 pub mod embedded;
 pub mod engine;
 pub mod error;
+pub mod fixtures;
 pub mod graph;
 pub mod model;
 pub mod params;

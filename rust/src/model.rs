@@ -315,42 +315,7 @@ impl Model {
 pub(crate) mod tests {
     use super::*;
 
-    /// Llama-3.1-8B as the normaliser produces it.
-    pub fn llama31_8b() -> Model {
-        Model {
-            name: "meta-llama/Llama-3.1-8B".into(),
-            hidden_size: 4096,
-            vocab_size: 128256,
-            layer_groups: vec![LayerGroup {
-                count: 32,
-                mamba: None,
-                attention: Some(Attention {
-                    heads: 32,
-                    kv_heads: 8,
-                    head_dim: 128,
-                    window: None,
-                    qkv_bias: false,
-                    o_bias: false,
-                    qk_norm: false,
-                    rotary: true,
-                    sinks: false,
-                    mla: None,
-                }),
-                ffn: Ffn::Dense {
-                    intermediate_size: 14336,
-                    gated: true,
-                    activation: Activation::Silu,
-                    bias: false,
-                },
-                norms: 2,
-            }],
-            norm: NormKind::Rms,
-            tie_word_embeddings: false,
-            position_embeddings: 0,
-            lm_head_bias: false,
-            max_model_len: 131072,
-        }
-    }
+    pub use crate::fixtures::llama31_8b;
 
     #[test]
     fn json_roundtrip_and_validation() {

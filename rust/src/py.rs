@@ -75,6 +75,15 @@ fn from_json<T: serde::de::DeserializeOwned>(what: &str, s: &str) -> PyResult<T>
     serde_json::from_str(s).map_err(|e| PyErr::from(Error::Input(format!("{what}: {e}"))))
 }
 
+/// The three structures every pricing call takes.
+fn priced_inputs(plan: &str, efficiency: &str, protocol: &str) -> PyResult<(Plan, Efficiency, ProtocolTable)> {
+    Ok((
+        from_json("plan", plan)?,
+        from_json("efficiency", efficiency)?,
+        from_json("protocol", protocol)?,
+    ))
+}
+
 /// A validated model structure held in Rust.
 #[pyclass(frozen, module = "ridgeline._core")]
 pub struct CoreModel {
@@ -258,9 +267,7 @@ fn estimate<'py>(
     protocol_json: &str,
     breakdown: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let plan: Plan = from_json("plan", plan_json)?;
-    let eff: Efficiency = from_json("efficiency", efficiency_json)?;
-    let proto: ProtocolTable = from_json("protocol", protocol_json)?;
+    let (plan, eff, proto) = priced_inputs(plan_json, efficiency_json, protocol_json)?;
     let (m, d) = (&model.inner, &device.inner);
     let e = py.detach(|| engine::estimate(m, d, &plan, &eff, proto, breakdown))?;
     cost_dict(py, &e)
@@ -291,9 +298,7 @@ fn estimate_many<'py>(
     protocol_json: &str,
     threads: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let base: Plan = from_json("plan", base_plan_json)?;
-    let eff: Efficiency = from_json("efficiency", efficiency_json)?;
-    let proto: ProtocolTable = from_json("protocol", protocol_json)?;
+    let (base, eff, proto) = priced_inputs(base_plan_json, efficiency_json, protocol_json)?;
     let (b, p, o, t) = (
         to_u64("batch", batch.as_slice()?)?,
         to_u64("prompt", prompt.as_slice()?)?,
@@ -415,9 +420,7 @@ fn sweep_grid<'py>(
         output: axis("output", output)?,
     };
     axes.validate()?;
-    let base: Plan = from_json("plan", base_plan_json)?;
-    let eff: Efficiency = from_json("efficiency", efficiency_json)?;
-    let proto: ProtocolTable = from_json("protocol", protocol_json)?;
+    let (base, eff, proto) = priced_inputs(base_plan_json, efficiency_json, protocol_json)?;
     let stop = stop.unwrap_or(axes.len()).min(axes.len());
     let start = start.min(stop);
     let (m, d) = (&model.inner, &device.inner);
