@@ -17,8 +17,10 @@ from .errors import CatalogError
 COLUMNS = (
     "id", "source", "file", "file_hardware", "hardware", "runtime", "runtime_version", "model", "weight_quant",
     "kv_dtype", "tp", "pp", "ep", "batch", "prompt_tokens", "output_tokens", "depth", "op", "ranks", "nodes",
-    "devices_per_node", "size_bytes", "metric", "value", "unit", "flags", "notes", "not_priced",
+    "devices_per_node", "size_bytes", "phase", "dtype", "gemm_m", "gemm_n", "gemm_k", "metric", "value", "unit",
+    "flags", "notes", "not_priced",
 )  # fmt: skip
+FILE_MODEL = "file_model"
 
 Row = dict[str, Any]
 
@@ -30,14 +32,180 @@ def hardware_map() -> dict[str, tuple[str, str]]:
     return {r["file_hardware"]: (r["name"], r["note"]) for r in csv.DictReader(io.StringIO(text))}
 
 
+@functools.lru_cache(maxsize=1)
+def model_map() -> dict[str, tuple[str, str]]:
+    """File model names -> (bundled model, note), from data/benchmarks/model_map.csv."""
+    text = _data.read_text("data/benchmarks/model_map.csv")
+    return {r["file_model"]: (r["model"], r["note"]) for r in csv.DictReader(io.StringIO(text))}
+
+
 def _row(file: str, i: int, **kw: Any) -> Row:
     out: Row = {c: None for c in COLUMNS}
+    file_model = kw.pop(FILE_MODEL, None)
     out.update(kw)
     out["id"] = f"{file.rsplit('/', 1)[-1][:-4]}:{i}"
     out["file"] = file
     name = hardware_map().get(str(kw.get("file_hardware")))
     out["hardware"] = name[0] if name else None
+    if file_model is not None:
+        mapped = model_map().get(str(file_model))
+        out["model"] = mapped[0] if mapped else None
+        if mapped is None and not out["not_priced"]:
+            out["not_priced"] = f"model '{file_model}' has no bundled config"
+        out["notes"] = "; ".join(x for x in (f"model {file_model}", out["notes"]) if x)
     return out
+
+
+def _int(v: str) -> Optional[int]:
+    v = (v or "").strip()
+    return int(float(v)) if re.fullmatch(r"[0-9.]+", v) else None
+
+
+# llama.cpp and TensorRT-LLM precision names -> ridgeline weight formats (data/quant_formats.csv)
+_QUANT = {"F16": "fp16", "FP16": "fp16", "BF16": "bf16", "Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_K_M": "q4_k_m",
+          "FP8": "fp8", "MXFP4": None}  # fmt: skip
+
+
+def _llamacpp_test(test: str) -> tuple[Optional[str], int]:
+    m = re.fullmatch(r"(pp|tg)(\d+)", test.strip())
+    return (None, 0) if not m else ("prefill" if m.group(1) == "pp" else "decode", int(m.group(2)))
+
+
+def _llamacpp_bench(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
+    """llama-bench ppN / tgN rows (Apple silicon discussion 4167, GPU scoreboards):
+    ppN = a prefill of N tokens on the stated depth; tgN = N decode steps from it."""
+    for i, r in enumerate(rows, start=2):
+        phase, n = _llamacpp_test(r["test"])
+        backend = r.get("backend", "")
+        hw = r["hardware"] + (f" ({r['gpu_cores']}-core GPU)" if r.get("gpu_cores") else "")
+        runtime = "llamacpp-metal" if backend.lower() == "metal" else "llamacpp-cuda"
+        out = _row(
+            file, i, source=r["source"], file_hardware=hw, file_model=r["model"], runtime=runtime,
+            runtime_version=r.get("llamacpp_build") or None, weight_quant=_QUANT.get(r["quant"], r["quant"].lower()),
+            batch=_int(r["batch"]) or 1, depth=_int(r["kv_depth_tokens"]) or 0, phase=phase,
+            prompt_tokens=n if phase == "prefill" else 0, output_tokens=n if phase == "decode" else 0,
+            metric=f"{phase}_tok_s" if phase else "unknown", value=float(r["value"]), unit=r["unit"],
+            flags="flash_attn" if r.get("flash_attn") == "1" else None, notes=r.get("note") or None,
+        )  # fmt: skip
+        if phase is None:
+            out["not_priced"] = f"unrecognised llama-bench test '{r['test']}'"
+        yield out
+
+
+def _dgx_spark(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
+    """llama.cpp benches/dgx-spark.md: llama-bench pp2048/tg32 at depth 0-32k, and
+    llama-batched-bench (B prompts of PP tokens, then B sequences decode TG tokens)."""
+    for i, r in enumerate(rows, start=2):
+        batched = "batched" in r["tool"]
+        metric = r["metric"]
+        pp, tg, b, d = _int(r["prompt_tokens"]) or 0, _int(r["gen_tokens"]) or 0, _int(r["batch"]) or 1, _int(
+            r["kv_depth_tokens"]) or 0  # fmt: skip
+        kw: dict[str, Any] = dict(
+            source=r["source"], file_hardware=r["hardware"], file_model=r["model"], runtime="llamacpp-cuda",
+            weight_quant=_QUANT.get(r["quant"], r["quant"].lower()), batch=b, value=float(r["value"]), unit=r["unit"],
+            flags="batched-bench" if batched else None, notes=f"{r['tool']}; {r['note']}",
+        )  # fmt: skip
+        if metric == "prefill_throughput":
+            kw.update(phase="prefill", prompt_tokens=pp, output_tokens=0, depth=d, metric="prefill_tok_s")
+        elif metric in ("decode_throughput", "decode_throughput_aggregate"):
+            # batched-bench decodes after its own prompts: depth = PP
+            kw.update(phase="decode", prompt_tokens=0, output_tokens=tg, depth=pp if batched else d,
+                      metric="decode_tok_s")  # fmt: skip
+        else:
+            kw.update(
+                phase="prefill" if "prefill" in metric else "decode",
+                metric=metric,
+                prompt_tokens=pp,
+                output_tokens=tg,
+                depth=d,
+                not_priced="a time row; its throughput twin is the priced row",
+            )
+        yield _row(file, i, **kw)
+
+
+def _xiongjiedai(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
+    """XiongjieDai GPU-Benchmarks-on-LLM-Inference: llama.cpp decode of N tokens from an empty
+    context and prefill of N tokens; multi-GPU rows are llama.cpp's layer split (a pipeline)."""
+    for i, r in enumerate(rows, start=2):
+        n_gpu = _int(r["num_gpus"]) or 1
+        hw = re.sub(r"\s*\*\s*\d+$", "", r["hardware"])
+        apple = hw.startswith("M")
+        decode = r["metric"] == "decode_throughput"
+        n = _int(r["gen_tokens"]) if decode else _int(r["prompt_tokens"])
+        out = _row(
+            file, i, source=r["source"], file_hardware=hw, file_model=r["model"],
+            runtime="llamacpp-metal" if apple else "llamacpp-cuda", weight_quant=_QUANT.get(r["quant"]),
+            batch=1, tp=1, pp=n_gpu, depth=0, phase="decode" if decode else "prefill",
+            prompt_tokens=0 if decode else n, output_tokens=n if decode else 0,
+            metric="decode_tok_s" if decode else "prefill_tok_s", value=float(r["value"]) if r["value"] else 0.0,
+            unit=r["unit"], flags="layer-split" if n_gpu > 1 else None, notes=f"{r['table']}; {r['parallelism']}",
+        )  # fmt: skip
+        if r["status"] != "ok":
+            out["not_priced"] = f"status {r['status']} (the run failed)"
+        yield out
+
+
+def _trt_source(r: dict[str, str]) -> str:
+    return f"{r['source_repo']} {r['source_path']} @ {r['source_commit']}"
+
+
+def _trtllm_latency(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
+    """TensorRT-LLM v0.5 batch-1 first-token latency (an engine run with one output token)."""
+    for i, r in enumerate(rows, start=2):
+        yield _row(
+            file, i, source=_trt_source(r), file_hardware=r["hardware"],
+            file_model=r["model"], runtime="trtllm", runtime_version=r["trtllm_version"],
+            weight_quant=_QUANT.get(r["precision"]), tp=_int(r["tp"]) or 1, batch=_int(r["batch_or_concurrency"]) or 1,
+            prompt_tokens=_int(r["input_tokens"]), output_tokens=_int(r["output_tokens"]), depth=0, phase="prefill",
+            metric="ttft_ms", value=float(r["value"]), unit=r["unit"], notes=r["scenario"],
+        )  # fmt: skip
+
+
+def _trtllm_throughput(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
+    """TensorRT-LLM throughput: offline max throughput (runtime-chosen batch: not priced by a
+    static plan) and fixed-batch throughput (priced: batch x output / E2E)."""
+    for i, r in enumerate(rows, start=2):
+        fixed = "fixed batch" in r["scenario"]
+        out = _row(
+            file, i, source=_trt_source(r), file_hardware=r["hardware"],
+            file_model=r["model"], runtime="trtllm", runtime_version=r["trtllm_version"],
+            weight_quant=_QUANT.get(r["precision"]), tp=_int(r["tp"]) or 1, pp=_int(r["pp"]) or 1,
+            batch=_int(r["batch"]), prompt_tokens=_int(r["input_tokens"]), output_tokens=_int(r["output_tokens"]),
+            depth=0, phase="e2e", metric="throughput_tok_s", value=float(r["value"]), unit=r["unit"],
+            notes=r["scenario"],
+        )  # fmt: skip
+        if not fixed:
+            out["not_priced"] = "offline max throughput with a runtime-chosen batch: needs the serving simulator"
+        elif "per GPU" in r["unit"]:
+            out["flags"] = "per_gpu"
+        yield out
+
+
+def _vllm(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
+    """vLLM benchmark tables: serving runs with a runtime-chosen batch (not priced yet)."""
+    for i, r in enumerate(rows, start=2):
+        out = _row(
+            file, i, source=r["source"], file_hardware=r["hardware"], file_model=r["model"], runtime="vllm",
+            runtime_version=r["vllm_version"] or None, tp=_int(r["tp"]) or 1, prompt_tokens=_int(r["input_tokens"]),
+            output_tokens=_int(r["output_tokens"]), batch=_int(r["concurrency_or_batch"]), depth=0, phase="e2e",
+            metric=r["metric"], value=float(r["value"]), unit=r["unit"], notes=r["note"],
+        )  # fmt: skip
+        if not out["not_priced"]:
+            out["not_priced"] = (
+                "serving benchmark (request stream, runtime-chosen batching): needs the serving simulator"
+            )
+        yield out
+
+
+def _gemm(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
+    """GEMM throughput: best-shape MAMF and per-shape linear-layer kernel times."""
+    for i, r in enumerate(rows, start=2):
+        dtype = {"fp8_e4m3fn": "fp8"}.get(r["dtype"], r["dtype"])
+        yield _row(
+            file, i, source=r["source"], file_hardware=r["hardware"], runtime="torch", phase="op", dtype=dtype,
+            gemm_m=_int(r["M"]), gemm_n=_int(r["N"]), gemm_k=_int(r["K"]), op="gemm", metric="gemm_tflops",
+            value=float(r["achieved_TFLOPS"]), unit="TFLOPS", notes=f"{r['op_context']}; {r['note']}",
+        )  # fmt: skip
 
 
 def _allreduce(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
@@ -87,6 +255,13 @@ def _memory_link(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
 FORMATS: dict[frozenset[str], Callable[[str, Iterable[dict[str, str]]], Iterable[Row]]] = {
     frozenset({"num_gpus", "num_nodes", "busbw_GBps", "size_bytes"}): _allreduce,
     frozenset({"direction_or_kernel", "transfer_size_bytes", "value", "unit"}): _memory_link,
+    frozenset({"test", "kv_depth_tokens", "quant", "gen_tokens"}): _llamacpp_bench,
+    frozenset({"tool", "kv_depth_tokens", "metric", "params_B"}): _dgx_spark,
+    frozenset({"table", "num_gpus", "parallelism", "status"}): _xiongjiedai,
+    frozenset({"trtllm_version", "batch_or_concurrency", "request_rate_qps"}): _trtllm_latency,
+    frozenset({"trtllm_version", "ep_note", "scenario"}): _trtllm_throughput,
+    frozenset({"vllm_version", "concurrency_or_batch", "request_rate"}): _vllm,
+    frozenset({"M", "N", "K", "achieved_TFLOPS"}): _gemm,
 }
 
 
@@ -108,6 +283,6 @@ def import_file(path: str, text: Optional[str] = None) -> list[Row]:
 def shipped_rows() -> list[Row]:
     out = []
     for path in sorted(_data.list_files("data/benchmarks/")):
-        if path.endswith(".csv") and not path.endswith("hardware_map.csv"):
+        if path.endswith(".csv") and not path.endswith(("hardware_map.csv", "model_map.csv")):
             out.extend(import_file(path))
     return out

@@ -42,6 +42,7 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
 @click.option("--batch", type=int, default=1, show_default=True, help="Concurrent sequences.")
 @click.option("--prompt", type=int, default=1024, show_default=True, help="Prompt tokens per sequence.")
 @click.option("--output", type=int, default=256, show_default=True, help="Output tokens per sequence.")
+@click.option("--prefix", type=int, default=0, show_default=True, help="Tokens already cached before the prompt.")
 @click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree.")
 @click.option("--ep", type=int, default=1, show_default=True, help="Expert-parallel degree (1 or --tp).")
 @click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages.")
@@ -69,6 +70,7 @@ def estimate(
     batch: int,
     prompt: int,
     output: int,
+    prefix: int,
     tp: int,
     ep: int,
     pp: int,
@@ -95,6 +97,7 @@ def estimate(
         batch=batch,
         prompt=prompt,
         output=output,
+        prefix=prefix,
         tp=tp,
         ep=ep,
         pp=pp,

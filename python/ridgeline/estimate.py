@@ -42,6 +42,13 @@ BREAKDOWN_COLUMNS = {
 }
 
 
+def _count(name: str, v: Any) -> int:
+    """A whole number >= 0."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise PlanError(f"{name}: must be a whole number >= 0, got {v!r}")
+    return int(v)
+
+
 def _positive_int(name: str, v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         if isinstance(v, float) and v.is_integer():
@@ -160,6 +167,7 @@ def estimate(
     batch: int = 1,
     prompt: int = 1024,
     output: int = 256,
+    prefix: int = 0,
     tp: int = 1,
     ep: int = 1,
     pp: int = 1,
@@ -185,6 +193,7 @@ def estimate(
         batch: concurrent sequences.
         prompt: prompt tokens per sequence.
         output: output tokens per sequence (the first comes from prefill).
+        prefix: tokens already cached before the prompt (llama-bench ``-d``, a prefix-cache hit).
         tp: tensor-parallel degree.
         ep: expert-parallel degree (1, or equal to ``tp``: experts spread over the TP group).
         pp: pipeline stages (ceil(layers / pp) layers each); latency is the full pass plus the sends.
@@ -218,6 +227,7 @@ def estimate(
         "batch": _positive_int("batch", batch),
         "prompt": _positive_int("prompt", prompt),
         "output": _positive_int("output", output),
+        "prefix": _count("prefix", prefix),
         "tp": _positive_int("tp", tp),
         "ep": _positive_int("ep", ep),
         "pp": _positive_int("pp", pp),

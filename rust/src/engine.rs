@@ -265,7 +265,7 @@ fn topology(dev: &Device, plan: &Plan, warnings: &mut Vec<String>) -> Result<Opt
 /// most `chunk` tokens taken in arrival order (vLLM chunked prefill). At most
 /// three segments a step: the rest of a started prompt, whole prompts, and
 /// the start of the next.
-pub fn prefill_steps(batch: u64, prompt: u64, chunk: Option<u64>) -> Vec<Vec<Segment>> {
+pub fn prefill_steps(batch: u64, prompt: u64, prefix: u64, chunk: Option<u64>) -> Vec<Vec<Segment>> {
     let total = batch * prompt;
     let c = chunk.unwrap_or(total).max(1);
     let mut steps = Vec::with_capacity(total.div_ceil(c) as usize);
@@ -279,7 +279,7 @@ pub fn prefill_steps(batch: u64, prompt: u64, chunk: Option<u64>) -> Vec<Vec<Seg
             segs.push(Segment {
                 count: 1,
                 new: n,
-                prefix: off,
+                prefix: prefix + off,
                 samples: off + n == prompt,
             });
             budget -= n;
@@ -290,7 +290,7 @@ pub fn prefill_steps(batch: u64, prompt: u64, chunk: Option<u64>) -> Vec<Vec<Seg
             segs.push(Segment {
                 count: whole,
                 new: prompt,
-                prefix: 0,
+                prefix,
                 samples: true,
             });
             budget -= whole * prompt;
@@ -300,7 +300,7 @@ pub fn prefill_steps(batch: u64, prompt: u64, chunk: Option<u64>) -> Vec<Vec<Seg
             segs.push(Segment {
                 count: 1,
                 new: budget,
-                prefix: 0,
+                prefix,
                 samples: budget == prompt,
             });
             pos += budget;
@@ -517,7 +517,7 @@ fn run_phases(ctx: &BuildCtx, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64
     let mut ops: Vec<Op> = Vec::with_capacity(48);
     let mut pre = Acc::new(Phase::Prefill, breakdown);
     let mut workspace = 0.0f64;
-    let steps = prefill_steps(batch, plan.prompt, plan.chunk);
+    let steps = prefill_steps(batch, plan.prompt, plan.prefix, plan.chunk);
     for segs in &steps {
         build_step(ctx, &Geometry::Segments(segs), &mut ops);
         for op in &ops {
@@ -529,7 +529,8 @@ fn run_phases(ctx: &BuildCtx, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64
     // Decode: contexts prompt+1 ..= prompt+output-1, every step, in closed form.
     let mut dec = Acc::new(Phase::Decode, breakdown);
     if plan.output > 1 {
-        let (lo, hi) = (plan.prompt + 1, plan.prompt + plan.output - 1);
+        let ctx0 = plan.prefix + plan.prompt;
+        let (lo, hi) = (ctx0 + 1, ctx0 + plan.output - 1);
         build_step(ctx, &Geometry::Decode { batch }, &mut ops);
         for op in &ops {
             workspace = workspace.max(op.act_bytes);
@@ -587,7 +588,7 @@ pub fn estimate(
     } else {
         layer_w + embed_w + head_w
     };
-    let kv = kv_bytes_per_rank(ctx, plan.batch, plan.prompt + plan.output) * stage_share;
+    let kv = kv_bytes_per_rank(ctx, plan.batch, plan.prefix + plan.prompt + plan.output) * stage_share;
     let workspace = ph.workspace;
     let total = weights + kv + workspace;
     let budget = dev.memory_bytes() * plan.gpu_memory_utilization;

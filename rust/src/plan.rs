@@ -16,6 +16,9 @@ pub struct Plan {
     pub batch: u64,
     pub prompt: u64,
     pub output: u64,
+    /// Tokens already in the KV cache before the prompt (llama-bench `-d`, prefix caching).
+    #[serde(default)]
+    pub prefix: u64,
     #[serde(default = "one")]
     pub tp: u64,
     /// Activation (compute) dtype.
@@ -118,6 +121,7 @@ impl Plan {
             batch,
             prompt,
             output,
+            prefix: 0,
             tp: 1,
             dtype: DType::Bf16,
             weights: WeightFormats::default(),
@@ -219,13 +223,20 @@ impl Plan {
                 format!("must be in (0, 1], got {u}"),
             ));
         }
-        let ctx = self.prompt + self.output;
+        let ctx = self.prefix + self.prompt + self.output;
         if ctx > m.max_model_len {
             return Err(Error::plan(
                 "prompt+output",
                 format!(
-                    "{} + {} = {ctx} tokens exceeds the model's max_model_len {}",
-                    self.prompt, self.output, m.max_model_len
+                    "{}{} + {} = {ctx} tokens exceeds the model's max_model_len {}",
+                    if self.prefix > 0 {
+                        format!("{} cached + ", self.prefix)
+                    } else {
+                        String::new()
+                    },
+                    self.prompt,
+                    self.output,
+                    m.max_model_len
                 ),
             ));
         }

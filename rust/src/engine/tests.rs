@@ -168,7 +168,7 @@ fn does_not_fit_is_reported_with_the_shortfall() {
 proptest! {
     #[test]
     fn schedule_covers_every_token_once(batch in 1u64..40, prompt in 1u64..300, chunk in 1u64..1000) {
-        let steps = prefill_steps(batch, prompt, Some(chunk));
+        let steps = prefill_steps(batch, prompt, 0, Some(chunk));
         let mut tokens = 0;
         let mut samples = 0;
         for s in &steps {
@@ -282,4 +282,16 @@ fn more_stages_than_layers_is_refused() {
     p.pp = 33;
     let e = estimate(&llama31_8b(), &h100(), &p, &Efficiency::uncalibrated(), proto(), false);
     assert!(matches!(e, Err(Error::Plan { ref field, .. }) if field == "pp"));
+}
+
+#[test]
+fn prefill_on_a_cached_prefix_attends_to_it() {
+    let mut p = plan(1, 512, 3);
+    p.prefix = 4096;
+    let e = run(&p);
+    let per_layer = row(&e, Phase::Prefill, OpKind::Attention).flops / 32.0;
+    assert_eq!(per_layer, 4.0 * 4096.0 * (512.0 * 4096.0 + 512.0 * 513.0 / 2.0));
+    // decode continues from prefix + prompt: two steps at contexts 4609 and 4610
+    let keys = row(&e, Phase::Decode, OpKind::Attention).flops / (32.0 * 4.0 * 4096.0);
+    assert_eq!(keys, 4609.0 + 4610.0);
 }
