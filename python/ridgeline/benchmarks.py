@@ -63,7 +63,7 @@ def _int(v: str) -> Optional[int]:
 
 # llama.cpp and TensorRT-LLM precision names -> ridgeline weight formats (data/quant_formats.csv)
 _QUANT = {"F16": "fp16", "FP16": "fp16", "BF16": "bf16", "Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_K_M": "q4_k_m",
-          "FP8": "fp8", "MXFP4": None}  # fmt: skip
+          "FP8": "fp8", "MXFP4": "gguf_mxfp4"}  # fmt: skip
 
 
 def _llamacpp_test(test: str) -> tuple[Optional[str], int]:
@@ -156,6 +156,7 @@ def _trtllm_latency(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
             file, i, source=_trt_source(r), file_hardware=r["hardware"],
             file_model=r["model"], runtime="trtllm", runtime_version=r["trtllm_version"],
             weight_quant=_QUANT.get(r["precision"]), tp=_int(r["tp"]) or 1, batch=_int(r["batch_or_concurrency"]) or 1,
+            kv_dtype="fp8" if r["precision"] == "FP8" else None,
             prompt_tokens=_int(r["input_tokens"]), output_tokens=_int(r["output_tokens"]), depth=0, phase="prefill",
             metric="ttft_ms", value=float(r["value"]), unit=r["unit"], notes=r["scenario"],
         )  # fmt: skip
@@ -170,6 +171,7 @@ def _trtllm_throughput(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Ro
             file, i, source=_trt_source(r), file_hardware=r["hardware"],
             file_model=r["model"], runtime="trtllm", runtime_version=r["trtllm_version"],
             weight_quant=_QUANT.get(r["precision"]), tp=_int(r["tp"]) or 1, pp=_int(r["pp"]) or 1,
+            kv_dtype="fp8" if r["precision"] == "FP8" else None,
             batch=_int(r["batch"]), prompt_tokens=_int(r["input_tokens"]), output_tokens=_int(r["output_tokens"]),
             depth=0, phase="e2e", metric="throughput_tok_s", value=float(r["value"]), unit=r["unit"],
             notes=r["scenario"],

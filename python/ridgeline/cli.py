@@ -64,6 +64,7 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
 @click.option("--breakdown", is_flag=True, help="Print the per-operator breakdown.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (stable keys).")
 @click.option("--allow-no-fit", is_flag=True, help="Report a plan that does not fit instead of failing (exit 4).")
+@click.option("--uncalibrated", is_flag=True, help="Ignore the runtime's calibration: the efficiency-1 bound.")
 def estimate(
     model: str,
     hardware: str,
@@ -87,6 +88,7 @@ def estimate(
     breakdown: bool,
     as_json: bool,
     allow_no_fit: bool,
+    uncalibrated: bool,
 ) -> None:
     """Estimate one plan: TTFT, TPOT, throughput, memory fit."""
     from .estimate import estimate as run
@@ -112,6 +114,7 @@ def estimate(
         chunk=chunk,
         runtime=runtime,
         allow_no_fit=allow_no_fit,
+        calibrated=not uncalibrated,
         breakdown=breakdown,
     )
     if as_json:
@@ -313,15 +316,96 @@ def sweep(
 
 
 @cli.command()
+@click.option("--out", default="data/calibration/fits.csv", show_default=True, help="Where to write the fitted rows.")
+def calibrate(out: str) -> None:
+    """Fit efficiencies per runtime profile and per device to the measured rows (deterministic)."""
+    from .calibrate import calibrate as run
+    from .calibrate import to_csv
+
+    fits = run()
+    path = Path(out)
+    if not path.parent.is_dir():
+        raise click.UsageError(f"{path.parent} not found (run from the repository root, or pass --out)")
+    path.write_text(to_csv(fits))
+    for f in fits:
+        click.echo(f"  {f['runtime']:<15} {f['hardware']:<16} eta_mem {f['eta_mem']:<8.4g} eta_compute "
+                   f"{f['eta_compute']:<8.4g} t_launch {f['t_launch_us']:<7.3g} us  t_step {f['t_step_us']:<7.3g} us  "
+                   f"rows {f['n_rows']:<4} rms_log {f['rms_log']:.3f}"
+                   + (f"  PINNED at a bound: {f['pinned']}" if f["pinned"] else ""))  # fmt: skip
+    click.echo(f"wrote {len(fits)} rows to {path}")
+
+
+@cli.command()
 @click.option("--comm", is_flag=True, help="Communication and link rows: link-rate bound and protocol model.")
+@click.option("--rows", "rows_file", type=click.Path(exists=True, dir_okay=False), help="Predict the rows of this CSV.")
 @click.option("--json", "as_json", is_flag=True, help="The summary as JSON.")
 @click.option("--per-row", is_flag=True, help="With --json: every row with observed and predicted values.")
-def validate(comm: bool, as_json: bool, per_row: bool) -> None:
+def validate(comm: bool, rows_file: Optional[str], as_json: bool, per_row: bool) -> None:
     """Predict measured rows and report the agreement (exit 1 on an unexplained bound violation)."""
+    if comm:
+        _validate_comm(as_json, per_row)
+    elif rows_file:
+        _validate_rows(rows_file, as_json)
+    else:
+        _validate_models(as_json, per_row)
+
+
+def _validate_models(as_json: bool, per_row: bool) -> None:
+    from .calibrate import summarise, validation
+
+    v = validation()
+    recs = v["rows"]
+    groups: dict[str, Any] = {}
+    for key in ("phase", "runtime", "hardware", "moe", "context"):
+        for value in sorted({str(r[key]) for r in recs}):
+            for phase in ("decode", "prefill", "e2e"):
+                rs = [r for r in recs if str(r[key]) == value and r["phase"] == phase]
+                if rs and (key != "phase" or value == phase):
+                    groups[f"{key}={value} {phase}" if key != "phase" else f"phase={phase}"] = {
+                        "in_sample": summarise(rs, "in_sample"), "lodo": summarise(rs, "lodo")}  # fmt: skip
+    out = {"rows": len(recs), "refused": v["refused"], "groups": groups}
+    if as_json:
+        if per_row:
+            out["per_row"] = recs
+        click.echo(json.dumps(out, indent=2, default=str))
+        return
+    click.echo(f"priced model rows: {len(recs)} (refused by the engine: {len(v['refused'])})")
+    click.echo(f"  {'group':<40} {'rows':>5} | {'in-sample: median  <1.5x  <2x':>30} | {'leave-one-device-out':>30}")
+    for k, g in groups.items():
+        a, b = g["in_sample"], g["lodo"]
+        if a["rows"] == 0:
+            continue
+        lodo = f"{b['median']:>8.3f} {b['within_1_5x']:>6.1%} {b['within_2x']:>6.1%}" if b.get("rows") else "-"
+        click.echo(f"  {k[:40]:<40} {a['rows']:>5} | {a['median']:>12.3f} {a['within_1_5x']:>6.1%} "
+                   f"{a['within_2x']:>6.1%} | {lodo:>30}")  # fmt: skip
+
+
+def _validate_rows(path: str, as_json: bool) -> None:
+    from .benchmarks import import_file
+    from .calibrate import decompose, predict_shipped
+    from .catalog import default_catalog
+
+    cat = default_catalog()
+    rows = [r for r in import_file(path, Path(path).read_text()) if not r["not_priced"]]
+    dec, out = [], []
+    for r in rows:
+        try:
+            dec.append(decompose(r, cat))
+        except RidgelineError as e:
+            out.append({"id": r["id"], "predicted": None, "reason": str(e)})
+    out = predict_shipped(dec, cat) + out
+    if as_json:
+        click.echo(json.dumps(out, indent=2, default=str))
+    else:
+        for o in out:
+            pred = "-" if o["predicted"] is None else f"{o['predicted']:.4g}"
+            label = o.get("calibration", o.get("reason", ""))
+            click.echo(f"  {o['id']:<40} observed {o.get('observed', '-')!s:<10} predicted {pred:<10} {label}")
+
+
+def _validate_comm(as_json: bool, per_row: bool) -> None:
     from .validate import comm_report
 
-    if not comm:
-        raise click.UsageError("choose what to validate: --comm (model rows arrive with the calibration issue)")
     rep = comm_report()
     if as_json:
         out = dict(rep)

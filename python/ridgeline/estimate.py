@@ -182,6 +182,7 @@ def estimate(
     chunk: Optional[int] = None,
     runtime: Optional[str] = None,
     allow_no_fit: bool = False,
+    calibrated: bool = True,
     breakdown: bool = True,
     catalog: Optional[Catalog] = None,
 ) -> Estimate:
@@ -210,6 +211,7 @@ def estimate(
         chunk: chunked-prefill token budget per step (default: one prefill step).
         runtime: the serving runtime the numbers should describe (calibration key).
         allow_no_fit: return a result with ``fits = False`` instead of raising.
+        calibrated: apply the shipped calibration of ``runtime`` (False: the efficiency-1 bound).
         breakdown: keep per-operator rows.
         catalog: a ``Catalog`` other than the default one.
 
@@ -242,7 +244,7 @@ def estimate(
     for k in ("dtype", "weight_dtype", "kv_dtype"):
         if plan[k] is not None and not isinstance(plan[k], str):
             raise PlanError(f"{k}: expected a dtype name such as bf16, got {plan[k]!r}")
-    weights = quant.resolve(m, str(dtype).lower(), weight_dtype)
+    weights = quant.resolve(m, str(dtype).lower(), weight_dtype, runtime)
     if devices_per_node is not None:
         _positive_int("devices_per_node", devices_per_node)
     for k, v in (("scaleout_gbs", scaleout_gbs), ("scaleout_latency_us", scaleout_latency_us)):
@@ -250,7 +252,11 @@ def estimate(
             raise PlanError(f"{k}: must be a non-negative number, got {v!r}")
     topo = resolve_topology(dev, devices_per_node, scaleout_gbs, scaleout_latency_us)
     plan_json = _plan_json({**plan, "weights": weights.core(), "topology": topo.core()})
-    r = _core.estimate(m._core, dev.core, plan_json, _UNCALIBRATED_EFF, _protocol_cached(cat), breakdown)
+    from .calibrate import efficiency_json, lookup
+
+    label, fit_row = lookup(dev.name, runtime, cat) if calibrated else ("uncalibrated", None)
+    eff = _UNCALIBRATED_EFF if fit_row is None else efficiency_json(fit_row)
+    r = _core.estimate(m._core, dev.core, plan_json, eff, _protocol_cached(cat), breakdown)
     mem = r["memory"]
     if not mem["fits"] and not allow_no_fit:
         raise DoesNotFitError(
@@ -283,8 +289,8 @@ def estimate(
         decode=r["decode"],
         memory=mem,
         fits=bool(mem["fits"]),
-        calibration=UNCALIBRATED,
-        calibration_note=UNCALIBRATED_NOTE,
+        calibration=label,
+        calibration_note=UNCALIBRATED_NOTE if fit_row is None else _calibrated_note(fit_row),
         verified=dev.verified,
         estimated=not dev.verified,
         gemm_dtype=r["gemm_dtype"],
@@ -296,6 +302,14 @@ def estimate(
         warnings=tuple(warnings),
         _breakdown=r["breakdown"],
         _group_labels=_group_labels(m),
+    )
+
+
+def _calibrated_note(f: Mapping[str, Any]) -> str:
+    return (
+        f"fitted efficiencies: eta_mem {float(f['eta_mem']):.3g}, eta_compute {float(f['eta_compute']):.3g}, "
+        f"t_launch {float(f['t_launch_us']):.3g} us, t_step {float(f['t_step_us']):.3g} us "
+        f"(rms log error {float(f['rms_log']):.3g} over {f['n_rows']} measured rows)"
     )
 
 

@@ -116,6 +116,8 @@ def _mixture(name: str, n_layers: int) -> dict[str, dict[str, Any]]:
     out = {r: _fmt(base) for r in ROLES}
     share = use_more_bits_share(n_layers)
     for role, (fmt, more) in rules.items():
+        if role == "default":
+            continue
         targets = {"ffn_down": ("ffn_down", "expert_down")}.get(role, (role,))
         for t in targets:
             if t not in out:
@@ -267,9 +269,26 @@ def _compressed_tensors(q: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     return fmt, label
 
 
-def resolve(model: Any, act_dtype: str, override: Optional[str]) -> WeightPlan:
+@functools.lru_cache(maxsize=1)
+def runtime_paths() -> dict[tuple[str, str], tuple[str, str]]:
+    """(runtime, weight format) -> (GEMM compute path, source), from data/calibration/runtime_paths.csv."""
+    text = _data.read_text("data/calibration/runtime_paths.csv")
+    return {(r["runtime"], r["weights"]): (r["compute"], r["source"]) for r in csv.DictReader(text.splitlines())}
+
+
+def resolve(model: Any, act_dtype: str, override: Optional[str], runtime: Optional[str] = None) -> WeightPlan:
     """The weight formats of a plan: the user's override, else the checkpoint's
-    quantization_config, else a hint in the model name, else the activation dtype."""
+    quantization_config, else a hint in the model name, else the activation dtype;
+    a runtime's own GEMM path for those weights (llama.cpp's int8 MMQ kernels) applies on top."""
+    plan = _resolve(model, act_dtype, override)
+    path = runtime_paths().get((str(runtime), plan.label)) if runtime else None
+    if path is None:
+        return plan
+    formats = {r: ({**f, "compute": path[0]} if r in LINEAR_ROLES else dict(f)) for r, f in plan.formats.items()}
+    return WeightPlan(plan.label, f"{plan.source}; {runtime} computes them as {path[0]}", formats)
+
+
+def _resolve(model: Any, act_dtype: str, override: Optional[str]) -> WeightPlan:
     n = int(model.num_layers)
     if override:
         return WeightPlan(_canonical(override), "--weight-dtype", from_name(override, act_dtype, n))

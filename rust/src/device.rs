@@ -17,6 +17,8 @@ pub struct Device {
     #[serde(default)]
     pub tflops_fp16: Option<f64>,
     #[serde(default)]
+    pub tflops_fp16_acc16: Option<f64>,
+    #[serde(default)]
     pub tflops_fp8: Option<f64>,
     #[serde(default)]
     pub tflops_int8: Option<f64>,
@@ -53,6 +55,7 @@ impl Device {
         match d {
             DType::Bf16 => self.tflops_bf16,
             DType::Fp16 => self.tflops_fp16,
+            DType::Fp16Acc16 => self.tflops_fp16_acc16,
             DType::Fp8 => self.tflops_fp8,
             DType::Int8 => self.tflops_int8,
             DType::Tf32 => self.tflops_tf32,
@@ -67,6 +70,7 @@ impl Device {
         match d {
             DType::Bf16 => &[DType::Bf16, DType::Fp16, DType::Fp32],
             DType::Fp16 => &[DType::Fp16, DType::Bf16, DType::Fp32],
+            DType::Fp16Acc16 => &[DType::Fp16Acc16, DType::Fp16, DType::Bf16, DType::Fp32],
             DType::Fp8 => &[DType::Fp8, DType::Bf16, DType::Fp16, DType::Fp32],
             DType::Int8 => &[DType::Int8, DType::Bf16, DType::Fp16, DType::Fp32],
             DType::Tf32 => &[DType::Tf32, DType::Fp32],

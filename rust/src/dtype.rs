@@ -12,6 +12,9 @@ pub enum DType {
     Fp16,
     Fp8,
     Int8,
+    /// fp16 tensor math with fp16 accumulate (a compute path, stored as fp16):
+    /// the consumer-card rate that llama.cpp's cuBLAS F16 GEMMs use.
+    Fp16Acc16,
 }
 
 impl DType {
@@ -28,7 +31,7 @@ impl DType {
     pub fn bytes(self) -> f64 {
         match self {
             DType::Fp32 | DType::Tf32 => 4.0,
-            DType::Bf16 | DType::Fp16 => 2.0,
+            DType::Bf16 | DType::Fp16 | DType::Fp16Acc16 => 2.0,
             DType::Fp8 | DType::Int8 => 1.0,
         }
     }
@@ -41,6 +44,7 @@ impl DType {
             DType::Fp16 => "fp16",
             DType::Fp8 => "fp8",
             DType::Int8 => "int8",
+            DType::Fp16Acc16 => "fp16acc16",
         }
     }
 
@@ -54,10 +58,11 @@ impl DType {
             "fp16" | "float16" | "half" | "f16" => DType::Fp16,
             "fp8" | "float8" | "fp8_e4m3" | "e4m3" | "fp8_e5m2" | "e5m2" => DType::Fp8,
             "int8" | "i8" => DType::Int8,
+            "fp16acc16" | "fp16_acc16" => DType::Fp16Acc16,
             _ => {
                 return Err(Error::plan(
                     field,
-                    format!("unknown dtype '{s}'; accepted: fp32, tf32, bf16, fp16, fp8, int8"),
+                    format!("unknown dtype '{s}'; accepted: fp32, tf32, bf16, fp16, fp8, int8, fp16acc16"),
                 ))
             }
         })

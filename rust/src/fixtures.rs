@@ -48,6 +48,7 @@ pub fn h100() -> Device {
         name: "H100_SXM".into(),
         tflops_bf16: Some(989.4),
         tflops_fp16: Some(989.4),
+        tflops_fp16_acc16: None,
         tflops_fp8: Some(1978.9),
         tflops_int8: Some(1978.9),
         tflops_tf32: Some(494.7),

@@ -1,0 +1,383 @@
+"""Calibration (spec 50): fit a few efficiencies per runtime (and per device where it
+has rows of its own) to the measured rows, and validate in-sample and leave-one-device-out.
+
+Each priced row is decomposed once, at efficiency 1, into its operators' compute and
+memory times, communication, kernel launches and steps; a prediction under
+efficiencies (eta_mem, eta_compute, t_launch_us, t_step_us) is then
+
+    T = sum_ops max(compute / eta_compute, memory / eta_mem) + comm + launches t_launch + steps t_step
+
+so a fit evaluates thousands of candidates per second without calling the engine.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import io
+import math
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import numpy as np
+
+from . import __version__, _data
+from .catalog import Catalog, default_catalog
+from .errors import CatalogError, PlanError
+
+PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us")
+MODEL_METRICS = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "throughput_tok_s")
+CALIBRATION_FILE = "data/calibration/fits.csv"
+FIT_COLUMNS = (
+    "hardware", "runtime", "precision", "phase", *PARAMS, "t_layer_us", "n_rows", "rms_log", "pinned",
+    "structure_version", "data_hash", "fitted_at", "source",
+)  # fmt: skip
+
+
+@dataclasses.dataclass
+class Decomposed:
+    """One measured row, decomposed at efficiency 1."""
+
+    row: dict[str, Any]
+    compute: np.ndarray
+    memory: np.ndarray
+    fixed: float  # communication time (s)
+    launches: float
+    steps: float
+    work: float  # what the metric divides (tokens or FLOPs), or the time scale for ttft
+    kind: str  # "rate" (work / time) or "time_ms"
+
+
+def _estimate_kwargs(r: dict[str, Any], max_len: int) -> tuple[dict[str, Any], str]:
+    """The plan a row measured, and the phase whose time its metric reads."""
+    b = int(r["batch"] or 1)
+    wq = r["weight_quant"]
+    kw: dict[str, Any] = {
+        "batch": b, "tp": int(r["tp"] or 1), "pp": int(r["pp"] or 1), "microbatches": 1,
+        "weight_dtype": wq if wq and wq not in ("fp16", "bf16") else None,
+        "dtype": "fp16" if wq == "fp16" else "bf16", "runtime": r["runtime"], "kv_dtype": r["kv_dtype"],
+        "allow_no_fit": True,
+    }  # fmt: skip
+    m = r["metric"]
+    limit = max_len
+    if m == "decode_tok_s":
+        # N decode steps from the stated depth (an empty context starts at the BOS token);
+        # a run that fills the model's whole context decodes N-1 steps in the plan
+        prompt = max(int(r["depth"] or 0), 1)
+        kw.update(prompt=prompt, output=min(int(r["output_tokens"]) + 1, limit - prompt))
+        return kw, "decode"
+    if m == "prefill_tok_s":
+        # a prefill of N tokens on the stated prefix; at the full context the plan's sampled
+        # token does not fit, so the prefill is priced as N-1 tokens plus it
+        depth = int(r["depth"] or 0)
+        kw.update(prompt=min(int(r["prompt_tokens"]), limit - depth - 1), prefix=depth, output=1)
+        return kw, "prefill"
+    if m == "ttft_ms":
+        kw.update(prompt=int(r["prompt_tokens"]), output=1)
+        return kw, "prefill"
+    kw.update(prompt=int(r["prompt_tokens"]), output=int(r["output_tokens"]))
+    return kw, "e2e"
+
+
+def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
+    """Splits a priced row's prediction at efficiency 1 into its parts."""
+    from .estimate import estimate
+
+    if r["metric"] == "gemm_tflops":
+        return _decompose_gemm(r, cat)
+    from .models import Model
+
+    model = Model.from_config(r["model"])
+    kw, phase = _estimate_kwargs(r, model.max_model_len)
+    e = estimate(model, r["hardware"], catalog=cat, calibrated=False, **kw)
+    df = e.breakdown
+    if phase != "e2e":
+        df = df.filter(df["phase"] == phase)
+    b = int(r["batch"] or 1)
+    steps = float(e.prefill["steps"] if phase == "prefill" else e.decode["steps"])
+    if phase == "e2e":
+        steps = float(e.prefill["steps"] + e.decode["steps"])
+    work = {
+        "decode_tok_s": b * float(kw["output"] - 1),
+        "prefill_tok_s": b * float(kw["prompt"]),
+        "throughput_tok_s": b * float(r["output_tokens"] or 0) / (e.parallel["devices"] if r["flags"] == "per_gpu"
+                                                                  else 1),
+    }.get(r["metric"], 1.0)  # fmt: skip
+    return Decomposed(
+        row=r, compute=df["compute_s"].to_numpy(), memory=df["memory_s"].to_numpy(), fixed=float(df["comm_s"].sum()),
+        launches=float(df["launches"].sum()), steps=steps, work=work,
+        kind="time_ms" if r["metric"] == "ttft_ms" else "rate",
+    )  # fmt: skip
+
+
+def _decompose_gemm(r: dict[str, Any], cat: Catalog) -> Decomposed:
+    dev = cat.get(r["hardware"])
+    m, n, k = float(r["gemm_m"]), float(r["gemm_n"]), float(r["gemm_k"])
+    dtype = r["dtype"] or "bf16"
+    peak = {"fp8": dev.tflops_fp8, "fp16": dev.tflops_fp16 or dev.tflops_bf16}.get(dtype, dev.tflops_bf16)
+    if not peak:
+        raise PlanError(f"{r['hardware']} has no {dtype} peak")
+    elem = 1.0 if dtype == "fp8" else 2.0
+    flops = 2 * m * n * k
+    compute = flops / (peak * 1e12)
+    memory = (m * k + k * n + m * n) * elem / (dev.memory_bw_gbs * 1e9)
+    return Decomposed(row=r, compute=np.array([compute]), memory=np.array([memory]), fixed=0.0, launches=1.0,
+                      steps=0.0, work=flops / 1e12, kind="rate")  # fmt: skip
+
+
+class Batch:
+    """Many decomposed rows as padded arrays: one prediction of all rows is a few numpy ops."""
+
+    def __init__(self, rows: Sequence[Decomposed]) -> None:
+        self.rows = list(rows)
+        width = max(len(d.compute) for d in rows)
+        n = len(rows)
+        self.c = np.zeros((n, width))
+        self.m = np.zeros((n, width))
+        for i, d in enumerate(rows):
+            self.c[i, : len(d.compute)] = d.compute
+            self.m[i, : len(d.memory)] = d.memory
+        self.fixed = np.array([d.fixed for d in rows])
+        self.launches = np.array([d.launches for d in rows])
+        self.steps = np.array([d.steps for d in rows])
+        self.work = np.array([d.work for d in rows])
+        self.time_ms = np.array([d.kind == "time_ms" for d in rows])
+        self.observed = np.array([float(d.row["value"]) for d in rows])
+
+    def predict(self, p: np.ndarray) -> np.ndarray:
+        eta_m, eta_c, tl, ts = p
+        t = np.maximum(self.c / eta_c, self.m / eta_m).sum(axis=1)
+        t = t + self.fixed + self.launches * tl * 1e-6 + self.steps * ts * 1e-6
+        out: np.ndarray = np.where(self.time_ms, t * 1e3, self.work / t)
+        return out
+
+    def speed_ratio(self, p: np.ndarray) -> np.ndarray:
+        """Observed over predicted speed (for times: predicted over observed), so > 1 is faster."""
+        pred = self.predict(p)
+        out: np.ndarray = np.where(self.time_ms, pred / self.observed, self.observed / pred)
+        return out
+
+
+def priced_rows(cat: Catalog) -> list[dict[str, Any]]:
+    metrics = (*MODEL_METRICS, "gemm_tflops")
+    marks = ", ".join("?" for _ in metrics)
+    q = f"SELECT * FROM benchmarks WHERE not_priced IS NULL AND metric IN ({marks}) ORDER BY id"
+    rows: list[dict[str, Any]] = cat.sql(q, list(metrics)).to_dicts()
+    return rows
+
+
+def decompose_all(cat: Catalog) -> tuple[list[Decomposed], list[dict[str, Any]]]:
+    """Every priced row decomposed; rows the engine refuses come back with the reason."""
+    out, refused = [], []
+    for r in priced_rows(cat):
+        try:
+            out.append(decompose(r, cat))
+        except (PlanError, CatalogError, ValueError) as e:
+            refused.append({"id": r["id"], "reason": str(e).splitlines()[0]})
+    return out, refused
+
+
+def _bounds(cat: Catalog) -> list[tuple[float, float]]:
+    lo = cat.constant("fit_eta_min")
+    return [(lo, 1.0), (lo, 1.0), (0.0, cat.constant("fit_launch_us_max")), (0.0, cat.constant("fit_step_us_max"))]
+
+
+def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, float]:
+    """Differential evolution (seed 0) on the rms of log(predicted / observed), polished by least_squares."""
+    from scipy.optimize import differential_evolution, least_squares  # type: ignore[import-untyped]
+
+    if len(rows) < len(PARAMS):
+        raise PlanError(f"calibration: {len(rows)} rows cannot fix {len(PARAMS)} parameters")
+    bounds = _bounds(cat)
+    batch = Batch(rows)
+
+    def residuals(p: np.ndarray) -> np.ndarray:
+        return np.asarray(-np.log(batch.speed_ratio(p)))
+
+    def rms(p: np.ndarray) -> float:
+        return float(np.sqrt(np.mean(residuals(p) ** 2)))
+
+    de = differential_evolution(rms, bounds, seed=0, tol=1e-10, maxiter=300, polish=False, updating="immediate")
+    ls = least_squares(residuals, de.x, bounds=([b[0] for b in bounds], [b[1] for b in bounds]))
+    p = ls.x if rms(ls.x) <= rms(de.x) else de.x
+    return p, rms(p)
+
+
+def data_hash(rows: Sequence[Decomposed]) -> str:
+    h = hashlib.sha256()
+    for d in rows:
+        h.update(f"{d.row['id']} {d.row['value']!r}".encode())
+    return h.hexdigest()[:16]
+
+
+def calibrate(catalog: Optional[Catalog] = None, min_device_rows: int = 8) -> list[dict[str, Any]]:
+    """Fits a profile per runtime and a row per (device, runtime) with enough rows of its own."""
+    from .snapshot import structure_version
+
+    cat = catalog or default_catalog()
+    rows, _ = decompose_all(cat)
+    rows = [d for d in rows if d.row["metric"] in MODEL_METRICS]
+    sv = structure_version(cat)
+    out = []
+    groups: dict[tuple[str, str], list[Decomposed]] = {}
+    for d in rows:
+        groups.setdefault(("*", d.row["runtime"]), []).append(d)
+        groups.setdefault((d.row["hardware"], d.row["runtime"]), []).append(d)
+    for (hw, runtime), g in sorted(groups.items()):
+        if hw != "*" and (len(g) < min_device_rows or len({x.row["metric"] for x in g}) < 2):
+            continue
+        if len(g) < len(PARAMS):
+            continue
+        p, err = fit(g, cat)
+        out.append({
+            "hardware": hw, "runtime": runtime, "precision": "*", "phase": "*",
+            **{k: float(f"{v:.6g}") for k, v in zip(PARAMS, p)}, "t_layer_us": 0.0, "n_rows": len(g),
+            "rms_log": float(f"{err:.6g}"), "structure_version": sv, "data_hash": data_hash(g),
+            "fitted_at": __version__,
+            "pinned": " ".join(k for k, v, (lo, hi) in zip(PARAMS, p, _bounds(cat))
+                               if abs(v - lo) <= 1e-6 * max(1.0, abs(hi)) or abs(v - hi) <= 1e-6 * max(1.0, abs(hi))),
+            "source": f"ridgeline calibrate: differential_evolution(seed=0) + least_squares on {len(g)} rows "
+            "of data/benchmarks",
+        })  # fmt: skip
+    return out
+
+
+def to_csv(fits: Sequence[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=FIT_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for f in fits:
+        w.writerow(f)
+    return buf.getvalue()
+
+
+def shipped_fits() -> list[dict[str, Any]]:
+    if CALIBRATION_FILE not in _data.list_files("data/calibration/"):
+        return []
+    return list(csv.DictReader(io.StringIO(_data.read_text(CALIBRATION_FILE))))
+
+
+def lookup(
+    hardware: str,
+    runtime: Optional[str],
+    catalog: Optional[Catalog] = None,
+    fits: Optional[Sequence[dict[str, Any]]] = None,
+) -> tuple[str, Optional[dict[str, Any]]]:
+    """The calibration an estimate uses: the device's own row, else its runtime's profile,
+    else none. Rows fitted against another structure version are refused."""
+    if not runtime:
+        return "uncalibrated", None
+    from .snapshot import structure_version
+
+    rows = [f for f in (shipped_fits() if fits is None else fits) if f["runtime"] == runtime]
+    if not rows:
+        return "uncalibrated", None
+    sv = structure_version(catalog)
+    stale = [f for f in rows if f["structure_version"] != sv]
+    if stale:
+        raise CatalogError(
+            f"calibration for {runtime} was fitted against structure version {stale[0]['structure_version']}, "
+            f"the engine is {sv}: run `ridgeline calibrate` to refit"
+        )
+    own = next((f for f in rows if f["hardware"] == hardware), None)
+    if own:
+        return f"calibrated ({hardware}, {runtime}, {own['n_rows']} rows)", own
+    prof = next((f for f in rows if f["hardware"] == "*"), None)
+    if prof:
+        return f"runtime-profile ({runtime}, {prof['n_rows']} rows)", prof
+    return "uncalibrated", None
+
+
+def params_of(fit_row: Optional[dict[str, Any]]) -> np.ndarray:
+    if fit_row is None:
+        return np.array([1.0, 1.0, 0.0, 0.0])
+    return np.array([float(fit_row[k]) for k in PARAMS])
+
+
+def efficiency_json(fit_row: Optional[dict[str, Any]]) -> str:
+    """The core's Efficiency for a calibration row (1, 1, 0, 0, 0 without one)."""
+    import json
+
+    eta_m, eta_c, tl, ts = params_of(fit_row)
+    tlayer = float(fit_row["t_layer_us"]) if fit_row else 0.0
+    return json.dumps({"eta_mem": eta_m, "eta_compute": eta_c, "t_launch_s": tl * 1e-6,
+                       "t_layer_s": tlayer * 1e-6, "t_step_s": ts * 1e-6})  # fmt: skip
+
+
+def predict_shipped(rows: Sequence[Decomposed], catalog: Optional[Catalog] = None,
+                    fits: Optional[Sequence[dict[str, Any]]] = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Each row predicted with the calibration an estimate would use (its device's row or its runtime's profile)."""
+    out = []
+    for d in rows:
+        r = d.row
+        label, f = lookup(r["hardware"], r["runtime"], catalog, fits)
+        pred = float(Batch([d]).predict(params_of(f))[0])
+        out.append({"id": r["id"], "hardware": r["hardware"], "runtime": r["runtime"], "metric": r["metric"],
+                    "observed": float(r["value"]), "predicted": pred, "unit": r["unit"],
+                    "calibration": label})  # fmt: skip
+    return out
+
+
+PHASE_OF = {"decode_tok_s": "decode", "prefill_tok_s": "prefill", "ttft_ms": "prefill", "throughput_tok_s": "e2e"}
+
+
+def validation(catalog: Optional[Catalog] = None) -> dict[str, Any]:
+    """In-sample and leave-one-device-out predictions of every priced model row."""
+    cat = catalog or default_catalog()
+    rows, refused = decompose_all(cat)
+    rows = [d for d in rows if d.row["metric"] in MODEL_METRICS]
+    by_rt: dict[str, list[Decomposed]] = {}
+    for d in rows:
+        by_rt.setdefault(d.row["runtime"], []).append(d)
+    fits = shipped_fits()
+    records = []
+    for rt, rs in sorted(by_rt.items()):
+        devices = sorted({d.row["hardware"] for d in rs})
+        for dev in devices:
+            own = [d for d in rs if d.row["hardware"] == dev]
+            rest = [d for d in rs if d.row["hardware"] != dev]
+            label, f = lookup(dev, rt, cat, fits)
+            p_in = params_of(f)
+            p_out = fit(rest, cat)[0] if len(rest) >= len(PARAMS) else None
+            b = Batch(own)
+            r_in = b.speed_ratio(p_in)
+            r_out = b.speed_ratio(p_out) if p_out is not None else np.full(len(own), np.nan)
+            bound = b.speed_ratio(np.array([1.0, 1.0, 0.0, 0.0]))
+            for i, d in enumerate(own):
+                r = d.row
+                records.append({
+                    "id": r["id"], "hardware": dev, "runtime": rt, "model": r["model"], "metric": r["metric"],
+                    "phase": PHASE_OF[r["metric"]], "moe": "moe" if _is_moe(r["model"]) else "dense",
+                    "context": _context_bucket(r), "observed": r["value"], "unit": r["unit"],
+                    "in_sample": float(r_in[i]), "lodo": float(r_out[i]), "vs_bound": float(bound[i]),
+                    "calibration": label,
+                })  # fmt: skip
+    return {"rows": records, "refused": refused}
+
+
+def _is_moe(model: str) -> bool:
+    from .models import Model
+
+    return bool(Model.from_config(model).is_moe)
+
+
+def _context_bucket(r: dict[str, Any]) -> str:
+    ctx = int(r["depth"] or 0) + int(r["prompt_tokens"] or 0) + int(r["output_tokens"] or 0)
+    return "<=2k" if ctx <= 2048 else ("2k-8k" if ctx <= 8192 else ">8k")
+
+
+def summarise(records: Sequence[dict[str, Any]], key: str) -> dict[str, float]:
+    """median observed/predicted, share within 1.5x and 2x, rms log, of the ratios under `key`."""
+    r = np.array([x[key] for x in records if not math.isnan(x[key])])
+    if len(r) == 0:
+        return {"rows": 0}
+    lr = np.log(r)
+    return {
+        "rows": len(r),
+        "median": float(np.median(r)),
+        "within_1_5x": float(np.mean(np.abs(lr) <= math.log(1.5))),
+        "within_2x": float(np.mean(np.abs(lr) <= math.log(2.0))),
+        "rms_log": float(np.sqrt(np.mean(lr**2))),
+        "beats_bound_5pct": int(np.sum(np.array([x["vs_bound"] for x in records]) > 1.05)),
+    }

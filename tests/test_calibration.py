@@ -1,0 +1,80 @@
+"""Calibration: deterministic fits, structure-version guard, the shipped rows in use."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import ridgeline
+from ridgeline import CatalogError, _data
+from ridgeline.calibrate import PARAMS, calibrate, lookup, shipped_fits, to_csv, validation
+from ridgeline.snapshot import structure_version
+
+
+@pytest.fixture(scope="module")
+def fresh():
+    return calibrate()
+
+
+def test_calibrate_is_deterministic_and_the_shipped_file_is_current(fresh):
+    assert to_csv(fresh) == to_csv(calibrate())  # same data, same bytes
+    assert to_csv(fresh) == _data.read_text("data/calibration/fits.csv")
+
+
+def test_shipped_fits_match_the_engine_structure():
+    # Fails when the physics changed and the shipped calibration was not refitted.
+    fits = shipped_fits()
+    assert fits and {f["structure_version"] for f in fits} == {structure_version()}
+
+
+def test_a_stale_calibration_is_refused():
+    stale = [{**f, "structure_version": "0" * 16} for f in shipped_fits()]
+    with pytest.raises(CatalogError, match="refit"):
+        lookup("RTX_3090", "llamacpp-cuda", fits=stale)
+
+
+def test_fitted_constants_are_physical_and_labelled(fresh):
+    for f in fresh:
+        assert 0 < f["eta_mem"] <= 1 and 0 < f["eta_compute"] <= 1
+        assert f["t_launch_us"] >= 0 and f["t_step_us"] >= 0
+        assert f["n_rows"] >= len(PARAMS) and f["rms_log"] > 0
+    own = ridgeline.estimate("meta-llama/Meta-Llama-3-8B", "RTX_3090", runtime="llamacpp-cuda")
+    assert own.calibration.startswith("calibrated (RTX_3090, llamacpp-cuda")
+    prof = ridgeline.estimate("meta-llama/Meta-Llama-3-8B", "H200_SXM", runtime="llamacpp-cuda")
+    assert prof.calibration.startswith("runtime-profile (llamacpp-cuda")
+    bound = ridgeline.estimate("meta-llama/Meta-Llama-3-8B", "RTX_3090", runtime="llamacpp-cuda", calibrated=False)
+    assert bound.calibration == "uncalibrated" and bound.tpot_s < own.tpot_s
+
+
+@pytest.fixture(scope="module")
+def checked():
+    return validation()
+
+
+def test_validate_rows_matches_the_in_sample_path(checked):
+    v = {r["id"]: r for r in checked["rows"]}
+    path = "data/benchmarks/llamacpp_apple_silicon_4167.csv"
+    exe = Path(sys.executable).with_name("ridgeline")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "ridgeline.cli"]
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / "ridgeline-rows-test.csv"
+    tmp.write_text(_data.read_text(path))
+    r = subprocess.run([*cmd, "validate", "--rows", str(tmp), "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    priced = [x for x in rows if x.get("predicted") is not None]
+    assert len(priced) > 30
+    for x in priced:
+        rid = "llamacpp_apple_silicon_4167" + x["id"][len(tmp.stem) :]
+        assert rid in v
+        speed_in_sample = v[rid]["in_sample"]  # observed / predicted speed
+        assert x["observed"] / x["predicted"] == pytest.approx(speed_in_sample, rel=1e-9)
+
+
+def test_envelope_is_reported_per_phase(checked):
+    recs = checked["rows"]
+    decode = [r for r in recs if r["phase"] == "decode"]
+    prefill = [r for r in recs if r["phase"] == "prefill"]
+    assert len(decode) > 300 and len(prefill) > 300
+    assert all(r["lodo"] == r["lodo"] for r in decode)  # every device has a runtime profile without it
