@@ -58,6 +58,8 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int) -> tuple[dict[str, Any], s
         "weight_dtype": wq if wq and wq not in ("fp16", "bf16") else None,
         "dtype": "fp16" if wq == "fp16" else "bf16", "runtime": r["runtime"], "kv_dtype": r["kv_dtype"],
         "allow_no_fit": True,
+        # llama-batched-bench feeds token 0 to every sequence (tools/batched-bench/batched-bench.cpp)
+        "identical_sequences": "batched-bench" in (r["flags"] or ""),
     }  # fmt: skip
     m = r["metric"]
     limit = max_len
@@ -90,6 +92,15 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
 
     model = Model.from_config(r["model"])
     kw, phase = _estimate_kwargs(r, model.max_model_len)
+    scale = 1.0
+    if phase == "prefill" and r["flags"] == "layer-split" and kw["pp"] > 1:
+        # llama.cpp pipelines the prompt's ubatches across a layer split: GPipe fill and drain of
+        # m ubatch chunks over p stages, each stage ceil(L/p) of the L layers
+        ub = int(cat.constant("llamacpp_n_ubatch"))
+        m = -(-int(kw["prompt"]) // ub)
+        p = int(kw["pp"])
+        scale = (m + p - 1) / m * (-(-model.num_layers // p)) / model.num_layers
+        kw["chunk"] = ub
     e = estimate(model, r["hardware"], catalog=cat, calibrated=False, **kw)
     df = e.breakdown
     if phase != "e2e":
@@ -105,8 +116,9 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
                                                                   else 1),
     }.get(r["metric"], 1.0)  # fmt: skip
     return Decomposed(
-        row=r, compute=df["compute_s"].to_numpy(), memory=df["memory_s"].to_numpy(), fixed=float(df["comm_s"].sum()),
-        launches=float(df["launches"].sum()), steps=steps, work=work,
+        row=r, compute=df["compute_s"].to_numpy() * scale, memory=df["memory_s"].to_numpy() * scale,
+        fixed=float(df["comm_s"].sum()) * scale, launches=float(df["launches"].sum()) * scale, steps=steps * scale,
+        work=work,
         kind="time_ms" if r["metric"] == "ttft_ms" else "rate",
     )  # fmt: skip
 

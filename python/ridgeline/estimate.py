@@ -168,6 +168,7 @@ def estimate(
     prompt: int = 1024,
     output: int = 256,
     prefix: int = 0,
+    identical_sequences: bool = False,
     tp: int = 1,
     ep: int = 1,
     pp: int = 1,
@@ -195,6 +196,8 @@ def estimate(
         prompt: prompt tokens per sequence.
         output: output tokens per sequence (the first comes from prefill).
         prefix: tokens already cached before the prompt (llama-bench ``-d``, a prefix-cache hit).
+        identical_sequences: every sequence holds the same tokens (llama-batched-bench), so MoE
+            routing picks the same experts for all of them.
         tp: tensor-parallel degree.
         ep: expert-parallel degree (1, or equal to ``tp``: experts spread over the TP group).
         pp: pipeline stages (ceil(layers / pp) layers each); latency is the full pass plus the sends.
@@ -230,6 +233,7 @@ def estimate(
         "prompt": _positive_int("prompt", prompt),
         "output": _positive_int("output", output),
         "prefix": _count("prefix", prefix),
+        "identical_sequences": bool(identical_sequences),
         "tp": _positive_int("tp", tp),
         "ep": _positive_int("ep", ep),
         "pp": _positive_int("pp", pp),

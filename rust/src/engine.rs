@@ -185,6 +185,7 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
             tp: plan.tp,
             ep: plan.ep,
             pp: plan.pp,
+            identical_sequences: plan.identical_sequences,
             act_b: act.bytes(),
             kv_b: plan.kv_dtype().bytes(),
             formats,

@@ -159,6 +159,14 @@ impl Geometry<'_> {
         }
     }
 
+    /// Sequences in the step.
+    fn sequences(&self) -> f64 {
+        match self {
+            Geometry::Segments(s) => s.iter().map(|x| x.count as f64).sum(),
+            Geometry::Decode { batch } => *batch as f64,
+        }
+    }
+
     fn samples(&self) -> f64 {
         match self {
             Geometry::Segments(s) => s.iter().filter(|x| x.samples).map(|x| x.count as f64).sum(),
@@ -193,6 +201,8 @@ pub struct BuildCtx<'a> {
     pub ep: u64,
     /// Pipeline stages.
     pub pp: u64,
+    /// All sequences hold the same tokens (MoE routing is shared).
+    pub identical_sequences: bool,
     /// Bytes per activation element.
     pub act_b: f64,
     pub kv_b: f64,
@@ -507,7 +517,7 @@ impl Builder<'_, '_> {
         }
     }
 
-    fn ffn(&mut self, g: &LayerGroup, t: f64) {
+    fn ffn(&mut self, g: &LayerGroup, t: f64, route_tokens: f64) {
         let c = self.ctx;
         let d = c.model.hidden_size as f64;
         let tpf = c.tp as f64;
@@ -548,7 +558,7 @@ impl Builder<'_, '_> {
                 // Router: a replicated GEMM to E logits, weights in the activation dtype.
                 self.gemm_act(OpKind::Router, t, d, e, *router_bias);
                 // Expected distinct experts under uniform routing: E (1 - (1 - k/E)^T).
-                let distinct = e * (1.0 - (1.0 - k / e).powf(t));
+                let distinct = e * (1.0 - (1.0 - k / e).powf(route_tokens));
                 let fe = *expert_intermediate_size as f64;
                 if c.ep > 1 {
                     // Expert parallelism: E/ep whole experts per device; each token's
@@ -611,6 +621,12 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
     let t = geo.tokens();
     let samples = geo.samples();
     let tpf = ctx.tp as f64;
+    // Tokens whose routing is independent: one sequence's worth when all sequences are the same.
+    let route_tokens = if ctx.identical_sequences {
+        t / geo.sequences().max(1.0)
+    } else {
+        t
+    };
 
     let mut b = Builder {
         ctx,
@@ -657,7 +673,7 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
         if let Some(a) = &g.attention {
             b.attention(a, geo, t);
         }
-        b.ffn(g, t);
+        b.ffn(g, t, route_tokens);
     }
     b.group = MODEL_LEVEL;
     b.repeat = 1.0;

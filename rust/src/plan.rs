@@ -19,6 +19,11 @@ pub struct Plan {
     /// Tokens already in the KV cache before the prompt (llama-bench `-d`, prefix caching).
     #[serde(default)]
     pub prefix: u64,
+    /// Every sequence holds the same tokens (llama-batched-bench feeds token 0 to all of
+    /// them), so MoE routing picks the same experts for each: distinct experts follow the
+    /// tokens of one sequence, not of the batch.
+    #[serde(default)]
+    pub identical_sequences: bool,
     #[serde(default = "one")]
     pub tp: u64,
     /// Activation (compute) dtype.
@@ -122,6 +127,7 @@ impl Plan {
             prompt,
             output,
             prefix: 0,
+            identical_sequences: false,
             tp: 1,
             dtype: DType::Bf16,
             weights: WeightFormats::default(),

@@ -295,3 +295,22 @@ fn prefill_on_a_cached_prefix_attends_to_it() {
     let keys = row(&e, Phase::Decode, OpKind::Attention).flops / (32.0 * 4.0 * 4096.0);
     assert_eq!(keys, 4609.0 + 4610.0);
 }
+
+#[test]
+fn identical_sequences_share_their_experts() {
+    let m = crate::fixtures::mixtral_8x7b();
+    let mut p = plan(32, 512, 2);
+    let one = |p: &Plan| {
+        let e = estimate(&m, &h100(), p, &Efficiency::uncalibrated(), proto(), true).unwrap();
+        row(&e, Phase::Decode, OpKind::ExpertUp).bytes
+    };
+    let independent = one(&p);
+    p.identical_sequences = true;
+    let identical = one(&p);
+    let w = 4096.0 * 2.0 * 14336.0 * 2.0; // one expert's gate+up in bf16
+    let act = 32.0 * 2.0 * (4096.0 + 2.0 * 14336.0) * 2.0;
+    // 32 identical sequences route like one: top-2 of 8 experts per layer
+    assert!((identical - 32.0 * (2.0 * w + act)).abs() / identical < 1e-12);
+    let distinct = 8.0 * (1.0 - 0.75f64.powi(32));
+    assert!((independent - 32.0 * (distinct * w + act)).abs() / independent < 1e-12);
+}
