@@ -30,7 +30,7 @@ PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us")
 MODEL_METRICS = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "throughput_tok_s")
 CALIBRATION_FILE = "data/calibration/fits.csv"
 FIT_COLUMNS = (
-    "hardware", "runtime", "precision", "phase", *PARAMS, "t_layer_us", "n_rows", "rms_log", "pinned",
+    "hardware", "runtime", "memory", "precision", "phase", *PARAMS, "t_layer_us", "n_rows", "rms_log", "pinned",
     "structure_version", "data_hash", "fitted_at", "source",
 )  # fmt: skip
 
@@ -223,8 +223,34 @@ def data_hash(rows: Sequence[Decomposed]) -> str:
     return h.hexdigest()[:16]
 
 
+def memory_technology(memory_type: Optional[str]) -> str:
+    """hbm, gddr or lpddr (unified memory included): the class a runtime profile is fitted over."""
+    t = (memory_type or "").lower()
+    if t.startswith("hbm"):
+        return "hbm"
+    if t.startswith("gddr"):
+        return "gddr"
+    if "lpddr" in t or "unified" in t:
+        return "lpddr"
+    return "other"
+
+
+def _memtech(cat: Catalog, hardware: str) -> str:
+    return memory_technology(cat.get(hardware).memory_type)
+
+
+def _profile_rows(rows: Sequence[Decomposed], cat: Catalog, memtech: str, exclude: Optional[str] = None
+                  ) -> list[Decomposed]:  # fmt: skip
+    """The rows a profile for `memtech` is fitted on: that memory technology's other devices when
+    there are at least two, else every other device of the runtime."""
+    others = [d for d in rows if d.row["hardware"] != exclude]
+    same = [d for d in others if _memtech(cat, d.row["hardware"]) == memtech]
+    return same if len({d.row["hardware"] for d in same}) >= 2 else others
+
+
 def calibrate(catalog: Optional[Catalog] = None, min_device_rows: int = 8) -> list[dict[str, Any]]:
-    """Fits a profile per runtime and a row per (device, runtime) with enough rows of its own."""
+    """Fits a profile per runtime (over all its devices, and over each memory technology with two
+    or more devices) and a row per (device, runtime) with enough rows of its own."""
     from .snapshot import structure_version
 
     cat = catalog or default_catalog()
@@ -232,18 +258,23 @@ def calibrate(catalog: Optional[Catalog] = None, min_device_rows: int = 8) -> li
     rows = [d for d in rows if d.row["metric"] in MODEL_METRICS]
     sv = structure_version(cat)
     out = []
-    groups: dict[tuple[str, str], list[Decomposed]] = {}
+    groups: dict[tuple[str, str, str], list[Decomposed]] = {}
     for d in rows:
-        groups.setdefault(("*", d.row["runtime"]), []).append(d)
-        groups.setdefault((d.row["hardware"], d.row["runtime"]), []).append(d)
-    for (hw, runtime), g in sorted(groups.items()):
+        rt, hw = d.row["runtime"], d.row["hardware"]
+        mt = _memtech(cat, hw)
+        groups.setdefault(("*", rt, "*"), []).append(d)
+        groups.setdefault(("*", rt, mt), []).append(d)
+        groups.setdefault((hw, rt, mt), []).append(d)
+    for (hw, runtime, mt), g in sorted(groups.items()):
         if hw != "*" and (len(g) < min_device_rows or len({x.row["metric"] for x in g}) < 2):
+            continue
+        if hw == "*" and mt != "*" and len({x.row["hardware"] for x in g}) < 2:
             continue
         if len(g) < len(PARAMS):
             continue
         p, err = fit(g, cat)
         out.append({
-            "hardware": hw, "runtime": runtime, "precision": "*", "phase": "*",
+            "hardware": hw, "runtime": runtime, "memory": mt, "precision": "*", "phase": "*",
             **{k: float(f"{v:.6g}") for k, v in zip(PARAMS, p)}, "t_layer_us": 0.0, "n_rows": len(g),
             "rms_log": float(f"{err:.6g}"), "structure_version": sv, "data_hash": data_hash(g),
             "fitted_at": __version__,
@@ -295,9 +326,12 @@ def lookup(
     own = next((f for f in rows if f["hardware"] == hardware), None)
     if own:
         return f"calibrated ({hardware}, {runtime}, {own['n_rows']} rows)", own
-    prof = next((f for f in rows if f["hardware"] == "*"), None)
-    if prof:
-        return f"runtime-profile ({runtime}, {prof['n_rows']} rows)", prof
+    mt = _memtech(catalog or default_catalog(), hardware)
+    for memory in (mt, "*"):
+        prof = next((f for f in rows if f["hardware"] == "*" and f["memory"] == memory), None)
+        if prof:
+            what = f"{runtime}, {memory} memory" if memory != "*" else runtime
+            return f"runtime-profile ({what}, {prof['n_rows']} rows)", prof
     return "uncalibrated", None
 
 
@@ -348,7 +382,7 @@ def validation(catalog: Optional[Catalog] = None) -> dict[str, Any]:
         devices = sorted({d.row["hardware"] for d in rs})
         for dev in devices:
             own = [d for d in rs if d.row["hardware"] == dev]
-            rest = [d for d in rs if d.row["hardware"] != dev]
+            rest = _profile_rows(rs, cat, _memtech(cat, dev), exclude=dev)
             label, f = lookup(dev, rt, cat, fits)
             p_in = params_of(f)
             p_out = fit(rest, cat)[0] if len(rest) >= len(PARAMS) else None
