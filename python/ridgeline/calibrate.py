@@ -26,7 +26,9 @@ from . import __version__, _data
 from .catalog import Catalog, default_catalog
 from .errors import CatalogError, PlanError
 
-PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us")
+PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us", "eta_moe")
+UNCALIBRATED = np.array([1.0, 1.0, 0.0, 0.0, 1.0])
+EXPERT_OPS = ("expert_up", "expert_act", "expert_down")
 MODEL_METRICS = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "throughput_tok_s")
 CALIBRATION_FILE = "data/calibration/fits.csv"
 FIT_COLUMNS = (
@@ -42,6 +44,7 @@ class Decomposed:
     row: dict[str, Any]
     compute: np.ndarray
     memory: np.ndarray
+    expert: np.ndarray  # True where the operator is a routed-expert kernel
     fixed: float  # communication time (s)
     launches: float
     steps: float
@@ -117,6 +120,7 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
     }.get(r["metric"], 1.0)  # fmt: skip
     return Decomposed(
         row=r, compute=df["compute_s"].to_numpy() * scale, memory=df["memory_s"].to_numpy() * scale,
+        expert=df["op"].is_in(list(EXPERT_OPS)).to_numpy(),
         fixed=float(df["comm_s"].sum()) * scale, launches=float(df["launches"].sum()) * scale, steps=steps * scale,
         work=work,
         kind="time_ms" if r["metric"] == "ttft_ms" else "rate",
@@ -134,7 +138,8 @@ def _decompose_gemm(r: dict[str, Any], cat: Catalog) -> Decomposed:
     flops = 2 * m * n * k
     compute = flops / (peak * 1e12)
     memory = (m * k + k * n + m * n) * elem / (dev.memory_bw_gbs * 1e9)
-    return Decomposed(row=r, compute=np.array([compute]), memory=np.array([memory]), fixed=0.0, launches=1.0,
+    return Decomposed(row=r, compute=np.array([compute]), memory=np.array([memory]), expert=np.array([False]),
+                      fixed=0.0, launches=1.0,
                       steps=0.0, work=flops / 1e12, kind="rate")  # fmt: skip
 
 
@@ -147,9 +152,12 @@ class Batch:
         n = len(rows)
         self.c = np.zeros((n, width))
         self.m = np.zeros((n, width))
+        self.e = np.zeros((n, width), dtype=bool)
         for i, d in enumerate(rows):
             self.c[i, : len(d.compute)] = d.compute
             self.m[i, : len(d.memory)] = d.memory
+            self.e[i, : len(d.expert)] = d.expert
+        self.has_experts = bool(self.e.any())
         self.fixed = np.array([d.fixed for d in rows])
         self.launches = np.array([d.launches for d in rows])
         self.steps = np.array([d.steps for d in rows])
@@ -158,8 +166,9 @@ class Batch:
         self.observed = np.array([float(d.row["value"]) for d in rows])
 
     def predict(self, p: np.ndarray) -> np.ndarray:
-        eta_m, eta_c, tl, ts = p
-        t = np.maximum(self.c / eta_c, self.m / eta_m).sum(axis=1)
+        eta_m, eta_c, tl, ts, eta_moe = p
+        eta = np.where(self.e, eta_moe, eta_m)
+        t = np.maximum(self.c / eta_c, self.m / eta).sum(axis=1)
         t = t + self.fixed + self.launches * tl * 1e-6 + self.steps * ts * 1e-6
         out: np.ndarray = np.where(self.time_ms, t * 1e3, self.work / t)
         return out
@@ -192,7 +201,8 @@ def decompose_all(cat: Catalog) -> tuple[list[Decomposed], list[dict[str, Any]]]
 
 def _bounds(cat: Catalog) -> list[tuple[float, float]]:
     lo = cat.constant("fit_eta_min")
-    return [(lo, 1.0), (lo, 1.0), (0.0, cat.constant("fit_launch_us_max")), (0.0, cat.constant("fit_step_us_max"))]
+    return [(lo, 1.0), (lo, 1.0), (0.0, cat.constant("fit_launch_us_max")), (0.0, cat.constant("fit_step_us_max")),
+            (lo, 1.0)]  # fmt: skip
 
 
 def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, float]:
@@ -201,11 +211,15 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, float]:
 
     if len(rows) < len(PARAMS):
         raise PlanError(f"calibration: {len(rows)} rows cannot fix {len(PARAMS)} parameters")
-    bounds = _bounds(cat)
     batch = Batch(rows)
+    # eta_moe only where the rows hold routed experts; elsewhere it is eta_mem
+    bounds = _bounds(cat) if batch.has_experts else _bounds(cat)[:4]
+
+    def full(p: np.ndarray) -> np.ndarray:
+        return p if len(p) == len(PARAMS) else np.append(p, p[0])
 
     def residuals(p: np.ndarray) -> np.ndarray:
-        return np.asarray(-np.log(batch.speed_ratio(p)))
+        return np.asarray(-np.log(batch.speed_ratio(full(p))))
 
     def rms(p: np.ndarray) -> float:
         return float(np.sqrt(np.mean(residuals(p) ** 2)))
@@ -213,7 +227,7 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, float]:
     de = differential_evolution(rms, bounds, seed=0, tol=1e-10, maxiter=300, polish=False, updating="immediate")
     ls = least_squares(residuals, de.x, bounds=([b[0] for b in bounds], [b[1] for b in bounds]))
     p = ls.x if rms(ls.x) <= rms(de.x) else de.x
-    return p, rms(p)
+    return full(p), rms(p)
 
 
 def data_hash(rows: Sequence[Decomposed]) -> str:
@@ -278,12 +292,22 @@ def calibrate(catalog: Optional[Catalog] = None, min_device_rows: int = 8) -> li
             **{k: float(f"{v:.6g}") for k, v in zip(PARAMS, p)}, "t_layer_us": 0.0, "n_rows": len(g),
             "rms_log": float(f"{err:.6g}"), "structure_version": sv, "data_hash": data_hash(g),
             "fitted_at": __version__,
-            "pinned": " ".join(k for k, v, (lo, hi) in zip(PARAMS, p, _bounds(cat))
-                               if abs(v - lo) <= 1e-6 * max(1.0, abs(hi)) or abs(v - hi) <= 1e-6 * max(1.0, abs(hi))),
+            "pinned": _pinned(p, cat, moe=any(x.expert.any() for x in g)),
             "source": f"ridgeline calibrate: differential_evolution(seed=0) + least_squares on {len(g)} rows "
             "of data/benchmarks",
         })  # fmt: skip
     return out
+
+
+def _pinned(p: np.ndarray, cat: Catalog, moe: bool) -> str:
+    """Parameters a fit left at a bound of its search range (a sign of missing structure)."""
+    out = []
+    for k, v, (lo, hi) in zip(PARAMS, p, _bounds(cat)):
+        if k == "eta_moe" and not moe:
+            continue
+        if abs(v - lo) <= 1e-6 * max(1.0, abs(hi)) or abs(v - hi) <= 1e-6 * max(1.0, abs(hi)):
+            out.append(k)
+    return " ".join(out)
 
 
 def to_csv(fits: Sequence[dict[str, Any]]) -> str:
@@ -337,7 +361,7 @@ def lookup(
 
 def params_of(fit_row: Optional[dict[str, Any]]) -> np.ndarray:
     if fit_row is None:
-        return np.array([1.0, 1.0, 0.0, 0.0])
+        return UNCALIBRATED
     return np.array([float(fit_row[k]) for k in PARAMS])
 
 
@@ -345,9 +369,9 @@ def efficiency_json(fit_row: Optional[dict[str, Any]]) -> str:
     """The core's Efficiency for a calibration row (1, 1, 0, 0, 0 without one)."""
     import json
 
-    eta_m, eta_c, tl, ts = params_of(fit_row)
+    eta_m, eta_c, tl, ts, eta_moe = params_of(fit_row)
     tlayer = float(fit_row["t_layer_us"]) if fit_row else 0.0
-    return json.dumps({"eta_mem": eta_m, "eta_compute": eta_c, "t_launch_s": tl * 1e-6,
+    return json.dumps({"eta_mem": eta_m, "eta_compute": eta_c, "eta_moe": eta_moe, "t_launch_s": tl * 1e-6,
                        "t_layer_s": tlayer * 1e-6, "t_step_s": ts * 1e-6})  # fmt: skip
 
 
@@ -389,7 +413,7 @@ def validation(catalog: Optional[Catalog] = None) -> dict[str, Any]:
             b = Batch(own)
             r_in = b.speed_ratio(p_in)
             r_out = b.speed_ratio(p_out) if p_out is not None else np.full(len(own), np.nan)
-            bound = b.speed_ratio(np.array([1.0, 1.0, 0.0, 0.0]))
+            bound = b.speed_ratio(UNCALIBRATED)
             for i, d in enumerate(own):
                 r = d.row
                 records.append({

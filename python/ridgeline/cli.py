@@ -328,10 +328,12 @@ def calibrate(out: str) -> None:
         raise click.UsageError(f"{path.parent} not found (run from the repository root, or pass --out)")
     path.write_text(to_csv(fits))
     for f in fits:
-        click.echo(f"  {f['runtime']:<15} {f['hardware']:<16} eta_mem {f['eta_mem']:<8.4g} eta_compute "
-                   f"{f['eta_compute']:<8.4g} t_launch {f['t_launch_us']:<7.3g} us  t_step {f['t_step_us']:<7.3g} us  "
-                   f"rows {f['n_rows']:<4} rms_log {f['rms_log']:.3f}"
-                   + (f"  PINNED at a bound: {f['pinned']}" if f["pinned"] else ""))  # fmt: skip
+        click.echo(
+            f"  {f['runtime']:<15} {f['hardware']:<17} {f['memory']:<6} eta_mem {f['eta_mem']:<7.3g} "
+            f"eta_compute {f['eta_compute']:<7.3g} eta_moe {f['eta_moe']:<7.3g} t_launch {f['t_launch_us']:<6.3g} us "
+            f"t_step {f['t_step_us']:<7.3g} us rows {f['n_rows']:<4} rms_log {f['rms_log']:.3f}"
+            + (f"  PINNED: {f['pinned']}" if f["pinned"] else "")
+        )
     click.echo(f"wrote {len(fits)} rows to {path}")
 
 

@@ -95,6 +95,11 @@ impl OpKind {
         }
     }
 
+    /// The routed-expert kernels (their memory efficiency may be fitted apart).
+    pub fn is_routed_expert(self) -> bool {
+        matches!(self, OpKind::ExpertUp | OpKind::ExpertAct | OpKind::ExpertDown)
+    }
+
     pub fn is_comm(self) -> bool {
         matches!(
             self,

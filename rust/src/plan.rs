@@ -81,6 +81,10 @@ pub struct TopologySpec {
 pub struct Efficiency {
     pub eta_compute: f64,
     pub eta_mem: f64,
+    /// Memory efficiency of the routed-expert kernels (many small, gathered matrices);
+    /// `eta_mem` when not fitted.
+    #[serde(default)]
+    pub eta_moe: Option<f64>,
     #[serde(default)]
     pub t_launch_s: f64,
     #[serde(default)]
@@ -94,6 +98,7 @@ impl Efficiency {
         Efficiency {
             eta_compute: 1.0,
             eta_mem: 1.0,
+            eta_moe: None,
             t_launch_s: 0.0,
             t_layer_s: 0.0,
             t_step_s: 0.0,
@@ -101,7 +106,11 @@ impl Efficiency {
     }
 
     pub fn validate(&self) -> Result<()> {
-        for (name, v) in [("eta_compute", self.eta_compute), ("eta_mem", self.eta_mem)] {
+        for (name, v) in [
+            ("eta_compute", self.eta_compute),
+            ("eta_mem", self.eta_mem),
+            ("eta_moe", self.eta_moe.unwrap_or(self.eta_mem)),
+        ] {
             if !(v.is_finite() && v > 0.0 && v <= 1.0) {
                 return Err(Error::plan(name, format!("must be in (0, 1], got {v}")));
             }

@@ -73,9 +73,14 @@ struct Rates {
 }
 
 fn rates(op: &Op, bw: f64, eff: &Efficiency) -> Rates {
+    let eta_mem = if op.kind.is_routed_expert() {
+        eff.eta_moe.unwrap_or(eff.eta_mem)
+    } else {
+        eff.eta_mem
+    };
     Rates {
         per_flop: 1.0 / (op.peak * eff.eta_compute),
-        per_byte: 1.0 / (bw * eff.eta_mem),
+        per_byte: 1.0 / (bw * eta_mem),
         launch: op.launches * eff.t_launch_s,
     }
 }
@@ -246,7 +251,7 @@ mod tests {
             launch in 0.0f64..1e-5,
         ) {
             let o = op(f0, f1, b0, b1, w);
-            let eff = Efficiency { eta_compute: 0.7, eta_mem: 0.8, t_launch_s: launch, t_layer_s: 0.0, t_step_s: 0.0 };
+            let eff = Efficiency { eta_compute: 0.7, eta_mem: 0.8, eta_moe: None, t_launch_s: launch, t_layer_s: 0.0, t_step_s: 0.0 };
             let hi = lo + len;
             let a = price_range(&o, lo, hi, 1e9, &eff);
             let b = brute(&o, lo, hi, &eff);
