@@ -179,3 +179,14 @@ def test_name_hints_and_override_precedence():
     assert forced.memory["weights_bytes"] > 3 * awq.memory["weights_bytes"] / 2
     with pytest.raises(PlanError, match="unknown weight format"):
         ridgeline.estimate("meta-llama/Llama-3.1-8B", "L40S", weight_dtype="q3_weird")
+
+
+def test_quantized_gemms_are_marked_for_their_own_efficiency():
+    e = ridgeline.estimate("meta-llama/Llama-2-7b-hf", "RTX_4090", weight_dtype="q4_0", runtime="llamacpp-cuda",
+                           calibrated=False)  # fmt: skip
+    rows = {r["op"]: r["quantized"] for r in e.breakdown_rows() if r["phase"] == "prefill"}
+    assert rows["qkv_proj"] and rows["ffn_up"] and rows["o_proj"]
+    assert not rows["attention"] and not rows["norm"]
+    assert e.gemm_dtype == "int8"  # llama.cpp's MMQ kernels (data/calibration/runtime_paths.csv)
+    plain = ridgeline.estimate("meta-llama/Llama-2-7b-hf", "RTX_4090")
+    assert not any(r["quantized"] for r in plain.breakdown_rows())

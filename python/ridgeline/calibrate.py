@@ -26,8 +26,8 @@ from . import __version__, _data
 from .catalog import Catalog, default_catalog
 from .errors import CatalogError, PlanError
 
-PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us", "eta_moe")
-UNCALIBRATED = np.array([1.0, 1.0, 0.0, 0.0, 1.0])
+PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us", "eta_moe", "eta_compute_quant")
+UNCALIBRATED = np.array([1.0, 1.0, 0.0, 0.0, 1.0, 1.0])
 EXPERT_OPS = ("expert_up", "expert_act", "expert_down")
 MODEL_METRICS = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "throughput_tok_s")
 CALIBRATION_FILE = "data/calibration/fits.csv"
@@ -45,6 +45,7 @@ class Decomposed:
     compute: np.ndarray
     memory: np.ndarray
     expert: np.ndarray  # True where the operator is a routed-expert kernel
+    quant: np.ndarray  # True where the operator is a GEMM on quantized weights
     fixed: float  # communication time (s)
     launches: float
     steps: float
@@ -120,7 +121,7 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
     }.get(r["metric"], 1.0)  # fmt: skip
     return Decomposed(
         row=r, compute=df["compute_s"].to_numpy() * scale, memory=df["memory_s"].to_numpy() * scale,
-        expert=df["op"].is_in(list(EXPERT_OPS)).to_numpy(),
+        expert=df["op"].is_in(list(EXPERT_OPS)).to_numpy(), quant=df["quantized"].to_numpy(),
         fixed=float(df["comm_s"].sum()) * scale, launches=float(df["launches"].sum()) * scale, steps=steps * scale,
         work=work,
         kind="time_ms" if r["metric"] == "ttft_ms" else "rate",
@@ -139,6 +140,7 @@ def _decompose_gemm(r: dict[str, Any], cat: Catalog) -> Decomposed:
     compute = flops / (peak * 1e12)
     memory = (m * k + k * n + m * n) * elem / (dev.memory_bw_gbs * 1e9)
     return Decomposed(row=r, compute=np.array([compute]), memory=np.array([memory]), expert=np.array([False]),
+                      quant=np.array([False]),
                       fixed=0.0, launches=1.0,
                       steps=0.0, work=flops / 1e12, kind="rate")  # fmt: skip
 
@@ -153,11 +155,14 @@ class Batch:
         self.c = np.zeros((n, width))
         self.m = np.zeros((n, width))
         self.e = np.zeros((n, width), dtype=bool)
+        self.q = np.zeros((n, width), dtype=bool)
         for i, d in enumerate(rows):
             self.c[i, : len(d.compute)] = d.compute
             self.m[i, : len(d.memory)] = d.memory
             self.e[i, : len(d.expert)] = d.expert
+            self.q[i, : len(d.quant)] = d.quant
         self.has_experts = bool(self.e.any())
+        self.has_quant = bool(self.q.any())
         self.fixed = np.array([d.fixed for d in rows])
         self.launches = np.array([d.launches for d in rows])
         self.steps = np.array([d.steps for d in rows])
@@ -166,9 +171,10 @@ class Batch:
         self.observed = np.array([float(d.row["value"]) for d in rows])
 
     def predict(self, p: np.ndarray) -> np.ndarray:
-        eta_m, eta_c, tl, ts, eta_moe = p
+        eta_m, eta_c, tl, ts, eta_moe, eta_cq = p
         eta = np.where(self.e, eta_moe, eta_m)
-        t = np.maximum(self.c / eta_c, self.m / eta).sum(axis=1)
+        eta_comp = np.where(self.q, eta_cq, eta_c)
+        t = np.maximum(self.c / eta_comp, self.m / eta).sum(axis=1)
         t = t + self.fixed + self.launches * tl * 1e-6 + self.steps * ts * 1e-6
         out: np.ndarray = np.where(self.time_ms, t * 1e3, self.work / t)
         return out
@@ -202,7 +208,7 @@ def decompose_all(cat: Catalog) -> tuple[list[Decomposed], list[dict[str, Any]]]
 def _bounds(cat: Catalog) -> list[tuple[float, float]]:
     lo = cat.constant("fit_eta_min")
     return [(lo, 1.0), (lo, 1.0), (0.0, cat.constant("fit_launch_us_max")), (0.0, cat.constant("fit_step_us_max")),
-            (lo, 1.0)]  # fmt: skip
+            (lo, 1.0), (lo, 1.0)]  # fmt: skip
 
 
 def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, float]:
@@ -212,11 +218,17 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, float]:
     if len(rows) < len(PARAMS):
         raise PlanError(f"calibration: {len(rows)} rows cannot fix {len(PARAMS)} parameters")
     batch = Batch(rows)
-    # eta_moe only where the rows hold routed experts; elsewhere it is eta_mem
-    bounds = _bounds(cat) if batch.has_experts else _bounds(cat)[:4]
+    # eta_moe only where the rows hold routed experts (else eta_mem); eta_compute_quant only
+    # where they hold quantized GEMMs (else eta_compute)
+    free = [True] * 4 + [batch.has_experts, batch.has_quant]
+    bounds = [b for b, f in zip(_bounds(cat), free) if f]
 
     def full(p: np.ndarray) -> np.ndarray:
-        return p if len(p) == len(PARAMS) else np.append(p, p[0])
+        it = iter(p)
+        v = [next(it) if f else None for f in free]
+        v[4] = v[4] if v[4] is not None else v[0]
+        v[5] = v[5] if v[5] is not None else v[1]
+        return np.array(v, dtype=float)
 
     def residuals(p: np.ndarray) -> np.ndarray:
         return np.asarray(-np.log(batch.speed_ratio(full(p))))
@@ -292,18 +304,18 @@ def calibrate(catalog: Optional[Catalog] = None, min_device_rows: int = 8) -> li
             **{k: float(f"{v:.6g}") for k, v in zip(PARAMS, p)}, "t_layer_us": 0.0, "n_rows": len(g),
             "rms_log": float(f"{err:.6g}"), "structure_version": sv, "data_hash": data_hash(g),
             "fitted_at": __version__,
-            "pinned": _pinned(p, cat, moe=any(x.expert.any() for x in g)),
+            "pinned": _pinned(p, cat, moe=any(x.expert.any() for x in g), quant=any(x.quant.any() for x in g)),
             "source": f"ridgeline calibrate: differential_evolution(seed=0) + least_squares on {len(g)} rows "
             "of data/benchmarks",
         })  # fmt: skip
     return out
 
 
-def _pinned(p: np.ndarray, cat: Catalog, moe: bool) -> str:
+def _pinned(p: np.ndarray, cat: Catalog, moe: bool, quant: bool) -> str:
     """Parameters a fit left at a bound of its search range (a sign of missing structure)."""
     out = []
     for k, v, (lo, hi) in zip(PARAMS, p, _bounds(cat)):
-        if k == "eta_moe" and not moe:
+        if (k == "eta_moe" and not moe) or (k == "eta_compute_quant" and not quant):
             continue
         if abs(v - lo) <= 1e-6 * max(1.0, abs(hi)) or abs(v - hi) <= 1e-6 * max(1.0, abs(hi)):
             out.append(k)
@@ -369,10 +381,10 @@ def efficiency_json(fit_row: Optional[dict[str, Any]]) -> str:
     """The core's Efficiency for a calibration row (1, 1, 0, 0, 0 without one)."""
     import json
 
-    eta_m, eta_c, tl, ts, eta_moe = params_of(fit_row)
+    eta_m, eta_c, tl, ts, eta_moe, eta_cq = params_of(fit_row)
     tlayer = float(fit_row["t_layer_us"]) if fit_row else 0.0
-    return json.dumps({"eta_mem": eta_m, "eta_compute": eta_c, "eta_moe": eta_moe, "t_launch_s": tl * 1e-6,
-                       "t_layer_s": tlayer * 1e-6, "t_step_s": ts * 1e-6})  # fmt: skip
+    return json.dumps({"eta_mem": eta_m, "eta_compute": eta_c, "eta_moe": eta_moe, "eta_compute_quant": eta_cq,
+                       "t_launch_s": tl * 1e-6, "t_layer_s": tlayer * 1e-6, "t_step_s": ts * 1e-6})  # fmt: skip
 
 
 def predict_shipped(rows: Sequence[Decomposed], catalog: Optional[Catalog] = None,

@@ -39,6 +39,7 @@ BREAKDOWN_COLUMNS = {
     "time_s": "priced time: max(compute, memory) + launch, or comm + launch (s)",
     "bound": "compute, memory or comm",
     "intensity": "FLOPs per byte",
+    "quantized": "a GEMM on weights stored below 16 bits",
 }
 
 
@@ -110,6 +111,7 @@ class Estimate:
             }
             for k in ("launches", "flops", "bytes", "compute_s", "memory_s", "comm_s", "launch_s", "time_s"):
                 r[k] = b[k][i]
+            r["quantized"] = bool(b["quantized"][i])
             r["bound"] = "comm" if r["comm_s"] > 0 else ("compute" if r["compute_s"] >= r["memory_s"] else "memory")
             r["intensity"] = r["flops"] / r["bytes"] if r["bytes"] > 0 else None
             rows.append(r)
@@ -136,6 +138,7 @@ class Estimate:
                 "time_s": pl.Float64,
                 "bound": pl.Utf8,
                 "intensity": pl.Float64,
+                "quantized": pl.Boolean,
             },
         )
 

@@ -51,6 +51,7 @@ pub struct BreakdownRow {
     pub phase: Phase,
     pub kind: OpKind,
     pub group: u16,
+    pub quantized: bool,
     pub cost: Cost,
 }
 
@@ -333,7 +334,7 @@ impl Acc {
         }
     }
 
-    fn add(&mut self, kind: OpKind, group: u16, c: Cost) {
+    fn add(&mut self, kind: OpKind, group: u16, quantized: bool, c: Cost) {
         self.total += c;
         if kind == OpKind::PpSend {
             self.sends_s += c.time_s;
@@ -345,6 +346,7 @@ impl Acc {
                     phase: self.phase,
                     kind,
                     group,
+                    quantized,
                     cost: c,
                 }),
             }
@@ -356,10 +358,10 @@ impl Acc {
         let per_layer = (layers * steps) as f64 * eff.t_layer_s;
         let per_step = steps as f64 * eff.t_step_s;
         if per_layer > 0.0 {
-            self.add(OpKind::LayerOverhead, MODEL_LEVEL, Cost::overhead(per_layer));
+            self.add(OpKind::LayerOverhead, MODEL_LEVEL, false, Cost::overhead(per_layer));
         }
         if per_step > 0.0 {
-            self.add(OpKind::StepOverhead, MODEL_LEVEL, Cost::overhead(per_step));
+            self.add(OpKind::StepOverhead, MODEL_LEVEL, false, Cost::overhead(per_step));
         }
         self.overhead_s += per_layer + per_step;
     }
@@ -523,7 +525,7 @@ fn run_phases(ctx: &BuildCtx, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64
         build_step(ctx, &Geometry::Segments(segs), &mut ops);
         for op in &ops {
             workspace = workspace.max(op.act_bytes);
-            pre.add(op.kind, op.group, price(op, 0.0, bw, eff));
+            pre.add(op.kind, op.group, op.quantized, price(op, 0.0, bw, eff));
         }
     }
     pre.overhead(layers, steps.len() as u64, eff);
@@ -535,7 +537,7 @@ fn run_phases(ctx: &BuildCtx, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64
         build_step(ctx, &Geometry::Decode { batch }, &mut ops);
         for op in &ops {
             workspace = workspace.max(op.act_bytes);
-            dec.add(op.kind, op.group, price_range(op, lo, hi, bw, eff));
+            dec.add(op.kind, op.group, op.quantized, price_range(op, lo, hi, bw, eff));
         }
         dec.overhead(layers, plan.output - 1, eff);
     }

@@ -133,6 +133,8 @@ pub struct Op {
     pub window: Option<u64>,
     /// Communication time per invocation (comm operators only).
     pub comm_s: f64,
+    /// A GEMM on weights stored below 16 bits (its kernels are fitted apart: eta_compute_quant).
+    pub quantized: bool,
 }
 
 /// Tokens of one kind in a step: `count` sequences, each adding `new`
@@ -281,6 +283,7 @@ impl Builder<'_, '_> {
             act_bytes: act,
             window,
             comm_s: 0.0,
+            quantized: false,
         });
     }
 
@@ -304,6 +307,9 @@ impl Builder<'_, '_> {
             act,
             None,
         );
+        if let Some(op) = self.out.last_mut() {
+            op.quantized = c.format(parts[0].1).bits < 16.0;
+        }
     }
 
     fn gemm(&mut self, kind: OpKind, m: f64, k: f64, n: f64, role: Role, bias: bool) {
@@ -347,6 +353,7 @@ impl Builder<'_, '_> {
             act_bytes: msg,
             window: None,
             comm_s: s,
+            quantized: false,
         });
     }
 
@@ -697,6 +704,7 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
             act_bytes: t * d * ctx.act_b,
             window: None,
             comm_s: s,
+            quantized: false,
         });
     }
     b.norm(OpKind::FinalNorm, 1.0, t, d);

@@ -85,6 +85,10 @@ pub struct Efficiency {
     /// `eta_mem` when not fitted.
     #[serde(default)]
     pub eta_moe: Option<f64>,
+    /// Compute efficiency of GEMMs on quantized weights (llama.cpp's MMQ kernels);
+    /// `eta_compute` when not fitted.
+    #[serde(default)]
+    pub eta_compute_quant: Option<f64>,
     #[serde(default)]
     pub t_launch_s: f64,
     #[serde(default)]
@@ -99,6 +103,7 @@ impl Efficiency {
             eta_compute: 1.0,
             eta_mem: 1.0,
             eta_moe: None,
+            eta_compute_quant: None,
             t_launch_s: 0.0,
             t_layer_s: 0.0,
             t_step_s: 0.0,
@@ -110,6 +115,7 @@ impl Efficiency {
             ("eta_compute", self.eta_compute),
             ("eta_mem", self.eta_mem),
             ("eta_moe", self.eta_moe.unwrap_or(self.eta_mem)),
+            ("eta_compute_quant", self.eta_compute_quant.unwrap_or(self.eta_compute)),
         ] {
             if !(v.is_finite() && v > 0.0 && v <= 1.0) {
                 return Err(Error::plan(name, format!("must be in (0, 1], got {v}")));

@@ -207,6 +207,7 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
     // Breakdown as columns (cheap to cross, cheap to turn into a DataFrame).
     let n = e.breakdown.len();
     let (mut phase, mut op, mut group) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut quantized = Vec::with_capacity(n);
     let mut cols: [Vec<f64>; 8] = Default::default();
     for r in &e.breakdown {
         phase.push(match r.phase {
@@ -215,6 +216,7 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
         });
         op.push(r.kind.name());
         group.push(if r.group == MODEL_LEVEL { -1i64 } else { r.group as i64 });
+        quantized.push(r.quantized);
         let c = r.cost;
         for (i, v) in [
             c.launches,
@@ -236,6 +238,7 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
     b.set_item("phase", PyList::new(py, phase)?)?;
     b.set_item("op", PyList::new(py, op)?)?;
     b.set_item("group", PyList::new(py, group)?)?;
+    b.set_item("quantized", PyList::new(py, quantized)?)?;
     for (i, name) in [
         "launches",
         "flops",

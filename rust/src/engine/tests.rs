@@ -98,6 +98,7 @@ fn decode_sum_matches_step_by_step_evaluation() {
         eta_compute: 0.6,
         eta_mem: 0.7,
         eta_moe: None,
+        eta_compute_quant: None,
         t_launch_s: 5e-6,
         t_layer_s: 0.0,
         t_step_s: 0.0,
