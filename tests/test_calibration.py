@@ -78,3 +78,13 @@ def test_envelope_is_reported_per_phase(checked):
     prefill = [r for r in recs if r["phase"] == "prefill"]
     assert len(decode) > 300 and len(prefill) > 300
     assert all(r["lodo"] == r["lodo"] for r in decode)  # every device has a runtime profile without it
+
+
+def test_validation_plots_are_written(checked, tmp_path):
+    from ridgeline.calibrate import plot
+
+    paths = plot(checked["rows"], str(tmp_path))
+    assert [Path(p).name for p in paths] == ["validation_scatter.png", "validation_residuals.png"]
+    for p in paths:
+        data = Path(p).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000

@@ -343,21 +343,25 @@ def calibrate(out: str) -> None:
 @click.option("--rows", "rows_file", type=click.Path(exists=True, dir_okay=False), help="Predict the rows of this CSV.")
 @click.option("--json", "as_json", is_flag=True, help="The summary as JSON.")
 @click.option("--per-row", is_flag=True, help="With --json: every row with observed and predicted values.")
-def validate(comm: bool, rows_file: Optional[str], as_json: bool, per_row: bool) -> None:
+@click.option("--plot", "plot_dir", default=None, help="Write a log-log scatter and a residual plot (PNG) here.")
+def validate(comm: bool, rows_file: Optional[str], as_json: bool, per_row: bool, plot_dir: Optional[str]) -> None:
     """Predict measured rows and report the agreement (exit 1 on an unexplained bound violation)."""
     if comm:
         _validate_comm(as_json, per_row)
     elif rows_file:
         _validate_rows(rows_file, as_json)
     else:
-        _validate_models(as_json, per_row)
+        _validate_models(as_json, per_row, plot_dir)
 
 
-def _validate_models(as_json: bool, per_row: bool) -> None:
-    from .calibrate import summarise, validation
+def _validate_models(as_json: bool, per_row: bool, plot_dir: Optional[str]) -> None:
+    from .calibrate import plot, summarise, validation
 
     v = validation()
     recs = v["rows"]
+    if plot_dir:
+        for p in plot(recs, plot_dir):
+            click.echo(f"wrote {p}", err=True)
     groups: dict[str, Any] = {}
     for key in ("phase", "runtime", "hardware", "moe", "context"):
         for value in sorted({str(r[key]) for r in recs}):
