@@ -5,14 +5,10 @@ import io
 
 import pytest
 from ridgeline import CatalogError, _data
-from ridgeline.benchmarks import COLUMNS, import_file, shipped_rows
+from ridgeline.benchmarks import COLUMNS, SIDE_FILES, exclusions, import_file, shipped_rows
 from ridgeline.catalog import default_catalog
 
-FILES = [
-    f
-    for f in _data.list_files("data/benchmarks/")
-    if f.endswith(".csv") and not f.endswith(("hardware_map.csv", "model_map.csv"))
-]
+FILES = [f for f in _data.list_files("data/benchmarks/") if f.endswith(".csv") and not f.endswith(SIDE_FILES)]
 
 
 @pytest.mark.parametrize("path", FILES)
@@ -70,3 +66,10 @@ def test_benchmarks_table_and_triage():
 def test_unknown_format_is_refused():
     with pytest.raises(CatalogError, match="unrecognised benchmark format"):
         import_file("mine.csv", "a,b,c\n1,2,3\n")
+
+
+def test_exclusions_name_existing_rows_and_say_why():
+    ids = {r["id"]: r for r in _rows()}
+    for rid, reason in exclusions().items():
+        assert rid in ids and reason
+        assert ids[rid]["not_priced"].startswith("excluded:")

@@ -282,9 +282,23 @@ def import_file(path: str, text: Optional[str] = None) -> list[Row]:
     raise CatalogError(f"{path}: unrecognised benchmark format (header: {', '.join(sorted(header))})")
 
 
+@functools.lru_cache(maxsize=1)
+def exclusions() -> dict[str, str]:
+    """Row id -> why it is kept out of fitting and validation (data/benchmarks/exclusions.csv)."""
+    text = _data.read_text("data/benchmarks/exclusions.csv")
+    return {r["id"]: r["reason"] for r in csv.DictReader(io.StringIO(text))}
+
+
+SIDE_FILES = ("hardware_map.csv", "model_map.csv", "exclusions.csv")
+
+
 def shipped_rows() -> list[Row]:
     out = []
     for path in sorted(_data.list_files("data/benchmarks/")):
-        if path.endswith(".csv") and not path.endswith(("hardware_map.csv", "model_map.csv")):
+        if path.endswith(".csv") and not path.endswith(SIDE_FILES):
             out.extend(import_file(path))
+    excluded = exclusions()
+    for r in out:
+        if r["id"] in excluded and not r["not_priced"]:
+            r["not_priced"] = f"excluded: {excluded[r['id']]}"
     return out
