@@ -54,6 +54,16 @@ CREATE TABLE link_measurements (
     PRIMARY KEY (name, fabric)
 );
 
+-- Binned parts: the same die with GPU cores fused off. Their compute is the parent's
+-- scaled by the core count (audit_bin_derivations checks it); memory is unchanged.
+CREATE TABLE hardware_bins (
+    name             VARCHAR PRIMARY KEY,
+    parent           VARCHAR NOT NULL,
+    gpu_cores        INTEGER NOT NULL CHECK (gpu_cores > 0),
+    parent_gpu_cores INTEGER NOT NULL CHECK (parent_gpu_cores > gpu_cores),
+    source           VARCHAR NOT NULL
+);
+
 CREATE TABLE arch_ratios (
     arch              VARCHAR PRIMARY KEY,
     bf16_per_fp32_min DOUBLE,

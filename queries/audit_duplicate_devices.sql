@@ -1,7 +1,8 @@
 -- question: is one physical device listed twice with different specs? Catches names
 -- that collide once case and punctuation are ignored, aliases that shadow another
 -- device's canonical name, and rows with the same vendor, architecture, memory size
--- and bandwidth, year and board power but different compute figures.
+-- and bandwidth, year and board power but different compute figures (binned parts of
+-- one die, listed in hardware_bins, are expected to differ in compute only).
 -- must_pass: true
 WITH keyed AS (
     SELECT *, regexp_replace(lower(name), '[^a-z0-9]', '', 'g') AS key FROM hardware
@@ -24,4 +25,9 @@ FROM hardware a JOIN hardware b
 WHERE a.tflops_bf16 IS DISTINCT FROM b.tflops_bf16
    OR a.tflops_fp8 IS DISTINCT FROM b.tflops_fp8
    OR a.tflops_fp32 IS DISTINCT FROM b.tflops_fp32
+EXCEPT
+SELECT least(a, b), greatest(a, b), 'same memory system, different compute figures'
+FROM (SELECT name AS a, parent AS b FROM hardware_bins
+      UNION ALL
+      SELECT x.name, y.name FROM hardware_bins x JOIN hardware_bins y ON x.parent = y.parent)
 ORDER BY 1;

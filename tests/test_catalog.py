@@ -101,6 +101,7 @@ def test_shipped_audits_pass(cat):
         "audit_duplicate_devices",
         "audit_unsourced_verified",
         "audit_unsourced_constants",
+        "audit_bin_derivations",
     }
     failing = {name: df.to_dicts() for name, _, must, df in results if must and df.height}
     assert failing == {}
@@ -129,6 +130,16 @@ def test_audits_catch_a_sparse_figure_and_a_generation_inversion(tmp_path):
     c2 = Catalog(path=tmp_path / "c2.duckdb", extra=[p2])
     res2 = {n: df for n, _, _, df in c2.audit()}
     assert "B200_SLOW" in res2["audit_generation_order"]["name"].to_list()
+
+
+def test_binned_parts_scale_their_parent_by_core_count(cat, tmp_path):
+    # M1 Max: 32-core GPU 10.4 TFLOPS (Apple, Oct 2021); the 24-core bin has 24/32 of the ALUs, same memory.
+    row = cat.sql("SELECT tflops_fp32, memory_bw_gbs FROM hardware WHERE name = 'M1_MAX_24C'").row(0)
+    assert row == pytest.approx((10.4 * 24 / 32, 400.0))
+    # A bin that copies its parent's top-bin figure is caught.
+    p = _extra(tmp_path, ["M2_MAX_30C,Apple,apple_gpu,apple_max,apple_soc,2023,,,13.6,64,400,false,test row"])
+    res = {n: df for n, _, _, df in Catalog(path=tmp_path / "bins.duckdb", extra=[p]).audit()}
+    assert res["audit_bin_derivations"]["name"].to_list() == ["M2_MAX_30C"]
 
 
 def test_constraints_name_the_bad_row(tmp_path):

@@ -35,6 +35,7 @@ _TABLE_FILES = {
 }
 _OPTIONAL_FILES = {
     "hardware_sources": "data/hardware/hardware_sources.csv",
+    "hardware_bins": "data/hardware/hardware_bins.csv",
     "hardware_cost": "data/hardware/hardware_cost.csv",
     "link_measurements": "data/hardware/link_measurements.csv",
 }
