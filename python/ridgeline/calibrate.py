@@ -62,8 +62,11 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int) -> tuple[dict[str, Any], s
         "weight_dtype": wq if wq and wq not in ("fp16", "bf16") else None,
         "dtype": "fp16" if wq == "fp16" else "bf16", "runtime": r["runtime"], "kv_dtype": r["kv_dtype"],
         "allow_no_fit": True,
-        # llama-batched-bench feeds token 0 to every sequence (tools/batched-bench/batched-bench.cpp)
-        "identical_sequences": "batched-bench" in (r["flags"] or ""),
+        # Not identical_sequences, although llama-batched-bench feeds token 0 to every sequence:
+        # its MoE rows say the experts read grow with B (GB10 gpt-oss-20b step time +70% from B=1
+        # to B=2, dense models +7%), which shared routing cannot produce. Priced with the
+        # product's uniform routing; data/benchmarks/SOURCES.md has the numbers.
+        "identical_sequences": False,
     }  # fmt: skip
     m = r["metric"]
     limit = max_len
@@ -404,6 +407,20 @@ def predict_shipped(rows: Sequence[Decomposed], catalog: Optional[Catalog] = Non
 PHASE_OF = {"decode_tok_s": "decode", "prefill_tok_s": "prefill", "ttft_ms": "prefill", "throughput_tok_s": "e2e"}
 
 
+# Spec 50: a row may not beat the efficiency-1 prediction by more than 5%.
+BOUND_TOLERANCE = 1.05
+
+
+def _bound_explanation(r: dict[str, Any]) -> Optional[str]:
+    """Why a row may beat the efficiency-1 prediction, where the structure knows a reason."""
+    if _is_moe(r["model"]) and PHASE_OF[r["metric"]] == "decode" and int(r["batch"] or 1) > 1:
+        return (
+            "MoE decode at batch > 1: uniform routing (spec 30) maximises the expected distinct experts; "
+            "a skewed router reads fewer (routing skew is not modelled yet)"
+        )
+    return None
+
+
 def validation(catalog: Optional[Catalog] = None) -> dict[str, Any]:
     """In-sample and leave-one-device-out predictions of every priced model row."""
     cat = catalog or default_catalog()
@@ -428,12 +445,14 @@ def validation(catalog: Optional[Catalog] = None) -> dict[str, Any]:
             bound = b.speed_ratio(UNCALIBRATED)
             for i, d in enumerate(own):
                 r = d.row
+                over = float(bound[i]) > BOUND_TOLERANCE
                 records.append({
                     "id": r["id"], "hardware": dev, "runtime": rt, "model": r["model"], "metric": r["metric"],
                     "phase": PHASE_OF[r["metric"]], "moe": "moe" if _is_moe(r["model"]) else "dense",
                     "context": _context_bucket(r), "observed": r["value"], "unit": r["unit"],
                     "in_sample": float(r_in[i]), "lodo": float(r_out[i]), "vs_bound": float(bound[i]),
-                    "calibration": label,
+                    "calibration": label, "beats_bound": over,
+                    "explanation": _bound_explanation(r) if over else None,
                 })  # fmt: skip
     return {"rows": records, "refused": refused}
 
@@ -461,7 +480,7 @@ def summarise(records: Sequence[dict[str, Any]], key: str) -> dict[str, float]:
         "within_1_5x": float(np.mean(np.abs(lr) <= math.log(1.5))),
         "within_2x": float(np.mean(np.abs(lr) <= math.log(2.0))),
         "rms_log": float(np.sqrt(np.mean(lr**2))),
-        "beats_bound_5pct": int(np.sum(np.array([x["vs_bound"] for x in records]) > 1.05)),
+        "beats_bound_5pct": int(np.sum(np.array([x["vs_bound"] for x in records]) > BOUND_TOLERANCE)),
     }
 
 

@@ -370,11 +370,15 @@ def _validate_models(as_json: bool, per_row: bool, plot_dir: Optional[str]) -> N
                 if rs and (key != "phase" or value == phase):
                     groups[f"{key}={value} {phase}" if key != "phase" else f"phase={phase}"] = {
                         "in_sample": summarise(rs, "in_sample"), "lodo": summarise(rs, "lodo")}  # fmt: skip
-    out = {"rows": len(recs), "refused": v["refused"], "groups": groups}
+    beats = [r for r in recs if r["beats_bound"]]
+    unexplained = [r for r in beats if r["explanation"] is None]
+    out = {"rows": len(recs), "refused": v["refused"], "groups": groups, "beats_bound": beats}
     if as_json:
         if per_row:
             out["per_row"] = recs
         click.echo(json.dumps(out, indent=2, default=str))
+        if unexplained:
+            sys.exit(1)
         return
     click.echo(f"priced model rows: {len(recs)} (refused by the engine: {len(v['refused'])})")
     click.echo(f"  {'group':<40} {'rows':>5} | {'in-sample: median  <1.5x  <2x':>30} | {'leave-one-device-out':>30}")
@@ -385,6 +389,12 @@ def _validate_models(as_json: bool, per_row: bool, plot_dir: Optional[str]) -> N
         lodo = f"{b['median']:>8.3f} {b['within_1_5x']:>6.1%} {b['within_2x']:>6.1%}" if b.get("rows") else "-"
         click.echo(f"  {k[:40]:<40} {a['rows']:>5} | {a['median']:>12.3f} {a['within_1_5x']:>6.1%} "
                    f"{a['within_2x']:>6.1%} | {lodo:>30}")  # fmt: skip
+    click.echo(f"rows beating the efficiency-1 prediction by > 5%: {len(beats)} ({len(unexplained)} unexplained)")
+    for r in beats:
+        click.echo(f"  {r['id']} ({r['hardware']}, {r['model']}): observed/bound {r['vs_bound']:.3f}: "
+                   f"{r['explanation'] or 'UNEXPLAINED'}")  # fmt: skip
+    if unexplained:
+        sys.exit(1)
 
 
 def _validate_rows(path: str, as_json: bool) -> None:

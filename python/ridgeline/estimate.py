@@ -199,8 +199,8 @@ def estimate(
         prompt: prompt tokens per sequence.
         output: output tokens per sequence (the first comes from prefill).
         prefix: tokens already cached before the prompt (llama-bench ``-d``, a prefix-cache hit).
-        identical_sequences: every sequence holds the same tokens (llama-batched-bench), so MoE
-            routing picks the same experts for all of them.
+        identical_sequences: every sequence holds the same tokens (n copies of one request), so
+            MoE routing picks the same experts for all of them.
         tp: tensor-parallel degree.
         ep: expert-parallel degree (1, or equal to ``tp``: experts spread over the TP group).
         pp: pipeline stages (ceil(layers / pp) layers each); latency is the full pass plus the sends.

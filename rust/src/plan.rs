@@ -19,9 +19,10 @@ pub struct Plan {
     /// Tokens already in the KV cache before the prompt (llama-bench `-d`, prefix caching).
     #[serde(default)]
     pub prefix: u64,
-    /// Every sequence holds the same tokens (llama-batched-bench feeds token 0 to all of
-    /// them), so MoE routing picks the same experts for each: distinct experts follow the
-    /// tokens of one sequence, not of the batch.
+    /// Every sequence holds the same tokens (n copies of one request), so MoE routing picks
+    /// the same experts for each: distinct experts follow the tokens of one sequence, not of
+    /// the batch. (llama-batched-bench feeds token 0 to all sequences, yet its MoE step times
+    /// grow with the batch like independent routing: its rows are priced without this.)
     #[serde(default)]
     pub identical_sequences: bool,
     #[serde(default = "one")]
