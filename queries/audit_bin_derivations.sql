@@ -2,7 +2,8 @@
 -- GPU core count (compute) and its parent's memory bandwidth, and name a real parent?
 -- must_pass: true
 WITH pairs AS (
-    SELECT b.name, b.parent, b.gpu_cores::DOUBLE / b.parent_gpu_cores AS ratio, h.*, p.name AS parent_row,
+    SELECT b.name, b.parent, b.gpu_cores::DOUBLE / b.parent_gpu_cores AS ratio,
+           h.tflops_fp32, h.tflops_fp16, h.tflops_bf16, h.memory_bw_gbs, h.vendor, h.arch, p.name AS parent_row,
            p.tflops_fp32 AS p_fp32, p.tflops_fp16 AS p_fp16, p.tflops_bf16 AS p_bf16,
            p.memory_bw_gbs AS p_bw, p.vendor AS p_vendor, p.arch AS p_arch
     FROM hardware_bins b

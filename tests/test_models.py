@@ -77,16 +77,18 @@ def test_mixtral_is_gated_without_hidden_act():
     assert abs(m.active_params - 12.9e9) / 12.9e9 < 0.005  # Mistral AI: 12.9B active
 
 
+# A tiny config with every required key, for rules that do not depend on size.
+_TINY = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "vocab_size": 100,
+    "intermediate_size": 128,
+}
+
+
 def test_gated_cascade_for_unknown_families():
-    base = {
-        "hidden_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "vocab_size": 100,
-        "intermediate_size": 128,
-        "max_position_embeddings": 512,
-        "model_type": "newfam",
-    }
+    base = {**_TINY, "max_position_embeddings": 512, "model_type": "newfam"}
     assert Model.from_dict({**base, "hidden_act": "silu"}).gated_ffn
     assert not Model.from_dict({**base, "hidden_act": "gelu"}).gated_ffn
     assert Model.from_dict({**base, "hidden_act": "swiglu"}).gated_ffn
@@ -119,15 +121,7 @@ def test_kv_bytes_per_token_closed_form():
 
 
 def test_max_model_len_rules():
-    base = {
-        "hidden_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "vocab_size": 100,
-        "intermediate_size": 128,
-        "max_position_embeddings": 4096,
-        "model_type": "llama",
-    }
+    base = {**_TINY, "max_position_embeddings": 4096, "model_type": "llama"}
     assert Model.from_dict(base).max_model_len == 4096
     yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
     assert Model.from_dict({**base, "rope_scaling": yarn}).max_model_len == 131072

@@ -57,12 +57,8 @@ class Topology:
     source: str
 
     def core(self) -> dict[str, Any]:
-        return {
-            "devices_per_node": self.devices_per_node,
-            "scaleout_bw_gbs": self.scaleout_bw_gbs,
-            "scaleout_latency_us": self.scaleout_latency_us,
-            "source": self.source,
-        }
+        """The Rust core's TopologySpec (the same four fields)."""
+        return dataclasses.asdict(self)
 
 
 def resolve_topology(

@@ -16,6 +16,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _core
+from .calibrate import BOUND_TOLERANCE
 from .catalog import Catalog, default_catalog
 from .collectives import _protocol_json, bus_factor
 
@@ -94,7 +95,7 @@ def comm_rows(catalog: Optional[Catalog] = None) -> list[dict[str, Any]]:
         if rec["bound"]:
             rec["obs_over_bound"] = rec["observed"] / rec["bound"]
             rec["obs_over_pred"] = rec["observed"] / rec["predicted"]
-            rec["beats_bound"] = rec["obs_over_bound"] > 1.05
+            rec["beats_bound"] = rec["obs_over_bound"] > BOUND_TOLERANCE
             notes = f"{r['notes'] or ''} {r['runtime'] or ''}".lower()
             rec["in_switch_reduction"] = any(k in notes for k in _IN_SWITCH_MARKERS)
         else:

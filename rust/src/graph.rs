@@ -445,6 +445,22 @@ impl Builder<'_, '_> {
         );
     }
 
+    /// One per-head product between the latent (`kvl` wide) and a `per_head`-wide slice of
+    /// kv_b_proj (stored kvl x heads*per_head) for t tokens: MLA's absorbed decode matrices.
+    fn latent_head_gemm(&mut self, kind: OpKind, t: f64, h_t: f64, kvl: f64, per_head: f64) {
+        let c = self.ctx;
+        let w = c.format(Role::V).bytes(kvl, h_t * per_head);
+        let act = t * h_t * (per_head + kvl) * c.act_b;
+        self.push(
+            kind,
+            c.peak(Role::V),
+            (2.0 * t * h_t * per_head * kvl, 0.0),
+            (w + act, 0.0),
+            act,
+            None,
+        );
+    }
+
     /// Multi-head latent attention. The cache holds the latent (kv_lora) and
     /// the shared rope key; decode attends over the latent with the up
     /// projections absorbed, prefill expands keys and values per head.
@@ -477,16 +493,7 @@ impl Builder<'_, '_> {
         match geo {
             Geometry::Decode { .. } => {
                 // q_nope x W_UK per head -> a query in latent space.
-                let w_uk = c.format(Role::V).bytes(kvl, h_t * nope);
-                let act = t * h_t * (nope + kvl) * c.act_b;
-                self.push(
-                    OpKind::QAbsorb,
-                    c.peak(Role::V),
-                    (2.0 * t * h_t * nope * kvl, 0.0),
-                    (w_uk + act, 0.0),
-                    act,
-                    None,
-                );
+                self.latent_head_gemm(OpKind::QAbsorb, t, h_t, kvl, nope);
                 // Scores over latent + rope key, values over the latent: MQA on the cache.
                 let per_pair = 2.0 * h_t * (2.0 * kvl + rope);
                 let per_key = (kvl + rope) * c.kv_b;
@@ -500,16 +507,7 @@ impl Builder<'_, '_> {
                     a.window,
                 );
                 // Latent output x W_UV per head -> values.
-                let w_uv = c.format(Role::V).bytes(kvl, h_t * v);
-                let act = t * h_t * (kvl + v) * c.act_b;
-                self.push(
-                    OpKind::VUnabsorb,
-                    c.peak(Role::V),
-                    (2.0 * t * h_t * kvl * v, 0.0),
-                    (w_uv + act, 0.0),
-                    act,
-                    None,
-                );
+                self.latent_head_gemm(OpKind::VUnabsorb, t, h_t, kvl, v);
             }
             Geometry::Segments(_) => {
                 // Up-project every attended key's latent to per-head K_nope and V.
