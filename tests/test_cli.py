@@ -27,8 +27,22 @@ def test_installed_package_not_the_source_tree():
 def test_readme_command_prints_the_headline(tmp_path):
     r = run("estimate", "--model", "meta-llama/Llama-3.1-8B", "--hardware", "H100_SXM", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    for word in ("TTFT", "TPOT", "throughput", "fits", "yes", "uncalibrated", "optimistic bound", "verified"):
+    # no --runtime: the best-covered runtime's calibration, said in the output
+    for word in ("TTFT", "TPOT", "throughput", "fits", "yes", "best-covered runtime", "runtime-profile", "verified"):
         assert word in r.stdout
+    bound = run("estimate", "-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--uncalibrated", cwd=tmp_path)
+    assert "uncalibrated" in bound.stdout and "optimistic bound" in bound.stdout
+    tpot = [float(ln.split()[1]) for out in (r.stdout, bound.stdout) for ln in out.splitlines()
+            if ln.strip().startswith("TPOT")]  # fmt: skip
+    assert tpot[0] > tpot[1]  # the calibration is slower than the bound
+
+
+def test_routing_skew_option(tmp_path):
+    args = ["estimate", "-m", "openai/gpt-oss-20b", "-H", "GB10", "--batch", "16", "--json"]
+    tpot = {s: json.loads(run(*args, "--routing-skew", s, cwd=tmp_path).stdout)["tpot_s"] for s in ("0", "2")}
+    assert tpot["2"] < tpot["0"]  # a skewed router reads fewer distinct experts
+    r = run(*args, "--routing-skew", "-1", cwd=tmp_path)
+    assert r.returncode == 2 and "routing_skew" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_json_and_breakdown(tmp_path):

@@ -20,6 +20,7 @@ __all__ = [
     "data_file",
     "data_files",
     "data_hash",
+    "distinct_experts",
     "estimate",
     "estimate_many",
     "sweep_grid",
@@ -100,3 +101,6 @@ def collective(
 def data_files() -> list[str]: ...
 def data_file(path: str) -> bytes: ...
 def data_hash() -> str: ...
+def distinct_experts(
+    num_experts: int, top_k: int, tokens: npt.NDArray[np.float64], skew: float
+) -> npt.NDArray[np.float64]: ...

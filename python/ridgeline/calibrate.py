@@ -7,7 +7,11 @@ efficiencies (eta_mem, eta_compute, t_launch_us, t_step_us) is then
 
     T = sum_ops max(compute / eta_compute, memory / eta_mem) + comm + launches t_launch + steps t_step
 
-so a fit evaluates thousands of candidates per second without calling the engine.
+so a fit evaluates thousands of candidates per second without calling the engine. Routed-expert
+GEMMs over more than one token per step take eta_moe, quantized GEMMs eta_compute_quant. Their
+weight bytes follow the distinct experts a step touches, D(T, s) (`_core.distinct_experts`, spec
+30): the decomposition keeps each expert GEMM's memory time as A + W D(T, s), solved from the
+engine at two skews, so the routing skew s is fitted like an efficiency.
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ from . import __version__, _data
 from .catalog import Catalog, default_catalog
 from .errors import CatalogError, PlanError
 
-PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us", "eta_moe", "eta_compute_quant")
-UNCALIBRATED = np.array([1.0, 1.0, 0.0, 0.0, 1.0, 1.0])
-EXPERT_OPS = ("expert_up", "expert_act", "expert_down")
+PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us", "eta_moe", "eta_compute_quant", "routing_skew")
+UNCALIBRATED = np.array([1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+SKEW = PARAMS.index("routing_skew")
+EXPERT_WEIGHT_OPS = ("expert_up", "expert_down")
 MODEL_METRICS = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "throughput_tok_s")
 CALIBRATION_FILE = "data/calibration/fits.csv"
 FIT_COLUMNS = (
@@ -43,14 +48,20 @@ class Decomposed:
 
     row: dict[str, Any]
     compute: np.ndarray
-    memory: np.ndarray
-    expert: np.ndarray  # True where the operator is a routed-expert kernel
+    memory: np.ndarray  # at uniform routing (skew 0)
+    expert: np.ndarray  # True where the operator is a grouped routed-expert kernel (eta_moe)
     quant: np.ndarray  # True where the operator is a GEMM on quantized weights
     fixed: float  # communication time (s)
     launches: float
     steps: float
     work: float  # what the metric divides (tokens or FLOPs), or the time scale for ttft
     kind: str  # "rate" (work / time) or "time_ms"
+    # Routed-expert weight reads: memory time per distinct expert (0 elsewhere), the tokens
+    # per step routed, and the distinct experts at skew 0; (E, k) of the model.
+    moe_w: Optional[np.ndarray] = None
+    moe_t: Optional[np.ndarray] = None
+    moe_d0: Optional[np.ndarray] = None
+    moe_ek: Optional[tuple[int, int]] = None
 
 
 def _estimate_kwargs(r: dict[str, Any], max_len: int) -> tuple[dict[str, Any], str]:
@@ -63,9 +74,8 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int) -> tuple[dict[str, Any], s
         "dtype": "fp16" if wq == "fp16" else "bf16", "runtime": r["runtime"], "kv_dtype": r["kv_dtype"],
         "allow_no_fit": True,
         # Not identical_sequences, although llama-batched-bench feeds token 0 to every sequence:
-        # its MoE rows say the experts read grow with B (GB10 gpt-oss-20b step time +70% from B=1
-        # to B=2, dense models +7%), which shared routing cannot produce. Priced with the
-        # product's uniform routing; data/benchmarks/SOURCES.md has the numbers.
+        # its MoE rows say the experts read grow with B, which shared routing cannot produce.
+        # Priced with the fitted routing skew; data/benchmarks/SOURCES.md has the numbers.
         "identical_sequences": False,
     }  # fmt: skip
     m = r["metric"]
@@ -112,6 +122,7 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
     df = e.breakdown
     if phase != "e2e":
         df = df.filter(df["phase"] == phase)
+    moe = _expert_weights(model, r, cat, kw, phase, df, scale) if model.is_moe else {}
     b = int(r["batch"] or 1)
     steps = float(e.prefill["steps"] if phase == "prefill" else e.decode["steps"])
     if phase == "e2e":
@@ -124,11 +135,35 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
     }.get(r["metric"], 1.0)  # fmt: skip
     return Decomposed(
         row=r, compute=df["compute_s"].to_numpy() * scale, memory=df["memory_s"].to_numpy() * scale,
-        expert=df["op"].is_in(list(EXPERT_OPS)).to_numpy(), quant=df["quantized"].to_numpy(),
+        expert=df["grouped"].to_numpy(), quant=df["quantized"].to_numpy(),
         fixed=float(df["comm_s"].sum()) * scale, launches=float(df["launches"].sum()) * scale, steps=steps * scale,
         work=work,
-        kind="time_ms" if r["metric"] == "ttft_ms" else "rate",
+        kind="time_ms" if r["metric"] == "ttft_ms" else "rate", **moe,
     )  # fmt: skip
+
+
+def _expert_weights(model: Any, r: dict[str, Any], cat: Catalog, kw: dict[str, Any], phase: str, df: Any,
+                    scale: float) -> dict[str, Any]:  # fmt: skip
+    """Each expert GEMM's memory time as A + W D(T, s): the engine at skew 0 and 1 gives W."""
+    from . import _core
+    from .estimate import estimate
+
+    eks = {(g["ffn"]["num_experts"], g["ffn"]["top_k"]) for g in model.layer_groups if g["ffn"]["kind"] == "moe"}
+    if len(eks) != 1 or kw.get("chunk"):
+        raise PlanError(f"calibration: {r['id']}: MoE rows need one (experts, top-k) and unchunked prefill")
+    (n_exp, top_k) = eks.pop()
+    e1 = estimate(model, r["hardware"], catalog=cat, calibrated=False, routing_skew=1.0, **kw).breakdown
+    if phase != "e2e":
+        e1 = e1.filter(e1["phase"] == phase)
+    b = int(kw["batch"])
+    # tokens routed per step: the batch in decode, every prompt token in the one prefill step
+    t = np.where(df["phase"].to_numpy() == "decode", float(b), float(b * int(kw["prompt"])))
+    d0 = _core.distinct_experts(n_exp, top_k, t, 0.0)
+    d1 = _core.distinct_experts(n_exp, top_k, t, 1.0)
+    m0, m1 = df["memory_s"].to_numpy() * scale, e1["memory_s"].to_numpy() * scale
+    weights = df["op"].is_in(list(EXPERT_WEIGHT_OPS)).to_numpy() & (d0 - d1 > 1e-12 * d0)
+    w = np.where(weights, (m0 - m1) / np.where(weights, d0 - d1, 1.0), 0.0)
+    return {"moe_w": w, "moe_t": t, "moe_d0": d0, "moe_ek": (n_exp, top_k)}
 
 
 def _decompose_gemm(r: dict[str, Any], cat: Catalog) -> Decomposed:
@@ -166,6 +201,21 @@ class Batch:
             self.q[i, : len(d.quant)] = d.quant
         self.has_experts = bool(self.e.any())
         self.has_quant = bool(self.q.any())
+        # expert weight reads whose distinct-expert count depends on the routing skew, by (E, k)
+        self.moe: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        for (ek, i, j, w, t, d0) in (
+            (d.moe_ek, i, j, d.moe_w[j], d.moe_t[j], d.moe_d0[j])
+            for i, d in enumerate(rows) if d.moe_w is not None and d.moe_t is not None and d.moe_d0 is not None
+            for j in np.flatnonzero(d.moe_w)
+        ):  # fmt: skip
+            assert ek is not None
+            idx, ww, tt, dd = self.moe.get(ek, (np.zeros((0, 2), dtype=int), np.zeros(0), np.zeros(0), np.zeros(0)))
+            self.moe[ek] = (np.vstack([idx, [[i, j]]]), np.append(ww, w), np.append(tt, t), np.append(dd, d0))
+        # the skew is identifiable where decode steps route more than one token
+        self.has_skew = any(
+            d.moe_w is not None and d.moe_t is not None and bool(((d.moe_w > 0) & (d.moe_t > 1)).any())
+            and d.row["metric"] == "decode_tok_s" for d in rows
+        )  # fmt: skip
         self.fixed = np.array([d.fixed for d in rows])
         self.launches = np.array([d.launches for d in rows])
         self.steps = np.array([d.steps for d in rows])
@@ -173,11 +223,22 @@ class Batch:
         self.time_ms = np.array([d.kind == "time_ms" for d in rows])
         self.observed = np.array([float(d.row["value"]) for d in rows])
 
+    def memory(self, skew: float) -> np.ndarray:
+        """Memory times at efficiency 1 under routing skew `skew`."""
+        from . import _core
+
+        if skew == 0.0 or not self.moe:
+            return self.m
+        m = self.m.copy()
+        for (n_exp, top_k), (idx, w, t, d0) in self.moe.items():
+            m[idx[:, 0], idx[:, 1]] += w * (_core.distinct_experts(n_exp, top_k, t, float(skew)) - d0)
+        return m
+
     def predict(self, p: np.ndarray) -> np.ndarray:
-        eta_m, eta_c, tl, ts, eta_moe, eta_cq = p
+        eta_m, eta_c, tl, ts, eta_moe, eta_cq, skew = p
         eta = np.where(self.e, eta_moe, eta_m)
         eta_comp = np.where(self.q, eta_cq, eta_c)
-        t = np.maximum(self.c / eta_comp, self.m / eta).sum(axis=1)
+        t = np.maximum(self.c / eta_comp, self.memory(skew) / eta).sum(axis=1)
         t = t + self.fixed + self.launches * tl * 1e-6 + self.steps * ts * 1e-6
         out: np.ndarray = np.where(self.time_ms, t * 1e3, self.work / t)
         return out
@@ -211,7 +272,7 @@ def decompose_all(cat: Catalog) -> tuple[list[Decomposed], list[dict[str, Any]]]
 def _bounds(cat: Catalog) -> list[tuple[float, float]]:
     lo = cat.constant("fit_eta_min")
     return [(lo, 1.0), (lo, 1.0), (0.0, cat.constant("fit_launch_us_max")), (0.0, cat.constant("fit_step_us_max")),
-            (lo, 1.0), (lo, 1.0)]  # fmt: skip
+            (lo, 1.0), (lo, 1.0), (0.0, cat.constant("fit_routing_skew_max"))]  # fmt: skip
 
 
 def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, float]:
@@ -221,9 +282,10 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, float]:
     if len(rows) < len(PARAMS):
         raise PlanError(f"calibration: {len(rows)} rows cannot fix {len(PARAMS)} parameters")
     batch = Batch(rows)
-    # eta_moe only where the rows hold routed experts (else eta_mem); eta_compute_quant only
-    # where they hold quantized GEMMs (else eta_compute)
-    free = [True] * 4 + [batch.has_experts, batch.has_quant]
+    # eta_moe only where the rows hold grouped expert kernels (else eta_mem); eta_compute_quant
+    # only where they hold quantized GEMMs (else eta_compute); the routing skew only where
+    # MoE decode steps route several tokens (else 0: uniform routing)
+    free = [True] * 4 + [batch.has_experts, batch.has_quant, batch.has_skew]
     bounds = [b for b, f in zip(_bounds(cat), free) if f]
 
     def full(p: np.ndarray) -> np.ndarray:
@@ -231,6 +293,7 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, float]:
         v = [next(it) if f else None for f in free]
         v[4] = v[4] if v[4] is not None else v[0]
         v[5] = v[5] if v[5] is not None else v[1]
+        v[SKEW] = v[SKEW] if v[SKEW] is not None else 0.0
         return np.array(v, dtype=float)
 
     def residuals(p: np.ndarray) -> np.ndarray:
@@ -307,18 +370,21 @@ def calibrate(catalog: Optional[Catalog] = None, min_device_rows: int = 8) -> li
             **{k: float(f"{v:.6g}") for k, v in zip(PARAMS, p)}, "t_layer_us": 0.0, "n_rows": len(g),
             "rms_log": float(f"{err:.6g}"), "structure_version": sv, "data_hash": data_hash(g),
             "fitted_at": __version__,
-            "pinned": _pinned(p, cat, moe=any(x.expert.any() for x in g), quant=any(x.quant.any() for x in g)),
+            "pinned": _pinned(p, cat, moe=Batch(g).has_experts, quant=Batch(g).has_quant, skew=Batch(g).has_skew),
             "source": f"ridgeline calibrate: differential_evolution(seed=0) + least_squares on {len(g)} rows "
             "of data/benchmarks",
         })  # fmt: skip
     return out
 
 
-def _pinned(p: np.ndarray, cat: Catalog, moe: bool, quant: bool) -> str:
-    """Parameters a fit left at a bound of its search range (a sign of missing structure)."""
+def _pinned(p: np.ndarray, cat: Catalog, moe: bool, quant: bool, skew: bool) -> str:
+    """Parameters a fit left at a bound of its search range (a sign of missing structure).
+    A routing skew of 0 is uniform routing, an answer rather than a bound."""
     out = []
     for k, v, (lo, hi) in zip(PARAMS, p, _bounds(cat)):
         if (k == "eta_moe" and not moe) or (k == "eta_compute_quant" and not quant):
+            continue
+        if k == "routing_skew" and (not skew or v < hi / 2):
             continue
         if abs(v - lo) <= 1e-6 * max(1.0, abs(hi)) or abs(v - hi) <= 1e-6 * max(1.0, abs(hi)):
             out.append(k)
@@ -374,6 +440,18 @@ def lookup(
     return "uncalibrated", None
 
 
+def default_runtime(fits: Optional[Sequence[dict[str, Any]]] = None) -> tuple[Optional[str], str]:
+    """The runtime an estimate describes when none is named (spec 50): vllm where it has a
+    fitted profile, else the runtime whose profile rests on the most measured rows."""
+    profiles = [f for f in (shipped_fits() if fits is None else fits) if f["hardware"] == "*" and f["memory"] == "*"]
+    if not profiles:
+        return None, "no runtime has a shipped calibration"
+    if any(f["runtime"] == "vllm" for f in profiles):
+        return "vllm", "the default runtime"
+    best = max(profiles, key=lambda f: (int(f["n_rows"]), f["runtime"]))
+    return best["runtime"], f"the best-covered runtime ({best['n_rows']} measured rows; vllm has no fit yet)"
+
+
 def params_of(fit_row: Optional[dict[str, Any]]) -> np.ndarray:
     if fit_row is None:
         return UNCALIBRATED
@@ -384,7 +462,7 @@ def efficiency_json(fit_row: Optional[dict[str, Any]]) -> str:
     """The core's Efficiency for a calibration row (1, 1, 0, 0, 0 without one)."""
     import json
 
-    eta_m, eta_c, tl, ts, eta_moe, eta_cq = params_of(fit_row)
+    eta_m, eta_c, tl, ts, eta_moe, eta_cq, _skew = params_of(fit_row)
     tlayer = float(fit_row["t_layer_us"]) if fit_row else 0.0
     return json.dumps({"eta_mem": eta_m, "eta_compute": eta_c, "eta_moe": eta_moe, "eta_compute_quant": eta_cq,
                        "t_launch_s": tl * 1e-6, "t_layer_s": tlayer * 1e-6, "t_step_s": ts * 1e-6})  # fmt: skip
@@ -415,8 +493,8 @@ def _bound_explanation(r: dict[str, Any]) -> Optional[str]:
     """Why a row may beat the efficiency-1 prediction, where the structure knows a reason."""
     if _is_moe(r["model"]) and PHASE_OF[r["metric"]] == "decode" and int(r["batch"] or 1) > 1:
         return (
-            "MoE decode at batch > 1: uniform routing (spec 30) maximises the expected distinct experts; "
-            "a skewed router reads fewer (routing skew is not modelled yet)"
+            "MoE decode at batch > 1: the row's router is more skewed than the fitted routing skew, "
+            "so it reads fewer distinct experts than the bound assumes"
         )
     return None
 
@@ -442,7 +520,8 @@ def validation(catalog: Optional[Catalog] = None) -> dict[str, Any]:
             b = Batch(own)
             r_in = b.speed_ratio(p_in)
             r_out = b.speed_ratio(p_out) if p_out is not None else np.full(len(own), np.nan)
-            bound = b.speed_ratio(UNCALIBRATED)
+            # the bound: efficiency 1 under the routing the calibration found (uniform without MoE rows)
+            bound = b.speed_ratio(np.where(np.arange(len(PARAMS)) == SKEW, p_in[SKEW], UNCALIBRATED))
             for i, d in enumerate(own):
                 r = d.row
                 over = float(bound[i]) > BOUND_TOLERANCE

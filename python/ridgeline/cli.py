@@ -60,7 +60,18 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
 )
 @click.option("--kv-dtype", default=None, help="KV-cache dtype (default: --dtype).")
 @click.option("--chunk", type=int, default=None, help="Chunked-prefill token budget per step.")
-@click.option("--runtime", default=None, help="Runtime the numbers should describe (vllm, trtllm, llamacpp, ...).")
+@click.option(
+    "--runtime",
+    default=None,
+    help="Runtime whose calibration prices the plan (llamacpp-cuda, llamacpp-metal, trtllm, vllm, ...). "
+    "Default: vllm where fitted, else the best-covered runtime (the output says which).",
+)
+@click.option(
+    "--routing-skew",
+    type=float,
+    default=None,
+    help="Zipf exponent of MoE expert popularity (0: uniform routing). Default: the calibration's fit, else 0.",
+)
 @click.option("--breakdown", is_flag=True, help="Print the per-operator breakdown.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (stable keys).")
 @click.option("--allow-no-fit", is_flag=True, help="Report a plan that does not fit instead of failing (exit 4).")
@@ -85,13 +96,20 @@ def estimate(
     kv_dtype: Optional[str],
     chunk: Optional[int],
     runtime: Optional[str],
+    routing_skew: Optional[float],
     breakdown: bool,
     as_json: bool,
     allow_no_fit: bool,
     uncalibrated: bool,
 ) -> None:
     """Estimate one plan: TTFT, TPOT, throughput, memory fit."""
+    from .calibrate import default_runtime
     from .estimate import estimate as run
+
+    runtime_note = None
+    if runtime is None and not uncalibrated:
+        runtime, why = default_runtime()
+        runtime_note = f"{runtime}: {why}; --runtime chooses, --uncalibrated gives the bound" if runtime else why
 
     e = run(
         model,
@@ -113,12 +131,15 @@ def estimate(
         kv_dtype=kv_dtype,
         chunk=chunk,
         runtime=runtime,
+        routing_skew=routing_skew,
         allow_no_fit=allow_no_fit,
         calibrated=not uncalibrated,
         breakdown=breakdown,
     )
     if as_json:
-        click.echo(json.dumps(e.to_dict(breakdown=breakdown), indent=2))
+        d = e.to_dict(breakdown=breakdown)
+        d["runtime_note"] = runtime_note
+        click.echo(json.dumps(d, indent=2))
         return
     p = e.plan
     mem = e.memory
@@ -151,6 +172,7 @@ def estimate(
             f"{e.gemm_dtype} GEMMs, {e.attention_dtype} attention; peak {e.peak_tflops:,.1f} TFLOPS, "
             f"{e.memory_bw_gbs:,.0f} GB/s",
         ),
+        *([("runtime", runtime_note)] if runtime_note else []),
         ("calibration", f"{e.calibration}: {e.calibration_note}"),
         ("catalog", "verified" if e.verified else "verified = false (estimated: true)"),
     ]
@@ -332,8 +354,8 @@ def calibrate(out: str) -> None:
             f"  {f['runtime']:<15} {f['hardware']:<17} {f['memory']:<6} eta_mem {f['eta_mem']:<7.3g} "
             f"eta_compute {f['eta_compute']:<7.3g} quant {f['eta_compute_quant']:<7.3g} eta_moe {f['eta_moe']:<7.3g} "
             f"t_launch {f['t_launch_us']:<6.3g} us "
-            f"t_step {f['t_step_us']:<7.3g} us rows {f['n_rows']:<4} rms_log {f['rms_log']:.3f}"
-            + (f"  PINNED: {f['pinned']}" if f["pinned"] else "")
+            f"t_step {f['t_step_us']:<7.3g} us skew {f['routing_skew']:<5.3g} rows {f['n_rows']:<4} "
+            f"rms_log {f['rms_log']:.3f}" + (f"  PINNED: {f['pinned']}" if f["pinned"] else "")
         )
     click.echo(f"wrote {len(fits)} rows to {path}")
 

@@ -40,6 +40,7 @@ BREAKDOWN_COLUMNS = {
     "bound": "compute, memory or comm",
     "intensity": "FLOPs per byte",
     "quantized": "a GEMM on weights stored below 16 bits",
+    "grouped": "routed-expert kernels over more than one token per step (priced at eta_moe)",
 }
 
 
@@ -112,6 +113,7 @@ class Estimate:
             for k in ("launches", "flops", "bytes", "compute_s", "memory_s", "comm_s", "launch_s", "time_s"):
                 r[k] = b[k][i]
             r["quantized"] = bool(b["quantized"][i])
+            r["grouped"] = bool(b["grouped"][i])
             r["bound"] = "comm" if r["comm_s"] > 0 else ("compute" if r["compute_s"] >= r["memory_s"] else "memory")
             r["intensity"] = r["flops"] / r["bytes"] if r["bytes"] > 0 else None
             rows.append(r)
@@ -139,6 +141,7 @@ class Estimate:
                 "bound": pl.Utf8,
                 "intensity": pl.Float64,
                 "quantized": pl.Boolean,
+                "grouped": pl.Boolean,
             },
         )
 
@@ -172,6 +175,7 @@ def estimate(
     output: int = 256,
     prefix: int = 0,
     identical_sequences: bool = False,
+    routing_skew: Optional[float] = None,
     tp: int = 1,
     ep: int = 1,
     pp: int = 1,
@@ -201,6 +205,8 @@ def estimate(
         prefix: tokens already cached before the prompt (llama-bench ``-d``, a prefix-cache hit).
         identical_sequences: every sequence holds the same tokens (n copies of one request), so
             MoE routing picks the same experts for all of them.
+        routing_skew: Zipf exponent of MoE expert popularity (0: uniform routing, spec 30);
+            default: the calibration's fitted value where it has one, else 0.
         tp: tensor-parallel degree.
         ep: expert-parallel degree (1, or equal to ``tp``: experts spread over the TP group).
         pp: pipeline stages (ceil(layers / pp) layers each); latency is the full pass plus the sends.
@@ -258,11 +264,17 @@ def estimate(
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0):
             raise PlanError(f"{k}: must be a non-negative number, got {v!r}")
     topo = resolve_topology(dev, devices_per_node, scaleout_gbs, scaleout_latency_us)
-    plan_json = _plan_json({**plan, "weights": weights.core(), "topology": topo.core()})
     from .calibrate import efficiency_json, lookup
 
     label, fit_row = lookup(dev.name, runtime, cat) if calibrated else ("uncalibrated", None)
     eff = _UNCALIBRATED_EFF if fit_row is None else efficiency_json(fit_row)
+    if routing_skew is None:
+        plan["routing_skew"] = float(fit_row.get("routing_skew") or 0.0) if fit_row else 0.0
+    elif isinstance(routing_skew, bool) or not isinstance(routing_skew, (int, float)) or not routing_skew >= 0:
+        raise PlanError(f"routing_skew: must be a number >= 0 (0 is uniform routing), got {routing_skew!r}")
+    else:
+        plan["routing_skew"] = float(routing_skew)
+    plan_json = _plan_json({**plan, "weights": weights.core(), "topology": topo.core()})
     r = _core.estimate(m._core, dev.core, plan_json, eff, _protocol_cached(cat), breakdown)
     mem = r["memory"]
     if not mem["fits"] and not allow_no_fit:
@@ -313,8 +325,13 @@ def estimate(
 
 
 def _calibrated_note(f: Mapping[str, Any]) -> str:
+    extra = "".join(
+        f", {k} {float(f[k]):.3g}"
+        for k, base in (("eta_compute_quant", "eta_compute"), ("eta_moe", "eta_mem"))
+        if float(f[k]) != float(f[base])
+    ) + (f", routing skew {float(f['routing_skew']):.3g}" if float(f.get("routing_skew") or 0) else "")
     return (
-        f"fitted efficiencies: eta_mem {float(f['eta_mem']):.3g}, eta_compute {float(f['eta_compute']):.3g}, "
+        f"fitted efficiencies: eta_mem {float(f['eta_mem']):.3g}, eta_compute {float(f['eta_compute']):.3g}{extra}, "
         f"t_launch {float(f['t_launch_us']):.3g} us, t_step {float(f['t_step_us']):.3g} us "
         f"(rms log error {float(f['rms_log']):.3g} over {f['n_rows']} measured rows)"
     )

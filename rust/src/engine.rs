@@ -52,6 +52,8 @@ pub struct BreakdownRow {
     pub kind: OpKind,
     pub group: u16,
     pub quantized: bool,
+    /// Routed-expert kernels over more than one token per step (priced at eta_moe).
+    pub grouped: bool,
     pub cost: Cost,
 }
 
@@ -174,10 +176,16 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
     }
     let topo = topology(dev, plan, &mut warnings)?;
     if m.is_moe() {
-        warnings.push(
+        warnings.push(if plan.routing_skew == 0.0 {
             "MoE weights read per step assume uniform routing: E (1 - (1 - k/E)^T) distinct experts for T tokens"
-                .to_string(),
-        );
+                .to_string()
+        } else {
+            format!(
+                "MoE weights read per step assume skewed routing: expert popularity Zipf exponent {:.3} \
+                 (fewer distinct experts than uniform routing's E (1 - (1 - k/E)^T))",
+                plan.routing_skew
+            )
+        });
     }
     let peak_max = peaks.iter().copied().fold(pa.flops_per_s, f64::max);
     Ok(Resolved {
@@ -187,6 +195,7 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
             ep: plan.ep,
             pp: plan.pp,
             identical_sequences: plan.identical_sequences,
+            routing_skew: plan.routing_skew,
             act_b: act.bytes(),
             kv_b: plan.kv_dtype().bytes(),
             formats,
@@ -334,7 +343,7 @@ impl Acc {
         }
     }
 
-    fn add(&mut self, kind: OpKind, group: u16, quantized: bool, c: Cost) {
+    fn add(&mut self, kind: OpKind, group: u16, (quantized, grouped): (bool, bool), c: Cost) {
         self.total += c;
         if kind == OpKind::PpSend {
             self.sends_s += c.time_s;
@@ -347,6 +356,7 @@ impl Acc {
                     kind,
                     group,
                     quantized,
+                    grouped,
                     cost: c,
                 }),
             }
@@ -358,10 +368,20 @@ impl Acc {
         let per_layer = (layers * steps) as f64 * eff.t_layer_s;
         let per_step = steps as f64 * eff.t_step_s;
         if per_layer > 0.0 {
-            self.add(OpKind::LayerOverhead, MODEL_LEVEL, false, Cost::overhead(per_layer));
+            self.add(
+                OpKind::LayerOverhead,
+                MODEL_LEVEL,
+                (false, false),
+                Cost::overhead(per_layer),
+            );
         }
         if per_step > 0.0 {
-            self.add(OpKind::StepOverhead, MODEL_LEVEL, false, Cost::overhead(per_step));
+            self.add(
+                OpKind::StepOverhead,
+                MODEL_LEVEL,
+                (false, false),
+                Cost::overhead(per_step),
+            );
         }
         self.overhead_s += per_layer + per_step;
     }
@@ -525,7 +545,7 @@ fn run_phases(ctx: &BuildCtx, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64
         build_step(ctx, &Geometry::Segments(segs), &mut ops);
         for op in &ops {
             workspace = workspace.max(op.act_bytes);
-            pre.add(op.kind, op.group, op.quantized, price(op, 0.0, bw, eff));
+            pre.add(op.kind, op.group, (op.quantized, op.grouped), price(op, 0.0, bw, eff));
         }
     }
     pre.overhead(layers, steps.len() as u64, eff);
@@ -537,7 +557,12 @@ fn run_phases(ctx: &BuildCtx, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64
         build_step(ctx, &Geometry::Decode { batch }, &mut ops);
         for op in &ops {
             workspace = workspace.max(op.act_bytes);
-            dec.add(op.kind, op.group, op.quantized, price_range(op, lo, hi, bw, eff));
+            dec.add(
+                op.kind,
+                op.group,
+                (op.quantized, op.grouped),
+                price_range(op, lo, hi, bw, eff),
+            );
         }
         dec.overhead(layers, plan.output - 1, eff);
     }

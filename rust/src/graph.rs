@@ -135,6 +135,10 @@ pub struct Op {
     pub comm_s: f64,
     /// A GEMM on weights stored below 16 bits (its kernels are fitted apart: eta_compute_quant).
     pub quantized: bool,
+    /// A routed-expert kernel over more than one token of a step: tokens are gathered per
+    /// expert into grouped GEMMs (eta_moe). With one token the selected experts are read by
+    /// the same GEMV kernels as dense weights (eta_mem).
+    pub grouped: bool,
 }
 
 /// Tokens of one kind in a step: `count` sequences, each adding `new`
@@ -210,6 +214,8 @@ pub struct BuildCtx<'a> {
     pub pp: u64,
     /// All sequences hold the same tokens (MoE routing is shared).
     pub identical_sequences: bool,
+    /// Zipf exponent of routed-expert popularity (0: uniform routing); see `distinct_experts`.
+    pub routing_skew: f64,
     /// Bytes per activation element.
     pub act_b: f64,
     pub kv_b: f64,
@@ -284,6 +290,7 @@ impl Builder<'_, '_> {
             window,
             comm_s: 0.0,
             quantized: false,
+            grouped: false,
         });
     }
 
@@ -354,6 +361,7 @@ impl Builder<'_, '_> {
             window: None,
             comm_s: s,
             quantized: false,
+            grouped: false,
         });
     }
 
@@ -567,9 +575,9 @@ impl Builder<'_, '_> {
                 let af = activation.flops_per_element(*gated);
                 // Router: a replicated GEMM to E logits, weights in the activation dtype.
                 self.gemm_act(OpKind::Router, t, d, e, *router_bias);
-                // Expected distinct experts under uniform routing: E (1 - (1 - k/E)^T).
-                let distinct = e * (1.0 - (1.0 - k / e).powf(route_tokens));
+                let distinct = distinct_experts(*num_experts, *top_k, route_tokens, c.routing_skew);
                 let fe = *expert_intermediate_size as f64;
+                let first_expert_op = self.out.len();
                 if c.ep > 1 {
                     // Expert parallelism: E/ep whole experts per device; each token's
                     // hidden state is sent to its k experts and the results sent back.
@@ -599,6 +607,10 @@ impl Builder<'_, '_> {
                         distinct,
                     );
                 }
+                let grouped = t > 1.0;
+                for op in &mut self.out[first_expert_op..] {
+                    op.grouped = grouped && op.kind.is_routed_expert();
+                }
                 if *shared_intermediate_size > 0 {
                     self.mlp(
                         [
@@ -621,6 +633,36 @@ impl Builder<'_, '_> {
             self.comm(OpKind::FfnAllReduce, Collective::AllReduce, c.tp, t * d * c.act_b);
         }
     }
+}
+
+/// Expected distinct experts `T` tokens touch, each routed to `k` of `E` experts.
+///
+/// Expert `i` (1-based, by popularity) is chosen by a token with probability
+/// `q_i = min(1, c i^-s)`, `c` such that the `q_i` sum to `k` (the experts a
+/// token needs); the expected distinct count is `sum_i 1 - (1 - q_i)^T`. At
+/// `s = 0` every `q_i = k / E`: uniform routing, `E (1 - (1 - k/E)^T)` (spec 30),
+/// the most experts any router can touch on average. As `s` grows the
+/// popular experts take the traffic and the count falls towards `k`.
+pub fn distinct_experts(num_experts: u64, top_k: u64, tokens: f64, skew: f64) -> f64 {
+    let (e, k) = (num_experts as f64, top_k as f64);
+    if skew == 0.0 || top_k >= num_experts {
+        return e * (1.0 - (1.0 - k / e).powf(tokens));
+    }
+    let w: Vec<f64> = (1..=num_experts).map(|i| (i as f64).powf(-skew)).collect();
+    // Water-filling: the `capped` most popular experts are chosen by every token (their
+    // share c w_i would exceed one); the rest share the remaining k - capped choices.
+    let mut tail: f64 = w.iter().sum();
+    let mut capped = 0usize;
+    while (capped as f64) < k && (tail <= 0.0 || (k - capped as f64) * w[capped] > tail) {
+        tail -= w[capped];
+        capped += 1;
+    }
+    let c = if tail > 0.0 { (k - capped as f64) / tail } else { 0.0 };
+    let rest: f64 = w[capped..]
+        .iter()
+        .map(|wi| 1.0 - (1.0 - (c * wi).min(1.0)).powf(tokens))
+        .sum();
+    capped as f64 + rest
 }
 
 /// Appends the operators of one step to `out` (cleared first).
@@ -703,6 +745,7 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
             window: None,
             comm_s: s,
             quantized: false,
+            grouped: false,
         });
     }
     b.norm(OpKind::FinalNorm, 1.0, t, d);

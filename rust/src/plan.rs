@@ -22,9 +22,13 @@ pub struct Plan {
     /// Every sequence holds the same tokens (n copies of one request), so MoE routing picks
     /// the same experts for each: distinct experts follow the tokens of one sequence, not of
     /// the batch. (llama-batched-bench feeds token 0 to all sequences, yet its MoE step times
-    /// grow with the batch like independent routing: its rows are priced without this.)
+    /// grow with the batch: its rows are priced without this, with a fitted `routing_skew`.)
     #[serde(default)]
     pub identical_sequences: bool,
+    /// Zipf exponent of routed-expert popularity: 0 is uniform routing (spec 30), larger
+    /// values concentrate tokens on fewer experts (`graph::distinct_experts`).
+    #[serde(default)]
+    pub routing_skew: f64,
     #[serde(default = "one")]
     pub tp: u64,
     /// Activation (compute) dtype.
@@ -82,8 +86,8 @@ pub struct TopologySpec {
 pub struct Efficiency {
     pub eta_compute: f64,
     pub eta_mem: f64,
-    /// Memory efficiency of the routed-expert kernels (many small, gathered matrices);
-    /// `eta_mem` when not fitted.
+    /// Memory efficiency of the grouped routed-expert kernels (tokens gathered per expert,
+    /// more than one token per step); `eta_mem` when not fitted.
     #[serde(default)]
     pub eta_moe: Option<f64>,
     /// Compute efficiency of GEMMs on quantized weights (llama.cpp's MMQ kernels);
@@ -144,6 +148,7 @@ impl Plan {
             output,
             prefix: 0,
             identical_sequences: false,
+            routing_skew: 0.0,
             tp: 1,
             dtype: DType::Bf16,
             weights: WeightFormats::default(),
@@ -243,6 +248,13 @@ impl Plan {
             return Err(Error::plan(
                 "gpu_memory_utilization",
                 format!("must be in (0, 1], got {u}"),
+            ));
+        }
+        let s = self.routing_skew;
+        if !(s.is_finite() && s >= 0.0) {
+            return Err(Error::plan(
+                "routing_skew",
+                format!("must be a finite number >= 0 (0 is uniform routing), got {s}"),
             ));
         }
         let ctx = self.prefix + self.prompt + self.output;

@@ -6,7 +6,7 @@ use crate::device::Device;
 use crate::embedded;
 use crate::engine::{self, Estimate, Phase};
 use crate::error::Error;
-use crate::graph::MODEL_LEVEL;
+use crate::graph::{self, MODEL_LEVEL};
 use crate::model::Model;
 use crate::params;
 use crate::plan::{Efficiency, Plan};
@@ -207,7 +207,7 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
     // Breakdown as columns (cheap to cross, cheap to turn into a DataFrame).
     let n = e.breakdown.len();
     let (mut phase, mut op, mut group) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-    let mut quantized = Vec::with_capacity(n);
+    let (mut quantized, mut grouped) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let mut cols: [Vec<f64>; 8] = Default::default();
     for r in &e.breakdown {
         phase.push(match r.phase {
@@ -217,6 +217,7 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
         op.push(r.kind.name());
         group.push(if r.group == MODEL_LEVEL { -1i64 } else { r.group as i64 });
         quantized.push(r.quantized);
+        grouped.push(r.grouped);
         let c = r.cost;
         for (i, v) in [
             c.launches,
@@ -239,6 +240,7 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
     b.set_item("op", PyList::new(py, op)?)?;
     b.set_item("group", PyList::new(py, group)?)?;
     b.set_item("quantized", PyList::new(py, quantized)?)?;
+    b.set_item("grouped", PyList::new(py, grouped)?)?;
     for (i, name) in [
         "launches",
         "flops",
@@ -528,6 +530,33 @@ fn collective<'py>(
     Ok(d)
 }
 
+/// Expected distinct experts for each token count (`graph::distinct_experts`), whole arrays per call.
+#[pyfunction]
+#[pyo3(signature = (num_experts, top_k, tokens, skew))]
+fn distinct_experts<'py>(
+    py: Python<'py>,
+    num_experts: u64,
+    top_k: u64,
+    tokens: PyReadonlyArray1<'py, f64>,
+    skew: f64,
+) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    if num_experts == 0 || top_k == 0 || top_k > num_experts {
+        return Err(Error::Input(format!("top_k must be in 1..={num_experts} (num_experts), got {top_k}")).into());
+    }
+    if !(skew.is_finite() && skew >= 0.0) {
+        return Err(Error::plan("routing_skew", format!("must be a finite number >= 0, got {skew}")).into());
+    }
+    let t = tokens.as_slice()?;
+    if let Some(bad) = t.iter().find(|x| !(x.is_finite() && **x >= 0.0)) {
+        return Err(Error::Input(format!("tokens must be finite and >= 0, got {bad}")).into());
+    }
+    let out: Vec<f64> = t
+        .iter()
+        .map(|&x| graph::distinct_experts(num_experts, top_k, x, skew))
+        .collect();
+    Ok(PyArray1::from_vec(py, out))
+}
+
 /// Paths of the data files compiled into the extension.
 #[pyfunction]
 fn data_files() -> Vec<&'static str> {
@@ -557,6 +586,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(estimate_many, m)?)?;
     m.add_function(wrap_pyfunction!(collective, m)?)?;
     m.add_function(wrap_pyfunction!(sweep_grid, m)?)?;
+    m.add_function(wrap_pyfunction!(distinct_experts, m)?)?;
     m.add_function(wrap_pyfunction!(data_files, m)?)?;
     m.add_function(wrap_pyfunction!(data_file, m)?)?;
     m.add_function(wrap_pyfunction!(data_hash, m)?)?;

@@ -73,13 +73,18 @@ struct Rates {
 }
 
 fn rates(op: &Op, bw: f64, eff: &Efficiency) -> Rates {
-    let eta_mem = if op.kind.is_routed_expert() {
+    let eta_mem = if op.grouped {
         eff.eta_moe.unwrap_or(eff.eta_mem)
     } else {
         eff.eta_mem
     };
+    let eta_compute = if op.quantized {
+        eff.eta_compute_quant.unwrap_or(eff.eta_compute)
+    } else {
+        eff.eta_compute
+    };
     Rates {
-        per_flop: 1.0 / (op.peak * eff.eta_compute),
+        per_flop: 1.0 / (op.peak * eta_compute),
         per_byte: 1.0 / (bw * eta_mem),
         launch: op.launches * eff.t_launch_s,
     }
@@ -213,6 +218,7 @@ mod tests {
             window,
             comm_s: 0.0,
             quantized: false,
+            grouped: false,
         }
     }
 

@@ -316,3 +316,93 @@ fn identical_sequences_share_their_experts() {
     let distinct = 8.0 * (1.0 - 0.75f64.powi(32));
     assert!((independent - 32.0 * (distinct * w + act)).abs() / independent < 1e-12);
 }
+
+#[test]
+fn routing_skew_reads_between_k_and_the_uniform_count_of_experts() {
+    use crate::graph::distinct_experts;
+    for (e, k) in [(8u64, 2u64), (32, 4), (128, 8), (256, 8)] {
+        let (ef, kf) = (e as f64, k as f64);
+        for t in [1.0, 2.0, 7.0, 32.0, 512.0] {
+            let uniform = ef * (1.0 - (1.0 - kf / ef).powf(t));
+            assert_eq!(distinct_experts(e, k, t, 0.0), uniform);
+            let mut last = uniform;
+            for s in [0.25, 0.5, 1.0, 2.0, 4.0, 1e3] {
+                let d = distinct_experts(e, k, t, s);
+                // one token always needs exactly its k experts, whatever the popularity
+                if t == 1.0 {
+                    assert!((d - kf).abs() < 1e-9, "T=1, s={s}: {d}");
+                }
+                assert!(
+                    d <= last + 1e-9 && d >= kf - 1e-9,
+                    "E={e} k={k} T={t} s={s}: {d} vs {last}"
+                );
+                last = d;
+            }
+            // an extreme skew sends every token to the same k experts
+            assert!((distinct_experts(e, k, t, 1e3) - kf).abs() < 1e-9);
+        }
+    }
+    // two experts of four, s = 1: weights 1, 1/2, 1/3, 1/4 (sum 25/12), so c = 24/25 and no
+    // expert is capped; two tokens touch sum 1 - (1 - c w_i)^2 experts
+    let c = 24.0 / 25.0;
+    let want: f64 = [1.0, 0.5, 1.0 / 3.0, 0.25]
+        .iter()
+        .map(|w: &f64| 1.0 - (1.0 - c * w).powi(2))
+        .sum();
+    assert!((distinct_experts(4, 2, 2.0, 1.0) - want).abs() < 1e-12);
+}
+
+#[test]
+fn routing_skew_lowers_the_expert_bytes_of_a_batch_only() {
+    let m = crate::fixtures::mixtral_8x7b();
+    let bytes = |batch: u64, s: f64| {
+        let mut p = plan(batch, 512, 2);
+        p.routing_skew = s;
+        let e = estimate(&m, &h100(), &p, &Efficiency::uncalibrated(), proto(), true).unwrap();
+        row(&e, Phase::Decode, OpKind::ExpertUp).bytes
+    };
+    assert_eq!(bytes(1, 0.0), bytes(1, 1.5));
+    assert!(bytes(32, 1.5) < bytes(32, 0.0));
+    let mut p = plan(1, 512, 2);
+    p.routing_skew = -1.0;
+    let err = estimate(&m, &h100(), &p, &Efficiency::uncalibrated(), proto(), true).unwrap_err();
+    assert!(err.to_string().contains("routing_skew"), "{err}");
+}
+
+#[test]
+fn grouped_expert_kernels_take_eta_moe_and_quantized_gemms_eta_compute_quant() {
+    let m = crate::fixtures::mixtral_8x7b();
+    let eff = Efficiency {
+        eta_moe: Some(0.5),
+        ..Efficiency::uncalibrated()
+    };
+    let memory = |batch: u64, eff: &Efficiency| {
+        let e = estimate(&m, &h100(), &plan(batch, 512, 2), eff, proto(), true).unwrap();
+        row(&e, Phase::Decode, OpKind::ExpertUp).memory_s
+    };
+    let base = Efficiency::uncalibrated();
+    // one token per step: the selected experts are read by GEMVs at eta_mem
+    assert_eq!(memory(1, &eff), memory(1, &base));
+    // more: grouped GEMMs at eta_moe
+    assert!((memory(4, &eff) / memory(4, &base) - 2.0).abs() < 1e-12);
+    // a 4-bit FFN's prefill GEMMs are priced at eta_compute_quant, the rest at eta_compute
+    let mut p = plan(1, 4096, 1);
+    p.weights.ffn_up = Some(crate::weights::WeightFormat {
+        bits: 4.0,
+        block_k: 0,
+        block_n: 0,
+        scale_bits: 0.0,
+        compute: None,
+    });
+    let eff = Efficiency {
+        eta_compute_quant: Some(0.25),
+        ..Efficiency::uncalibrated()
+    };
+    let llama = llama31_8b();
+    let compute = |eff: &Efficiency, kind: OpKind| {
+        let e = estimate(&llama, &h100(), &p, eff, proto(), true).unwrap();
+        row(&e, Phase::Prefill, kind).compute_s
+    };
+    assert!((compute(&eff, OpKind::FfnUp) / compute(&base, OpKind::FfnUp) - 4.0).abs() < 1e-12);
+    assert_eq!(compute(&eff, OpKind::FfnDown), compute(&base, OpKind::FfnDown));
+}
