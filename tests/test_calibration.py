@@ -133,3 +133,24 @@ def test_the_engine_prices_a_row_as_the_fit_does(row_id):
     assert engine == pytest.approx(predicted, rel=1e-9)
     if model.is_moe and int(r["batch"]) > 1 and phase == "decode":
         assert float(fit_row["routing_skew"]) > 0 and any("skewed routing" in w for w in e.warnings)
+
+
+def test_llamacpp_rows_are_priced_with_the_attention_they_ran():
+    # llama.cpp fuses attention only with -fa 1 (the row's flash_attn flag); the 2024
+    # XiongjieDai runs did not, the DGX Spark runs did (fa=1), and the GPU scoreboard has both.
+    from ridgeline.calibrate import _estimate_kwargs, has_flag
+    from ridgeline.catalog import default_catalog
+
+    cat = default_catalog()
+    rows = cat.sql("SELECT * FROM benchmarks WHERE runtime LIKE 'llamacpp%' AND not_priced IS NULL").to_dicts()
+    fused = {r["id"].split(":")[0]: set() for r in rows}
+    for r in rows:
+        fused[r["id"].split(":")[0]].add(_estimate_kwargs(r, 1 << 20)[0]["flash_attention"])
+        assert _estimate_kwargs(r, 1 << 20)[0]["flash_attention"] == has_flag(r, "flash_attn")
+    assert fused["llamacpp_xiongjiedai_llama3"] == {False}
+    assert fused["llamacpp_dgx_spark_official"] == {True}
+    assert fused["llamacpp_gpu_scoreboards"] == {False, True}
+    # an unfused long prefill is slower: the score rectangle goes through memory
+    e = {fa: ridgeline.estimate("meta-llama/Meta-Llama-3-8B", "RTX_3090", prompt=8000, output=1,
+                                flash_attention=fa, calibrated=False) for fa in (True, False)}  # fmt: skip
+    assert e[False].ttft_s > 1.5 * e[True].ttft_s

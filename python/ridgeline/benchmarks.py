@@ -103,7 +103,9 @@ def _dgx_spark(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
         kw: dict[str, Any] = dict(
             source=r["source"], file_hardware=r["hardware"], file_model=r["model"], runtime="llamacpp-cuda",
             weight_quant=_QUANT.get(r["quant"], r["quant"].lower()), batch=b, value=float(r["value"]), unit=r["unit"],
-            flags="batched-bench" if batched else None, notes=f"{r['tool']}; {r['note']}",
+            flags=",".join(f for f, on in (("flash_attn", "fa=1" in r["tool"]), ("batched-bench", batched)) if on)
+            or None,
+            notes=f"{r['tool']}; {r['note']}",
         )  # fmt: skip
         if metric == "prefill_throughput":
             kw.update(phase="prefill", prompt_tokens=pp, output_tokens=0, depth=d, metric="prefill_tok_s")

@@ -64,6 +64,11 @@ class Decomposed:
     moe_ek: Optional[tuple[int, int]] = None
 
 
+def has_flag(r: dict[str, Any], flag: str) -> bool:
+    """Whether a benchmark row's comma-separated `flags` hold `flag`."""
+    return flag in (r["flags"] or "").split(",")
+
+
 def _estimate_kwargs(r: dict[str, Any], max_len: int) -> tuple[dict[str, Any], str]:
     """The plan a row measured, and the phase whose time its metric reads."""
     b = int(r["batch"] or 1)
@@ -77,6 +82,9 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int) -> tuple[dict[str, Any], s
         # its MoE rows say the experts read grow with B, which shared routing cannot produce.
         # Priced with the fitted routing skew; data/benchmarks/SOURCES.md has the numbers.
         "identical_sequences": False,
+        # llama.cpp fuses attention only when run with flash attention (-fa 1, the row's flag);
+        # TensorRT-LLM and vLLM always use fused attention kernels
+        "flash_attention": not r["runtime"].startswith("llamacpp") or has_flag(r, "flash_attn"),
     }  # fmt: skip
     m = r["metric"]
     limit = max_len
@@ -110,7 +118,7 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
     model = Model.from_config(r["model"])
     kw, phase = _estimate_kwargs(r, model.max_model_len)
     scale = 1.0
-    if phase == "prefill" and r["flags"] == "layer-split" and kw["pp"] > 1:
+    if phase == "prefill" and has_flag(r, "layer-split") and kw["pp"] > 1:
         # llama.cpp pipelines the prompt's ubatches across a layer split: GPipe fill and drain of
         # m ubatch chunks over p stages, each stage ceil(L/p) of the L layers
         ub = int(cat.constant("llamacpp_n_ubatch"))
@@ -130,7 +138,7 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
     work = {
         "decode_tok_s": b * float(kw["output"] - 1),
         "prefill_tok_s": b * float(kw["prompt"]),
-        "throughput_tok_s": b * float(r["output_tokens"] or 0) / (e.parallel["devices"] if r["flags"] == "per_gpu"
+        "throughput_tok_s": b * float(r["output_tokens"] or 0) / (e.parallel["devices"] if has_flag(r, "per_gpu")
                                                                   else 1),
     }.get(r["metric"], 1.0)  # fmt: skip
     return Decomposed(
@@ -333,11 +341,11 @@ def _memtech(cat: Catalog, hardware: str) -> str:
 
 def _profile_rows(rows: Sequence[Decomposed], cat: Catalog, memtech: str, exclude: Optional[str] = None
                   ) -> list[Decomposed]:  # fmt: skip
-    """The rows a profile for `memtech` is fitted on: that memory technology's other devices when
-    there are at least two, else every other device of the runtime."""
+    """The rows a profile for `memtech` is fitted on (spec 50): the runtime's other devices with
+    that memory technology, else (none has it, or too few rows to fit) every other device."""
     others = [d for d in rows if d.row["hardware"] != exclude]
     same = [d for d in others if _memtech(cat, d.row["hardware"]) == memtech]
-    return same if len({d.row["hardware"] for d in same}) >= 2 else others
+    return same if len(same) >= len(PARAMS) else others
 
 
 def calibrate(catalog: Optional[Catalog] = None, min_device_rows: int = 8) -> list[dict[str, Any]]:
@@ -359,8 +367,6 @@ def calibrate(catalog: Optional[Catalog] = None, min_device_rows: int = 8) -> li
         groups.setdefault((hw, rt, mt), []).append(d)
     for (hw, runtime, mt), g in sorted(groups.items()):
         if hw != "*" and (len(g) < min_device_rows or len({x.row["metric"] for x in g}) < 2):
-            continue
-        if hw == "*" and mt != "*" and len({x.row["hardware"] for x in g}) < 2:
             continue
         if len(g) < len(PARAMS):
             continue

@@ -72,6 +72,11 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
     default=None,
     help="Zipf exponent of MoE expert popularity (0: uniform routing). Default: the calibration's fit, else 0.",
 )
+@click.option(
+    "--no-flash-attention",
+    is_flag=True,
+    help="The runtime materialises the attention scores (llama.cpp without -fa): full rectangle, scores via memory.",
+)
 @click.option("--breakdown", is_flag=True, help="Print the per-operator breakdown.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (stable keys).")
 @click.option("--allow-no-fit", is_flag=True, help="Report a plan that does not fit instead of failing (exit 4).")
@@ -97,6 +102,7 @@ def estimate(
     chunk: Optional[int],
     runtime: Optional[str],
     routing_skew: Optional[float],
+    no_flash_attention: bool,
     breakdown: bool,
     as_json: bool,
     allow_no_fit: bool,
@@ -132,6 +138,7 @@ def estimate(
         chunk=chunk,
         runtime=runtime,
         routing_skew=routing_skew,
+        flash_attention=not no_flash_attention,
         allow_no_fit=allow_no_fit,
         calibrated=not uncalibrated,
         breakdown=breakdown,

@@ -176,6 +176,7 @@ def estimate(
     prefix: int = 0,
     identical_sequences: bool = False,
     routing_skew: Optional[float] = None,
+    flash_attention: bool = True,
     tp: int = 1,
     ep: int = 1,
     pp: int = 1,
@@ -207,6 +208,9 @@ def estimate(
             MoE routing picks the same experts for all of them.
         routing_skew: Zipf exponent of MoE expert popularity (0: uniform routing, spec 30);
             default: the calibration's fitted value where it has one, else 0.
+        flash_attention: fused attention (default). False: the runtime materialises the score
+            matrix (llama.cpp without ``-fa``): the full query x key rectangle is computed and each
+            score moves through memory (``unfused_attention_score_bytes`` in the constants table).
         tp: tensor-parallel degree.
         ep: expert-parallel degree (1, or equal to ``tp``: experts spread over the TP group).
         pp: pipeline stages (ceil(layers / pp) layers each); latency is the full pass plus the sends.
@@ -243,6 +247,7 @@ def estimate(
         "output": _positive_int("output", output),
         "prefix": _count("prefix", prefix),
         "identical_sequences": bool(identical_sequences),
+        "attention_score_bytes": 0.0 if flash_attention else cat.constant("unfused_attention_score_bytes"),
         "tp": _positive_int("tp", tp),
         "ep": _positive_int("ep", ep),
         "pp": _positive_int("pp", pp),

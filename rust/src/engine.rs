@@ -196,6 +196,7 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
             pp: plan.pp,
             identical_sequences: plan.identical_sequences,
             routing_skew: plan.routing_skew,
+            attention_score_bytes: plan.attention_score_bytes,
             act_b: act.bytes(),
             kv_b: plan.kv_dtype().bytes(),
             formats,

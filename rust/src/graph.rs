@@ -185,6 +185,25 @@ impl Geometry<'_> {
         }
     }
 
+    /// Scores an unfused attention computes and stores per head, affine in the decode key
+    /// count `k`: every query against every key of the cache view (the causal mask is applied
+    /// to the full rectangle); in decode, one query per sequence, so the attended pairs.
+    fn score_rectangle(&self, window: Option<u64>) -> (f64, f64) {
+        match self {
+            Geometry::Segments(s) => {
+                let r = s
+                    .iter()
+                    .map(|x| (x.count * x.new) as f64 * distinct_keys(x.new, x.prefix, window))
+                    .sum();
+                (r, 0.0)
+            }
+            Geometry::Decode { .. } => {
+                let (p0, p1, _, _) = self.attention(window);
+                (p0, p1)
+            }
+        }
+    }
+
     /// (pairs0, pairs1, keys0, keys1): pair and distinct-key counts as affine
     /// functions of the decode key count `k`.
     fn attention(&self, window: Option<u64>) -> (f64, f64, f64, f64) {
@@ -216,6 +235,9 @@ pub struct BuildCtx<'a> {
     pub identical_sequences: bool,
     /// Zipf exponent of routed-expert popularity (0: uniform routing); see `distinct_experts`.
     pub routing_skew: f64,
+    /// Bytes moved per attention score when the runtime materialises the score matrix
+    /// (unfused attention); 0 for fused (flash) attention.
+    pub attention_score_bytes: f64,
     /// Bytes per activation element.
     pub act_b: f64,
     pub kv_b: f64,
@@ -437,17 +459,25 @@ impl Builder<'_, '_> {
             self.elementwise(OpKind::Rotary, t * (h_t + kv_t) * hd, 3.0, 1.0, 0.0);
         }
         self.kv_cache_write(t, 2.0 * kv_t * hd);
-        // QK^T and PV over the exact pairs; reads Q, the attended K and V rows
-        // (in the KV dtype), writes O. No S x S matrix in memory.
+        // Fused: QK^T and PV over the exact pairs; reads Q, the attended K and V rows
+        // (in the KV dtype), writes O; no score matrix in memory. Unfused: both products
+        // over the full rectangle, and each score written and read back through memory.
         let (p0, p1, k0, k1) = geo.attention(a.window);
         let per_pair = 4.0 * h_t * hd;
         let per_key = 2.0 * kv_t * hd * c.kv_b;
         let qo = 2.0 * t * h_t * hd * c.act_b;
+        let (flops, scores) = if c.attention_score_bytes > 0.0 {
+            let (r0, r1) = geo.score_rectangle(a.window);
+            let per_score = h_t * c.attention_score_bytes;
+            ((per_pair * r0, per_pair * r1), (per_score * r0, per_score * r1))
+        } else {
+            ((per_pair * p0, per_pair * p1), (0.0, 0.0))
+        };
         self.push(
             OpKind::Attention,
             c.peak_act,
-            (per_pair * p0, per_pair * p1),
-            (qo + per_key * k0, per_key * k1),
+            flops,
+            (qo + per_key * k0 + scores.0, per_key * k1 + scores.1),
             qo,
             a.window,
         );

@@ -29,6 +29,10 @@ pub struct Plan {
     /// values concentrate tokens on fewer experts (`graph::distinct_experts`).
     #[serde(default)]
     pub routing_skew: f64,
+    /// Bytes moved per attention score when the runtime does not fuse attention (the score
+    /// matrix goes through memory); 0 (default) is fused, flash attention.
+    #[serde(default)]
+    pub attention_score_bytes: f64,
     #[serde(default = "one")]
     pub tp: u64,
     /// Activation (compute) dtype.
@@ -149,6 +153,7 @@ impl Plan {
             prefix: 0,
             identical_sequences: false,
             routing_skew: 0.0,
+            attention_score_bytes: 0.0,
             tp: 1,
             dtype: DType::Bf16,
             weights: WeightFormats::default(),
@@ -248,6 +253,13 @@ impl Plan {
             return Err(Error::plan(
                 "gpu_memory_utilization",
                 format!("must be in (0, 1], got {u}"),
+            ));
+        }
+        let b = self.attention_score_bytes;
+        if !(b.is_finite() && b >= 0.0) {
+            return Err(Error::plan(
+                "attention_score_bytes",
+                format!("must be a finite number of bytes >= 0 (0 is fused attention), got {b}"),
             ));
         }
         let s = self.routing_skew;

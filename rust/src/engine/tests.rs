@@ -406,3 +406,33 @@ fn grouped_expert_kernels_take_eta_moe_and_quantized_gemms_eta_compute_quant() {
     assert!((compute(&eff, OpKind::FfnUp) / compute(&base, OpKind::FfnUp) - 4.0).abs() < 1e-12);
     assert_eq!(compute(&eff, OpKind::FfnDown), compute(&base, OpKind::FfnDown));
 }
+
+#[test]
+fn unfused_attention_computes_the_rectangle_and_moves_every_score() {
+    // Llama-3.1-8B: 32 heads of 128, 32 layers.
+    let (h, hd, layers) = (32.0, 128.0, 32.0);
+    let b = 16.0;
+    let attn = |p: &Plan, phase: Phase| {
+        let c = row(&run(p), phase, OpKind::Attention);
+        (c.flops / layers, c.bytes / layers)
+    };
+    for (s, prefix) in [(512u64, 0u64), (2048, 4096)] {
+        let mut p = plan(2, s, 1);
+        p.prefix = prefix;
+        let (f_fused, b_fused) = attn(&p, Phase::Prefill);
+        p.attention_score_bytes = b;
+        let (f, bytes) = attn(&p, Phase::Prefill);
+        let rect = 2.0 * s as f64 * (prefix + s) as f64;
+        assert_eq!(f, 4.0 * h * hd * rect, "S={s}");
+        assert!(f > f_fused);
+        assert!((bytes - b_fused - h * rect * b).abs() / bytes < 1e-12, "S={s}");
+    }
+    // decode: one query per sequence, so the scores are the attended pairs; 3 steps at
+    // contexts 101, 102, 103 (prompt 100 + the sampled token)
+    let mut p = plan(1, 100, 4);
+    let (_, fused) = attn(&p, Phase::Decode);
+    p.attention_score_bytes = b;
+    let (_, unfused) = attn(&p, Phase::Decode);
+    let keys = 101.0 + 102.0 + 103.0;
+    assert!((unfused - fused - h * keys * b).abs() / unfused < 1e-12);
+}
