@@ -156,3 +156,22 @@ def test_llamacpp_rows_are_priced_with_the_attention_they_ran():
     attn = {fa: x.breakdown.filter(x.breakdown["op"] == "attention")["bytes"].sum() for fa, x in e.items()}
     assert attn[False] - attn[True] == pytest.approx(32 * 32 * 8000**2 * cat.constant("unfused_attention_score_bytes"))
     assert e[False].ttft_s > e[True].ttft_s
+
+
+def test_the_envelope_lines_that_hold_keep_holding(checked):
+    # Spec 50's envelope, line by line (`ridgeline validate` prints it). These lines hold on the
+    # shipped data; a change that breaks one fails here. The group medians and the batched-bench
+    # keystone lines are open work (issue notes).
+    from ridgeline.calibrate import envelope, group_summaries
+
+    env = envelope(checked["rows"], group_summaries(checked["rows"]))
+    assert len(env) == 7
+    holding = (
+        "no row beats the efficiency-1 prediction by > 5%",
+        "decode leave-one-device-out",
+        "prefill leave-one-device-out",
+        "GB10 keystone: llama-bench decode across the KV-depth sweep",
+    )
+    for line in holding:
+        e = next(e for e in env if e["check"].startswith(line))
+        assert e["ok"], e

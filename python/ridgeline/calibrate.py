@@ -538,8 +538,73 @@ def validation(catalog: Optional[Catalog] = None) -> dict[str, Any]:
                     "in_sample": float(r_in[i]), "lodo": float(r_out[i]), "vs_bound": float(bound[i]),
                     "calibration": label, "beats_bound": over,
                     "explanation": _bound_explanation(r) if over else None,
+                    "batch": int(r["batch"] or 1), "flags": r["flags"],
                 })  # fmt: skip
     return {"rows": records, "refused": refused}
+
+
+def group_summaries(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """In-sample and leave-one-device-out summaries per phase, and per runtime, device, dense/MoE
+    and context bucket within each phase (spec 50's groups)."""
+    groups: dict[str, dict[str, Any]] = {}
+    for key in ("phase", "runtime", "hardware", "moe", "context"):
+        for value in sorted({str(r[key]) for r in records}):
+            for phase in ("decode", "prefill", "e2e"):
+                rs = [r for r in records if str(r[key]) == value and r["phase"] == phase]
+                if rs and (key != "phase" or value == phase):
+                    groups[f"{key}={value} {phase}" if key != "phase" else f"phase={phase}"] = {
+                        "in_sample": summarise(rs, "in_sample"), "lodo": summarise(rs, "lodo")}  # fmt: skip
+    return groups
+
+
+# Spec 50's acceptance envelope.
+# phase: (median low, median high, share within 1.5x, share within 2x), leave-one-device-out
+ENVELOPE: dict[str, tuple[float, float, float, float]] = {
+    "decode": (0.9, 1.1, 0.90, 0.97),
+    "prefill": (0.9, 1.1, 0.80, 0.92),
+}
+GROUP_MEDIAN = (0.8, 1.25)
+GROUP_MIN_ROWS = 5
+KEYSTONE_FILE = "llamacpp_dgx_spark_official"
+KEYSTONE_DEPTH_SWEEP = 1.10  # llama-bench decode across the KV-depth sweep, in-sample
+KEYSTONE_BATCHED = 1.15  # llama-batched-bench throughput, in-sample
+
+
+def envelope(records: Sequence[dict[str, Any]], groups: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each line of spec 50's acceptance envelope: what it asks, the figure, and whether it holds."""
+    out: list[dict[str, Any]] = []
+
+    def line(what: str, figure: str, ok: bool) -> None:
+        out.append({"check": what, "figure": figure, "ok": bool(ok)})
+
+    over = [r for r in records if r["vs_bound"] > BOUND_TOLERANCE]
+    line("no row beats the efficiency-1 prediction by > 5%", f"{len(over)} rows", not over)
+    for phase, (lo, hi, w15, w2) in ENVELOPE.items():
+        s = summarise([r for r in records if r["phase"] == phase], "lodo")
+        line(f"{phase} leave-one-device-out: median {lo}-{hi}, >= {w15:.0%} within 1.5x, >= {w2:.0%} within 2x",
+             f"median {s['median']:.3f}, {s['within_1_5x']:.1%} within 1.5x, {s['within_2x']:.1%} within 2x",
+             lo <= s["median"] <= hi and s["within_1_5x"] >= w15 and s["within_2x"] >= w2)  # fmt: skip
+    lo, hi = GROUP_MEDIAN
+    bad = [f"{name} ({how}) {g[how]['median']:.3f}" for name, g in groups.items() for how in ("in_sample", "lodo")
+           if g[how].get("rows", 0) >= GROUP_MIN_ROWS and not lo <= g[how]["median"] <= hi]  # fmt: skip
+    line(f"every group of {GROUP_MIN_ROWS}+ rows keeps its median within {lo}-{hi}",
+         "; ".join(bad) or "all groups", not bad)  # fmt: skip
+    keystone: tuple[tuple[str, float, str, bool], ...] = (
+        ("llama-bench decode across the KV-depth sweep within 10%", KEYSTONE_DEPTH_SWEEP, "decode_tok_s", False),
+        ("llama-batched-bench decode throughput within 15%", KEYSTONE_BATCHED, "decode_tok_s", True),
+        ("llama-batched-bench prefill throughput within 15%", KEYSTONE_BATCHED, "prefill_tok_s", True),
+    )
+    for desc, tol, metric, batched in keystone:
+        what = f"GB10 keystone: {desc} (in-sample), every model"
+        rs = [r for r in records if r["id"].startswith(KEYSTONE_FILE + ":") and r["metric"] == metric
+              and has_flag(r, "batched-bench") == batched]  # fmt: skip
+        per_model = {}
+        for m in sorted({r["model"] for r in rs}):
+            ratios = [r["in_sample"] for r in rs if r["model"] == m]
+            per_model[m] = sum(1 / tol <= x <= tol for x in ratios) / len(ratios)
+        figure = ", ".join(f"{m.split('/')[-1]} {v:.0%}" for m, v in per_model.items())
+        line(what, figure, bool(per_model) and all(v == 1.0 for v in per_model.values()))
+    return out
 
 
 def _is_moe(model: str) -> bool:

@@ -384,24 +384,18 @@ def validate(comm: bool, rows_file: Optional[str], as_json: bool, per_row: bool,
 
 
 def _validate_models(as_json: bool, per_row: bool, plot_dir: Optional[str]) -> None:
-    from .calibrate import plot, summarise, validation
+    from .calibrate import envelope, group_summaries, plot, validation
 
     v = validation()
     recs = v["rows"]
     if plot_dir:
         for p in plot(recs, plot_dir):
             click.echo(f"wrote {p}", err=True)
-    groups: dict[str, Any] = {}
-    for key in ("phase", "runtime", "hardware", "moe", "context"):
-        for value in sorted({str(r[key]) for r in recs}):
-            for phase in ("decode", "prefill", "e2e"):
-                rs = [r for r in recs if str(r[key]) == value and r["phase"] == phase]
-                if rs and (key != "phase" or value == phase):
-                    groups[f"{key}={value} {phase}" if key != "phase" else f"phase={phase}"] = {
-                        "in_sample": summarise(rs, "in_sample"), "lodo": summarise(rs, "lodo")}  # fmt: skip
+    groups = group_summaries(recs)
     beats = [r for r in recs if r["beats_bound"]]
     unexplained = [r for r in beats if r["explanation"] is None]
-    out = {"rows": len(recs), "refused": v["refused"], "groups": groups, "beats_bound": beats}
+    env = envelope(recs, groups)
+    out = {"rows": len(recs), "refused": v["refused"], "groups": groups, "beats_bound": beats, "envelope": env}
     if as_json:
         if per_row:
             out["per_row"] = recs
@@ -422,6 +416,9 @@ def _validate_models(as_json: bool, per_row: bool, plot_dir: Optional[str]) -> N
     for r in beats:
         click.echo(f"  {r['id']} ({r['hardware']}, {r['model']}): observed/bound {r['vs_bound']:.3f}: "
                    f"{r['explanation'] or 'UNEXPLAINED'}")  # fmt: skip
+    click.echo("spec 50 acceptance envelope:")
+    for e in env:
+        click.echo(f"  {'PASS' if e['ok'] else 'FAIL'}  {e['check']}: {e['figure']}")
     if unexplained:
         sys.exit(1)
 
