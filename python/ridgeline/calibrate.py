@@ -3,11 +3,13 @@ has rows of its own) to the measured rows, and validate in-sample and leave-one-
 
 Each priced row is decomposed once, at efficiency 1, into its operators' compute and
 memory times, communication, kernel launches and steps; a prediction under
-efficiencies (eta_mem, eta_compute, t_launch_us, t_step_us) is then
+efficiencies (eta_mem, eta_compute, t_launch_us, t_step_us, overlap) is then
 
-    T = sum_ops max(compute / eta_compute, memory / eta_mem) + comm + launches t_launch + steps t_step
+    T = sum_ops [o max(c, m) + (1 - o)(c + m)] + comm + launches t_launch + steps t_step
 
-so a fit evaluates thousands of candidates per second without calling the engine. Routed-expert
+with c = compute / eta_compute and m = memory / eta_mem per operator: the roofline's max at
+overlap o = 1, the two in series at 0. A fit evaluates thousands of candidates per second
+without calling the engine. Routed-expert
 GEMMs over more than one token per step take eta_moe, quantized GEMMs eta_compute_quant. Their
 weight bytes follow the distinct experts a step touches, D(T, s) (`_core.distinct_experts`, spec
 30): the decomposition keeps each expert GEMM's memory time as A + W D(T, s), solved from the
@@ -30,9 +32,11 @@ from . import __version__, _data
 from .catalog import Catalog, default_catalog
 from .errors import CatalogError, PlanError
 
-PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us", "eta_moe", "eta_compute_quant", "routing_skew")
-UNCALIBRATED = np.array([1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us", "eta_moe", "eta_compute_quant", "routing_skew",
+          "overlap")  # fmt: skip
+UNCALIBRATED = np.array([1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
 SKEW = PARAMS.index("routing_skew")
+OVERLAP = PARAMS.index("overlap")
 EXPERT_WEIGHT_OPS = ("expert_up", "expert_down")
 MODEL_METRICS = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "throughput_tok_s")
 CALIBRATION_FILE = "data/calibration/fits.csv"
@@ -152,7 +156,7 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
 
 def _expert_weights(model: Any, r: dict[str, Any], cat: Catalog, kw: dict[str, Any], phase: str, df: Any,
                     scale: float) -> dict[str, Any]:  # fmt: skip
-    """Each expert GEMM's memory time as A + W D(T, s): the engine at skew 0 and 1 gives W."""
+    """Each expert GEMM's memory time as A + W D(T, s): the engine at two skews gives W."""
     from . import _core
     from .estimate import estimate
 
@@ -160,14 +164,16 @@ def _expert_weights(model: Any, r: dict[str, Any], cat: Catalog, kw: dict[str, A
     if len(eks) != 1 or kw.get("chunk"):
         raise PlanError(f"calibration: {r['id']}: MoE rows need one (experts, top-k) and unchunked prefill")
     (n_exp, top_k) = eks.pop()
-    e1 = estimate(model, r["hardware"], catalog=cat, calibrated=False, routing_skew=1.0, **kw).breakdown
+    # the second skew far from 0, so that D(T, s) differs enough to solve W at every T
+    s1 = cat.constant("fit_routing_skew_max")
+    e1 = estimate(model, r["hardware"], catalog=cat, calibrated=False, routing_skew=s1, **kw).breakdown
     if phase != "e2e":
         e1 = e1.filter(e1["phase"] == phase)
     b = int(kw["batch"])
     # tokens routed per step: the batch in decode, every prompt token in the one prefill step
     t = np.where(df["phase"].to_numpy() == "decode", float(b), float(b * int(kw["prompt"])))
     d0 = _core.distinct_experts(n_exp, top_k, t, 0.0)
-    d1 = _core.distinct_experts(n_exp, top_k, t, 1.0)
+    d1 = _core.distinct_experts(n_exp, top_k, t, s1)
     m0, m1 = df["memory_s"].to_numpy() * scale, e1["memory_s"].to_numpy() * scale
     weights = df["op"].is_in(list(EXPERT_WEIGHT_OPS)).to_numpy() & (d0 - d1 > 1e-12 * d0)
     w = np.where(weights, (m0 - m1) / np.where(weights, d0 - d1, 1.0), 0.0)
@@ -243,10 +249,12 @@ class Batch:
         return m
 
     def predict(self, p: np.ndarray) -> np.ndarray:
-        eta_m, eta_c, tl, ts, eta_moe, eta_cq, skew = p
+        eta_m, eta_c, tl, ts, eta_moe, eta_cq, skew, overlap = p
         eta = np.where(self.e, eta_moe, eta_m)
         eta_comp = np.where(self.q, eta_cq, eta_c)
-        t = np.maximum(self.c / eta_comp, self.memory(skew) / eta).sum(axis=1)
+        c, m = self.c / eta_comp, self.memory(skew) / eta
+        # overlap 1: the roofline's max(compute, memory); 0: the two in series
+        t = (overlap * np.maximum(c, m) + (1.0 - overlap) * (c + m)).sum(axis=1)
         t = t + self.fixed + self.launches * tl * 1e-6 + self.steps * ts * 1e-6
         out: np.ndarray = np.where(self.time_ms, t * 1e3, self.work / t)
         return out
@@ -280,7 +288,7 @@ def decompose_all(cat: Catalog) -> tuple[list[Decomposed], list[dict[str, Any]]]
 def _bounds(cat: Catalog) -> list[tuple[float, float]]:
     lo = cat.constant("fit_eta_min")
     return [(lo, 1.0), (lo, 1.0), (0.0, cat.constant("fit_launch_us_max")), (0.0, cat.constant("fit_step_us_max")),
-            (lo, 1.0), (lo, 1.0), (0.0, cat.constant("fit_routing_skew_max"))]  # fmt: skip
+            (lo, 1.0), (lo, 1.0), (0.0, cat.constant("fit_routing_skew_max")), (0.0, 1.0)]  # fmt: skip
 
 
 def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, float]:
@@ -293,7 +301,7 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, float]:
     # eta_moe only where the rows hold grouped expert kernels (else eta_mem); eta_compute_quant
     # only where they hold quantized GEMMs (else eta_compute); the routing skew only where
     # MoE decode steps route several tokens (else 0: uniform routing)
-    free = [True] * 4 + [batch.has_experts, batch.has_quant, batch.has_skew]
+    free = [True] * 4 + [batch.has_experts, batch.has_quant, batch.has_skew, True]
     bounds = [b for b, f in zip(_bounds(cat), free) if f]
 
     def full(p: np.ndarray) -> np.ndarray:
@@ -302,6 +310,7 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, float]:
         v[4] = v[4] if v[4] is not None else v[0]
         v[5] = v[5] if v[5] is not None else v[1]
         v[SKEW] = v[SKEW] if v[SKEW] is not None else 0.0
+        v[OVERLAP] = v[OVERLAP] if v[OVERLAP] is not None else 1.0
         return np.array(v, dtype=float)
 
     def residuals(p: np.ndarray) -> np.ndarray:
@@ -385,12 +394,16 @@ def calibrate(catalog: Optional[Catalog] = None, min_device_rows: int = 8) -> li
 
 def _pinned(p: np.ndarray, cat: Catalog, moe: bool, quant: bool, skew: bool) -> str:
     """Parameters a fit left at a bound of its search range (a sign of missing structure).
-    A routing skew of 0 is uniform routing, an answer rather than a bound."""
+    A routing skew of 0 is uniform routing and an overlap of 1 the roofline: answers, not bounds."""
     out = []
     for k, v, (lo, hi) in zip(PARAMS, p, _bounds(cat)):
         if (k == "eta_moe" and not moe) or (k == "eta_compute_quant" and not quant):
             continue
         if k == "routing_skew" and (not skew or v < hi / 2):
+            continue
+        if k == "overlap":  # full overlap is the roofline, an answer; kernels in series are the bound
+            if abs(v - lo) <= 1e-6:
+                out.append(k)
             continue
         if abs(v - lo) <= 1e-6 * max(1.0, abs(hi)) or abs(v - hi) <= 1e-6 * max(1.0, abs(hi)):
             out.append(k)
@@ -468,10 +481,11 @@ def efficiency_json(fit_row: Optional[dict[str, Any]]) -> str:
     """The core's Efficiency for a calibration row (1, 1, 0, 0, 0 without one)."""
     import json
 
-    eta_m, eta_c, tl, ts, eta_moe, eta_cq, _skew = params_of(fit_row)
+    eta_m, eta_c, tl, ts, eta_moe, eta_cq, _skew, overlap = params_of(fit_row)
     tlayer = float(fit_row["t_layer_us"]) if fit_row else 0.0
     return json.dumps({"eta_mem": eta_m, "eta_compute": eta_c, "eta_moe": eta_moe, "eta_compute_quant": eta_cq,
-                       "t_launch_s": tl * 1e-6, "t_layer_s": tlayer * 1e-6, "t_step_s": ts * 1e-6})  # fmt: skip
+                       "overlap": overlap, "t_launch_s": tl * 1e-6, "t_layer_s": tlayer * 1e-6,
+                       "t_step_s": ts * 1e-6})  # fmt: skip
 
 
 def predict_shipped(rows: Sequence[Decomposed], catalog: Optional[Catalog] = None,

@@ -330,11 +330,15 @@ def estimate(
 
 
 def _calibrated_note(f: Mapping[str, Any]) -> str:
-    extra = "".join(
-        f", {k} {float(f[k]):.3g}"
-        for k, base in (("eta_compute_quant", "eta_compute"), ("eta_moe", "eta_mem"))
-        if float(f[k]) != float(f[base])
-    ) + (f", routing skew {float(f['routing_skew']):.3g}" if float(f.get("routing_skew") or 0) else "")
+    extra = (
+        "".join(
+            f", {k} {float(f[k]):.3g}"
+            for k, base in (("eta_compute_quant", "eta_compute"), ("eta_moe", "eta_mem"))
+            if float(f[k]) != float(f[base])
+        )
+        + (f", routing skew {float(f['routing_skew']):.3g}" if float(f.get("routing_skew") or 0) else "")
+        + (f", overlap {float(f['overlap']):.3g}" if float(f.get("overlap", 1.0)) != 1.0 else "")
+    )
     return (
         f"fitted efficiencies: eta_mem {float(f['eta_mem']):.3g}, eta_compute {float(f['eta_compute']):.3g}{extra}, "
         f"t_launch {float(f['t_launch_us']):.3g} us, t_step {float(f['t_step_us']):.3g} us "

@@ -98,6 +98,10 @@ pub struct Efficiency {
     /// `eta_compute` when not fitted.
     #[serde(default)]
     pub eta_compute_quant: Option<f64>,
+    /// How far a kernel overlaps its memory traffic with its math: 1 (None) is the roofline's
+    /// max(compute, memory), 0 the two in series.
+    #[serde(default)]
+    pub overlap: Option<f64>,
     #[serde(default)]
     pub t_launch_s: f64,
     #[serde(default)]
@@ -113,6 +117,7 @@ impl Efficiency {
             eta_mem: 1.0,
             eta_moe: None,
             eta_compute_quant: None,
+            overlap: None,
             t_launch_s: 0.0,
             t_layer_s: 0.0,
             t_step_s: 0.0,
@@ -129,6 +134,10 @@ impl Efficiency {
             if !(v.is_finite() && v > 0.0 && v <= 1.0) {
                 return Err(Error::plan(name, format!("must be in (0, 1], got {v}")));
             }
+        }
+        let o = self.overlap.unwrap_or(1.0);
+        if !(o.is_finite() && (0.0..=1.0).contains(&o)) {
+            return Err(Error::plan("overlap", format!("must be in [0, 1], got {o}")));
         }
         for (name, v) in [
             ("t_launch_s", self.t_launch_s),

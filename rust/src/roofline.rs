@@ -6,6 +6,10 @@
 //! time    = max(compute, memory) + t_launch     (per kernel launched)
 //! ```
 //!
+//! with the calibration's `overlap` o in [0, 1] blending the roofline's
+//! max(compute, memory) (o = 1, the bound) with the two in series (o = 0):
+//! `o max(c, m) + (1 - o)(c + m)`.
+//!
 //! and the exact sum of that price over a range of decode contexts, in
 //! closed form: with `k = min(L, w)`, F and B are affine in L below the window
 //! and constant above it, so each piece of max(compute, memory) is affine
@@ -70,6 +74,14 @@ struct Rates {
     per_flop: f64,
     per_byte: f64,
     launch: f64,
+    overlap: f64,
+}
+
+impl Rates {
+    /// Body time from the roofline max and the serial sum.
+    fn blend(&self, max: f64, sum: f64) -> f64 {
+        self.overlap * max + (1.0 - self.overlap) * sum
+    }
 }
 
 fn rates(op: &Op, bw: f64, eff: &Efficiency) -> Rates {
@@ -87,6 +99,7 @@ fn rates(op: &Op, bw: f64, eff: &Efficiency) -> Rates {
         per_flop: 1.0 / (op.peak * eta_compute),
         per_byte: 1.0 / (bw * eta_mem),
         launch: op.launches * eff.t_launch_s,
+        overlap: eff.overlap.unwrap_or(1.0),
     }
 }
 
@@ -100,7 +113,7 @@ pub fn price(op: &Op, k: f64, bw: f64, eff: &Efficiency) -> Cost {
     } else {
         let c = flops * r.per_flop;
         let m = bytes * r.per_byte;
-        (c, m, c.max(m))
+        (c, m, r.blend(c.max(m), c + m))
     };
     Cost {
         flops,
@@ -160,7 +173,7 @@ fn affine_sum(op: &Op, a: u64, b: u64, bw: f64, eff: &Efficiency) -> Cost {
     let memory_s = series(m0, m1, a, b);
     // diff(L) = (c0 - m0) + (c1 - m1) L; compute wins where diff >= 0.
     let (d0, d1) = (c0 - m0, c1 - m1);
-    let body = if d1 == 0.0 {
+    let max = if d1 == 0.0 {
         if d0 >= 0.0 {
             compute_s
         } else {
@@ -184,6 +197,7 @@ fn affine_sum(op: &Op, a: u64, b: u64, bw: f64, eff: &Efficiency) -> Cost {
             }
         }
     };
+    let body = r.blend(max, compute_s + memory_s);
     Cost {
         flops: series(op.f0, op.f1, a, b),
         bytes: series(op.b0, op.b1, a, b),
@@ -255,10 +269,10 @@ mod tests {
         fn closed_form_sum_equals_the_loop(
             f0 in 0.0f64..1e7, f1 in 0.0f64..1e5, b0 in 0.0f64..1e4, b1 in 0.0f64..1e2,
             lo in 1u64..3000, len in 0u64..3000, w in proptest::option::of(1u64..5000),
-            launch in 0.0f64..1e-5,
+            launch in 0.0f64..1e-5, overlap in proptest::option::of(0.0f64..=1.0),
         ) {
             let o = op(f0, f1, b0, b1, w);
-            let eff = Efficiency { eta_compute: 0.7, eta_mem: 0.8, eta_moe: None, eta_compute_quant: None, t_launch_s: launch, t_layer_s: 0.0, t_step_s: 0.0 };
+            let eff = Efficiency { eta_compute: 0.7, eta_mem: 0.8, eta_moe: None, eta_compute_quant: None, overlap, t_launch_s: launch, t_layer_s: 0.0, t_step_s: 0.0 };
             let hi = lo + len;
             let a = price_range(&o, lo, hi, 1e9, &eff);
             let b = brute(&o, lo, hi, &eff);

@@ -99,6 +99,7 @@ fn decode_sum_matches_step_by_step_evaluation() {
         eta_mem: 0.7,
         eta_moe: None,
         eta_compute_quant: None,
+        overlap: Some(0.3),
         t_launch_s: 5e-6,
         t_layer_s: 0.0,
         t_step_s: 0.0,
@@ -435,4 +436,29 @@ fn unfused_attention_computes_the_rectangle_and_moves_every_score() {
     let (_, unfused) = attn(&p, Phase::Decode);
     let keys = 101.0 + 102.0 + 103.0;
     assert!((unfused - fused - h * keys * b).abs() / unfused < 1e-12);
+}
+
+#[test]
+fn overlap_blends_the_roofline_max_with_the_serial_sum() {
+    // one prefill GEMM: o max(c, m) + (1 - o)(c + m), exactly
+    let p = plan(1, 512, 1);
+    let at = |overlap: Option<f64>| {
+        let eff = Efficiency {
+            overlap,
+            ..Efficiency::uncalibrated()
+        };
+        let e = estimate(&llama31_8b(), &h100(), &p, &eff, proto(), true).unwrap();
+        row(&e, Phase::Prefill, OpKind::FfnUp)
+    };
+    let full = at(None);
+    let (c, m) = (full.compute_s, full.memory_s);
+    assert_eq!(full.time_s, c.max(m) + full.launch_s);
+    assert!((at(Some(0.0)).time_s - (c + m)).abs() <= 1e-15);
+    assert!((at(Some(0.25)).time_s - (0.25 * c.max(m) + 0.75 * (c + m))).abs() <= 1e-15);
+    let bad = Efficiency {
+        overlap: Some(1.5),
+        ..Efficiency::uncalibrated()
+    };
+    let err = estimate(&llama31_8b(), &h100(), &p, &bad, proto(), true).unwrap_err();
+    assert!(err.to_string().contains("overlap"), "{err}");
 }
