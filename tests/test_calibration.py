@@ -124,7 +124,7 @@ def test_the_engine_prices_a_row_as_the_fit_does(row_id):
     assert fit_row is not None
     predicted = float(Batch([decompose(r, cat)]).predict(params_of(fit_row))[0])
     model = Model.from_config(r["model"])
-    kw, phase = _estimate_kwargs(r, model.max_model_len)
+    kw, phase = _estimate_kwargs(r, model.max_model_len, int(cat.constant("llamacpp_n_ubatch")))
     e = ridgeline.estimate(model, r["hardware"], catalog=cat, **kw)
     if phase == "decode":
         engine = int(kw["batch"]) * (int(kw["output"]) - 1) / e.decode["time_s"]
@@ -145,8 +145,9 @@ def test_llamacpp_rows_are_priced_with_the_attention_they_ran():
     rows = cat.sql("SELECT * FROM benchmarks WHERE runtime LIKE 'llamacpp%' AND not_priced IS NULL").to_dicts()
     fused = {r["id"].split(":")[0]: set() for r in rows}
     for r in rows:
-        fused[r["id"].split(":")[0]].add(_estimate_kwargs(r, 1 << 20)[0]["flash_attention"])
-        assert _estimate_kwargs(r, 1 << 20)[0]["flash_attention"] == has_flag(r, "flash_attn")
+        fa = _estimate_kwargs(r, 1 << 20, 512)[0]["flash_attention"]
+        fused[r["id"].split(":")[0]].add(fa)
+        assert fa == has_flag(r, "flash_attn")
     assert fused["llamacpp_xiongjiedai_llama3"] == {False}
     assert fused["llamacpp_dgx_spark_official"] == {True}
     assert fused["llamacpp_gpu_scoreboards"] == {False, True}

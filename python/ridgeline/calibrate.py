@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import io
 import math
+import re
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -73,8 +74,15 @@ def has_flag(r: dict[str, Any], flag: str) -> bool:
     return flag in (r["flags"] or "").split(",")
 
 
-def _estimate_kwargs(r: dict[str, Any], max_len: int) -> tuple[dict[str, Any], str]:
-    """The plan a row measured, and the phase whose time its metric reads."""
+def n_ubatch(r: dict[str, Any], default: int) -> int:
+    """llama.cpp's physical batch for a row: the run's stated n_ubatch, else the default."""
+    m = re.search(r"n_ubatch=(\d+)", r["notes"] or "")
+    return int(m.group(1)) if m else default
+
+
+def _estimate_kwargs(r: dict[str, Any], max_len: int, ubatch: int) -> tuple[dict[str, Any], str]:
+    """The plan a row measured, and the phase whose time its metric reads (`ubatch`:
+    llama.cpp's default physical batch, for rows that do not state theirs)."""
     b = int(r["batch"] or 1)
     wq = r["weight_quant"]
     kw: dict[str, Any] = {
@@ -103,6 +111,9 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int) -> tuple[dict[str, Any], s
         # token does not fit, so the prefill is priced as N-1 tokens plus it
         depth = int(r["depth"] or 0)
         kw.update(prompt=min(int(r["prompt_tokens"]), limit - depth - 1), prefix=depth, output=1)
+        if r["runtime"].startswith("llamacpp"):
+            # llama.cpp evaluates the prompt tokens of all sequences n_ubatch at a time
+            kw["chunk"] = n_ubatch(r, ubatch)
         return kw, "prefill"
     if m == "ttft_ms":
         kw.update(prompt=int(r["prompt_tokens"]), output=1)
@@ -120,16 +131,14 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
     from .models import Model
 
     model = Model.from_config(r["model"])
-    kw, phase = _estimate_kwargs(r, model.max_model_len)
+    kw, phase = _estimate_kwargs(r, model.max_model_len, int(cat.constant("llamacpp_n_ubatch")))
     scale = 1.0
     if phase == "prefill" and has_flag(r, "layer-split") and kw["pp"] > 1:
         # llama.cpp pipelines the prompt's ubatches across a layer split: GPipe fill and drain of
         # m ubatch chunks over p stages, each stage ceil(L/p) of the L layers
-        ub = int(cat.constant("llamacpp_n_ubatch"))
-        m = -(-int(kw["prompt"]) // ub)
+        m = -(-int(kw["prompt"]) // int(kw["chunk"]))
         p = int(kw["pp"])
         scale = (m + p - 1) / m * (-(-model.num_layers // p)) / model.num_layers
-        kw["chunk"] = ub
     e = estimate(model, r["hardware"], catalog=cat, calibrated=False, **kw)
     df = e.breakdown
     if phase != "e2e":
@@ -161,17 +170,19 @@ def _expert_weights(model: Any, r: dict[str, Any], cat: Catalog, kw: dict[str, A
     from .estimate import estimate
 
     eks = {(g["ffn"]["num_experts"], g["ffn"]["top_k"]) for g in model.layer_groups if g["ffn"]["kind"] == "moe"}
-    if len(eks) != 1 or kw.get("chunk"):
-        raise PlanError(f"calibration: {r['id']}: MoE rows need one (experts, top-k) and unchunked prefill")
+    b = int(kw["batch"])
+    prompt_tokens = b * int(kw["prompt"])
+    chunk = int(kw.get("chunk") or prompt_tokens)
+    if len(eks) != 1 or (prompt_tokens > chunk and prompt_tokens % chunk):
+        raise PlanError(f"calibration: {r['id']}: MoE rows need one (experts, top-k) and equal prefill steps")
     (n_exp, top_k) = eks.pop()
     # the second skew far from 0, so that D(T, s) differs enough to solve W at every T
     s1 = cat.constant("fit_routing_skew_max")
     e1 = estimate(model, r["hardware"], catalog=cat, calibrated=False, routing_skew=s1, **kw).breakdown
     if phase != "e2e":
         e1 = e1.filter(e1["phase"] == phase)
-    b = int(kw["batch"])
-    # tokens routed per step: the batch in decode, every prompt token in the one prefill step
-    t = np.where(df["phase"].to_numpy() == "decode", float(b), float(b * int(kw["prompt"])))
+    # tokens routed per step: the batch in decode, a chunk (or the whole prompt) in prefill
+    t = np.where(df["phase"].to_numpy() == "decode", float(b), float(min(chunk, prompt_tokens)))
     d0 = _core.distinct_experts(n_exp, top_k, t, 0.0)
     d1 = _core.distinct_experts(n_exp, top_k, t, s1)
     m0, m1 = df["memory_s"].to_numpy() * scale, e1["memory_s"].to_numpy() * scale
