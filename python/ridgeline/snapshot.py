@@ -29,7 +29,8 @@ def panel() -> dict[str, Any]:
 
 def structure_version(catalog: Optional[Catalog] = None) -> str:
     """A fingerprint of the engine's physics: parameter, FLOP and byte counts of a
-    fixed panel (every bundled priced model, prefill and decode, TP 1 and 2).
+    fixed panel (every bundled priced model, prefill and decode, TP 1 and 2, and at TP 1
+    the paths calibration rows take: unfused attention, skewed routing, chunked prefill).
     Device peaks do not enter FLOP or byte counts, so catalog edits leave it alone."""
     cat = catalog or default_catalog()
     if cat.fingerprint not in _STRUCTURE:
@@ -67,15 +68,20 @@ def _structure_version(cat: Catalog) -> str:
         h.update(f"{name} {m.total_params} {m.active_params}".encode())
         if m.unpriced:
             continue
-        for tp in (1, 2):
+        variants: tuple[dict[str, Any], ...] = (
+            {"tp": 1},
+            {"tp": 2},
+            {"tp": 1, "flash_attention": False, "routing_skew": 1.0, "chunk": 512},
+        )
+        for v in variants:
             try:
                 e = estimate(
-                    m, probe, batch=2, prompt=1000, output=3, tp=tp, allow_no_fit=True, breakdown=False, catalog=cat
+                    m, probe, batch=2, prompt=1000, output=3, allow_no_fit=True, breakdown=False, catalog=cat, **v
                 )
             except PlanError:
                 continue
             for ph in (e.prefill, e.decode):
-                h.update(f"{tp} {ph['flops']:.12e} {ph['bytes']:.12e}".encode())
+                h.update(f"{v['tp']} {ph['flops']:.12e} {ph['bytes']:.12e}".encode())
     return h.hexdigest()[:16]
 
 
