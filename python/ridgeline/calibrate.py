@@ -226,21 +226,19 @@ class Batch:
             self.q[i, : len(d.quant)] = d.quant
         self.has_experts = bool(self.e.any())
         self.has_quant = bool(self.q.any())
-        # expert weight reads whose distinct-expert count depends on the routing skew, by (E, k)
-        self.moe: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
-        for (ek, i, j, w, t, d0) in (
-            (d.moe_ek, i, j, d.moe_w[j], d.moe_t[j], d.moe_d0[j])
-            for i, d in enumerate(rows) if d.moe_w is not None and d.moe_t is not None and d.moe_d0 is not None
-            for j in np.flatnonzero(d.moe_w)
-        ):  # fmt: skip
-            assert ek is not None
-            idx, ww, tt, dd = self.moe.get(ek, (np.zeros((0, 2), dtype=int), np.zeros(0), np.zeros(0), np.zeros(0)))
-            self.moe[ek] = (np.vstack([idx, [[i, j]]]), np.append(ww, w), np.append(tt, t), np.append(dd, d0))
+        # expert weight reads, whose distinct-expert count depends on the routing skew: memory per
+        # distinct expert, tokens routed per step, distinct experts at skew 0; rows grouped by (E, k)
+        self.mw, self.mt, self.md0 = np.zeros((n, width)), np.zeros((n, width)), np.zeros((n, width))
+        self.moe: dict[tuple[int, int], np.ndarray] = {}
+        for i, d in enumerate(rows):
+            if d.moe_ek is None or d.moe_w is None or d.moe_t is None or d.moe_d0 is None:
+                continue
+            k = len(d.moe_w)
+            self.mw[i, :k], self.mt[i, :k], self.md0[i, :k] = d.moe_w, d.moe_t, d.moe_d0
+            self.moe.setdefault(d.moe_ek, np.zeros((n, width), dtype=bool))[i, :k] = d.moe_w > 0
         # the skew is identifiable where decode steps route more than one token
-        self.has_skew = any(
-            d.moe_w is not None and d.moe_t is not None and bool(((d.moe_w > 0) & (d.moe_t > 1)).any())
-            and d.row["metric"] == "decode_tok_s" for d in rows
-        )  # fmt: skip
+        decode = np.array([d.row["metric"] == "decode_tok_s" for d in rows])
+        self.has_skew = bool(((self.mw > 0) & (self.mt > 1) & decode[:, None]).any())
         self.fixed = np.array([d.fixed for d in rows])
         self.launches = np.array([d.launches for d in rows])
         self.steps = np.array([d.steps for d in rows])
@@ -255,8 +253,9 @@ class Batch:
         if skew == 0.0 or not self.moe:
             return self.m
         m = self.m.copy()
-        for (n_exp, top_k), (idx, w, t, d0) in self.moe.items():
-            m[idx[:, 0], idx[:, 1]] += w * (_core.distinct_experts(n_exp, top_k, t, float(skew)) - d0)
+        for (n_exp, top_k), at in self.moe.items():
+            d = _core.distinct_experts(n_exp, top_k, self.mt[at], float(skew))
+            m[at] += self.mw[at] * (d - self.md0[at])
         return m
 
     def predict(self, p: np.ndarray) -> np.ndarray:
