@@ -63,6 +63,8 @@ def test_json_and_breakdown(tmp_path):
         (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--tp", "3"], 2, "attention heads"),
         (["-m", "meta-llama/Llama-3.1-70B", "-H", "H100_SXM"], 4, "short by"),
         (["-m", "nvidia/Nemotron-H-56B-Base-8K", "-H", "H100_SXM"], 2, "Mamba2 (M) layers are not supported"),
+        (["-m", "openai/gpt-oss-20b", "-H", "GB10", "--routing-skew", "inf"], 2, "routing_skew"),
+        (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--runtime", "vlm"], 2, "llamacpp-cuda, llamacpp-metal"),
     ],
 )
 def test_errors_are_one_line_with_exit_codes(args, code, needle, tmp_path):

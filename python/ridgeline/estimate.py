@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
@@ -262,6 +263,10 @@ def estimate(
     for k in ("dtype", "weight_dtype", "kv_dtype"):
         if plan[k] is not None and not isinstance(plan[k], str):
             raise PlanError(f"{k}: expected a dtype name such as bf16, got {plan[k]!r}")
+    if not isinstance(flash_attention, bool):
+        raise PlanError(f"flash_attention: must be True or False, got {flash_attention!r}")
+    if runtime is not None:
+        _check_runtime(runtime, cat)
     weights = quant.resolve(m, str(dtype).lower(), weight_dtype, runtime)
     if devices_per_node is not None:
         _positive_int("devices_per_node", devices_per_node)
@@ -275,8 +280,9 @@ def estimate(
     eff = _UNCALIBRATED_EFF if fit_row is None else efficiency_json(fit_row)
     if routing_skew is None:
         plan["routing_skew"] = float(fit_row.get("routing_skew") or 0.0) if fit_row else 0.0
-    elif isinstance(routing_skew, bool) or not isinstance(routing_skew, (int, float)) or not routing_skew >= 0:
-        raise PlanError(f"routing_skew: must be a number >= 0 (0 is uniform routing), got {routing_skew!r}")
+    elif (isinstance(routing_skew, bool) or not isinstance(routing_skew, (int, float))
+          or not math.isfinite(routing_skew) or routing_skew < 0):  # fmt: skip
+        raise PlanError(f"routing_skew: must be a finite number >= 0 (0 is uniform routing), got {routing_skew!r}")
     else:
         plan["routing_skew"] = float(routing_skew)
     plan_json = _plan_json({**plan, "weights": weights.core(), "topology": topo.core()})
@@ -327,6 +333,26 @@ def estimate(
         _breakdown=r["breakdown"],
         _group_labels=_group_labels(m),
     )
+
+
+def known_runtimes(cat: Catalog) -> list[str]:
+    """Runtimes ridgeline knows from its data: measured rows, GEMM paths or a calibration."""
+    from .calibrate import shipped_fits
+
+    q = "SELECT DISTINCT runtime FROM benchmarks WHERE model IS NOT NULL"
+    measured = {r["runtime"] for r in cat.sql(q).to_dicts()}
+    paths = {rt for rt, _ in quant.runtime_paths()}
+    return sorted(measured | paths | {f["runtime"] for f in shipped_fits()})
+
+
+def _check_runtime(runtime: Any, cat: Catalog) -> None:
+    if runtime not in _KNOWN_RUNTIMES.setdefault(id(cat), known_runtimes(cat)):
+        raise PlanError(
+            f"runtime: unknown runtime {runtime!r}; ridgeline has data for {', '.join(_KNOWN_RUNTIMES[id(cat)])}"
+        )
+
+
+_KNOWN_RUNTIMES: dict[int, list[str]] = {}
 
 
 def _calibrated_note(f: Mapping[str, Any]) -> str:
