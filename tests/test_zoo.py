@@ -190,3 +190,12 @@ def test_quantized_gemms_are_marked_for_their_own_efficiency():
     assert e.gemm_dtype == "int8"  # llama.cpp's MMQ kernels (data/calibration/runtime_paths.csv)
     plain = ridgeline.estimate("meta-llama/Llama-2-7b-hf", "RTX_4090")
     assert not any(r["quantized"] for r in plain.breakdown_rows())
+
+
+def test_mla_absorbed_gemms_are_quantized_with_their_weights():
+    # DeepSeek-V3's absorbed decode products read kv_b_proj: fp8 blocks as shipped, bf16 on request
+    for wd, quantized in ((None, True), ("bf16", False)):
+        e = ridgeline.estimate("deepseek-ai/DeepSeek-V3", "H200_SXM", tp=8, batch=4, prompt=256, output=4,
+                               weight_dtype=wd, allow_no_fit=True, calibrated=False)  # fmt: skip
+        flags = {r["quantized"] for r in e.breakdown_rows() if r["op"] in ("q_absorb", "v_unabsorb")}
+        assert flags == {quantized}, wd

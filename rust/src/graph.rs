@@ -497,6 +497,9 @@ impl Builder<'_, '_> {
             act,
             None,
         );
+        if let Some(op) = self.out.last_mut() {
+            op.quantized = c.format(Role::V).bits < 16.0;
+        }
     }
 
     /// Multi-head latent attention. The cache holds the latent (kv_lora) and
