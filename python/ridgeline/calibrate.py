@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import hashlib
 import io
 import math
@@ -37,7 +38,6 @@ PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us", "eta_moe", "eta_
           "overlap")  # fmt: skip
 UNCALIBRATED = np.array([1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
 SKEW = PARAMS.index("routing_skew")
-OVERLAP = PARAMS.index("overlap")
 EXPERT_WEIGHT_OPS = ("expert_up", "expert_down")
 MODEL_METRICS = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "throughput_tok_s")
 CALIBRATION_FILE = "data/calibration/fits.csv"
@@ -85,6 +85,7 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int, ubatch: int) -> tuple[dict
     llama.cpp's default physical batch, for rows that do not state theirs)."""
     b = int(r["batch"] or 1)
     wq = r["weight_quant"]
+    llamacpp = r["runtime"].startswith("llamacpp")
     kw: dict[str, Any] = {
         "batch": b, "tp": int(r["tp"] or 1), "pp": int(r["pp"] or 1), "microbatches": 1,
         "weight_dtype": wq if wq and wq not in ("fp16", "bf16") else None,
@@ -96,7 +97,7 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int, ubatch: int) -> tuple[dict
         "identical_sequences": False,
         # llama.cpp fuses attention only when run with flash attention (-fa 1, the row's flag);
         # TensorRT-LLM and vLLM always use fused attention kernels
-        "flash_attention": not r["runtime"].startswith("llamacpp") or has_flag(r, "flash_attn"),
+        "flash_attention": not llamacpp or has_flag(r, "flash_attn"),
     }  # fmt: skip
     m = r["metric"]
     limit = max_len
@@ -111,7 +112,7 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int, ubatch: int) -> tuple[dict
         # token does not fit, so the prefill is priced as N-1 tokens plus it
         depth = int(r["depth"] or 0)
         kw.update(prompt=min(int(r["prompt_tokens"]), limit - depth - 1), prefix=depth, output=1)
-        if r["runtime"].startswith("llamacpp"):
+        if llamacpp:
             # llama.cpp evaluates the prompt tokens of all sequences n_ubatch at a time
             kw["chunk"] = n_ubatch(r, ubatch)
         return kw, "prefill"
@@ -311,7 +312,7 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, float]:
     # eta_moe only where the rows hold grouped expert kernels (else eta_mem); eta_compute_quant
     # only where they hold quantized GEMMs (else eta_compute); the routing skew only where
     # MoE decode steps route several tokens (else 0: uniform routing)
-    free = [True] * 4 + [batch.has_experts, batch.has_quant, batch.has_skew, True]
+    free = [True] * 4 + [batch.has_experts, batch.has_quant, batch.has_skew, True]  # overlap always free
     bounds = [b for b, f in zip(_bounds(cat), free) if f]
 
     def full(p: np.ndarray) -> np.ndarray:
@@ -320,7 +321,6 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, float]:
         v[4] = v[4] if v[4] is not None else v[0]
         v[5] = v[5] if v[5] is not None else v[1]
         v[SKEW] = v[SKEW] if v[SKEW] is not None else 0.0
-        v[OVERLAP] = v[OVERLAP] if v[OVERLAP] is not None else 1.0
         return np.array(v, dtype=float)
 
     def residuals(p: np.ndarray) -> np.ndarray:
@@ -390,12 +390,13 @@ def calibrate(catalog: Optional[Catalog] = None, min_device_rows: int = 8) -> li
         if len(g) < len(PARAMS):
             continue
         p, err = fit(g, cat)
+        b = Batch(g)
         out.append({
             "hardware": hw, "runtime": runtime, "memory": mt, "precision": "*", "phase": "*",
             **{k: float(f"{v:.6g}") for k, v in zip(PARAMS, p)}, "t_layer_us": 0.0, "n_rows": len(g),
             "rms_log": float(f"{err:.6g}"), "structure_version": sv, "data_hash": data_hash(g),
             "fitted_at": __version__,
-            "pinned": _pinned(p, cat, moe=Batch(g).has_experts, quant=Batch(g).has_quant, skew=Batch(g).has_skew),
+            "pinned": _pinned(p, cat, moe=b.has_experts, quant=b.has_quant, skew=b.has_skew),
             "source": f"ridgeline calibrate: differential_evolution(seed=0) + least_squares on {len(g)} rows "
             "of data/benchmarks",
         })  # fmt: skip
@@ -430,9 +431,15 @@ def to_csv(fits: Sequence[dict[str, Any]]) -> str:
 
 
 def shipped_fits() -> list[dict[str, Any]]:
+    """The calibration rows compiled into the package (parsed once: every calibrated estimate reads them)."""
+    return list(_shipped_fits())
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_fits() -> tuple[dict[str, Any], ...]:
     if CALIBRATION_FILE not in _data.list_files("data/calibration/"):
-        return []
-    return list(csv.DictReader(io.StringIO(_data.read_text(CALIBRATION_FILE))))
+        return ()
+    return tuple(csv.DictReader(io.StringIO(_data.read_text(CALIBRATION_FILE))))
 
 
 def lookup(
@@ -551,7 +558,9 @@ def validation(catalog: Optional[Catalog] = None) -> dict[str, Any]:
             r_in = b.speed_ratio(p_in)
             r_out = b.speed_ratio(p_out) if p_out is not None else np.full(len(own), np.nan)
             # the bound: efficiency 1 under the routing the calibration found (uniform without MoE rows)
-            bound = b.speed_ratio(np.where(np.arange(len(PARAMS)) == SKEW, p_in[SKEW], UNCALIBRATED))
+            at_bound = UNCALIBRATED.copy()
+            at_bound[SKEW] = p_in[SKEW]
+            bound = b.speed_ratio(at_bound)
             for i, d in enumerate(own):
                 r = d.row
                 over = float(bound[i]) > BOUND_TOLERANCE

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional, TypeVar
 
 from . import _core, quant
 from .catalog import Catalog, Device, default_catalog
@@ -346,10 +346,9 @@ def known_runtimes(cat: Catalog) -> list[str]:
 
 
 def _check_runtime(runtime: Any, cat: Catalog) -> None:
-    if runtime not in _KNOWN_RUNTIMES.setdefault(id(cat), known_runtimes(cat)):
-        raise PlanError(
-            f"runtime: unknown runtime {runtime!r}; ridgeline has data for {', '.join(_KNOWN_RUNTIMES[id(cat)])}"
-        )
+    known = _per_catalog(_KNOWN_RUNTIMES, cat, known_runtimes)
+    if runtime not in known:
+        raise PlanError(f"runtime: unknown runtime {runtime!r}; ridgeline has data for {', '.join(known)}")
 
 
 _KNOWN_RUNTIMES: dict[int, list[str]] = {}
@@ -378,9 +377,16 @@ def _plan_json(plan: Mapping[str, Any]) -> str:
 
 _PROTO: dict[int, str] = {}
 
+T = TypeVar("T")
+
+
+def _per_catalog(cache: dict[int, T], cat: Catalog, build: Callable[[Catalog], T]) -> T:
+    """`build(cat)`, computed once per catalog (estimates are a hot path; catalogs do not change)."""
+    key = id(cat)
+    if key not in cache:
+        cache[key] = build(cat)
+    return cache[key]
+
 
 def _protocol_cached(cat: Catalog) -> str:
-    key = id(cat)
-    if key not in _PROTO:
-        _PROTO[key] = _protocol_json(cat)
-    return _PROTO[key]
+    return _per_catalog(_PROTO, cat, _protocol_json)

@@ -152,6 +152,18 @@ impl Efficiency {
     }
 }
 
+/// A routing skew is a finite Zipf exponent >= 0 (0: uniform routing).
+pub fn check_routing_skew(s: f64) -> Result<()> {
+    if s.is_finite() && s >= 0.0 {
+        Ok(())
+    } else {
+        Err(Error::plan(
+            "routing_skew",
+            format!("must be a finite number >= 0 (0 is uniform routing), got {s}"),
+        ))
+    }
+}
+
 impl Plan {
     /// A single-device bf16 plan; the other fields take their defaults.
     pub fn new(batch: u64, prompt: u64, output: u64, gpu_memory_utilization: f64) -> Plan {
@@ -271,13 +283,7 @@ impl Plan {
                 format!("must be a finite number of bytes >= 0 (0 is fused attention), got {b}"),
             ));
         }
-        let s = self.routing_skew;
-        if !(s.is_finite() && s >= 0.0) {
-            return Err(Error::plan(
-                "routing_skew",
-                format!("must be a finite number >= 0 (0 is uniform routing), got {s}"),
-            ));
-        }
+        check_routing_skew(self.routing_skew)?;
         let ctx = self.prefix + self.prompt + self.output;
         if ctx > m.max_model_len {
             return Err(Error::plan(

@@ -543,9 +543,7 @@ fn distinct_experts<'py>(
     if num_experts == 0 || top_k == 0 || top_k > num_experts {
         return Err(Error::Input(format!("top_k must be in 1..={num_experts} (num_experts), got {top_k}")).into());
     }
-    if !(skew.is_finite() && skew >= 0.0) {
-        return Err(Error::plan("routing_skew", format!("must be a finite number >= 0, got {skew}")).into());
-    }
+    crate::plan::check_routing_skew(skew)?;
     let t = tokens.as_slice()?;
     if let Some(bad) = t.iter().find(|x| !(x.is_finite() && **x >= 0.0)) {
         return Err(Error::Input(format!("tokens must be finite and >= 0, got {bad}")).into());
