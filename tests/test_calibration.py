@@ -161,16 +161,17 @@ def test_llamacpp_rows_are_priced_with_the_attention_they_ran():
 
 def test_the_envelope_lines_that_hold_keep_holding(checked):
     # Spec 50's envelope, line by line (`ridgeline validate` prints it). These lines hold on the
-    # shipped data; a change that breaks one fails here. The group medians and the batched-bench
-    # keystone lines are open work (issue notes).
+    # shipped data; a change that breaks one fails here. The group medians held out and the
+    # batched-bench keystone lines are open work (issue notes).
     from ridgeline.calibrate import envelope, group_summaries
 
     env = envelope(checked["rows"], group_summaries(checked["rows"]))
-    assert len(env) == 7
+    assert len(env) == 8
     holding = (
         "no row beats the efficiency-1 prediction by > 5%",
         "decode leave-one-device-out",
         "prefill leave-one-device-out",
+        "every group of 5+ rows keeps its median within 0.8-1.25 (in-sample)",
         "GB10 keystone: llama-bench decode across the KV-depth sweep",
     )
     for line in holding:
