@@ -73,3 +73,20 @@ def test_exclusions_name_existing_rows_and_say_why():
     for rid, reason in exclusions().items():
         assert rid in ids and reason
         assert ids[rid]["not_priced"].startswith("excluded:")
+
+
+def test_priced_weights_match_the_gguf_sizes_llama_bench_lists():
+    # benches/dgx-spark.md lists each GGUF's size (llama-bench's "size", GiB, two decimals): the
+    # weight bytes the rows are priced with (model config x format or mixture) must give it back.
+    from ridgeline import estimate
+
+    raw = "data/benchmarks/llamacpp_dgx_spark_official.csv"
+    raw_rows = csv.DictReader(io.StringIO(_data.read_text(raw)))
+    listed = {(r["model"], r["quant"]): float(r["model_size_GiB"]) for r in raw_rows}
+    priced = {r["notes"].split(";")[0].removeprefix("model "): (r["model"], r["weight_quant"]) for r in _rows()
+              if r["id"].startswith("llamacpp_dgx_spark_official:") and r["model"]}  # fmt: skip
+    assert len(listed) == 5 and {m for m, _ in listed} == set(priced)
+    for (file_model, _), gib in listed.items():
+        model, wq = priced[file_model]
+        e = estimate(model=model, hardware="GB10", weight_dtype=wq, prompt=16, output=1, calibrated=False)
+        assert abs(e.memory["weights_bytes"] / 2**30 / gib - 1) < 0.005, (file_model, wq, gib)

@@ -113,6 +113,19 @@ def test_windows_per_layer():
     assert sorted((g["count"], g["attention"]["window"] or 0) for g in g3.layer_groups) == [(10, 0), (52, 1024)]
 
 
+GEMMA3_NON_EMBEDDING = [("google/gemma-3-4b-it", 3_209e6), ("google/gemma-3-27b-it", 25_600e6)]
+
+
+@pytest.mark.parametrize("hf_id,non_embedding", GEMMA3_NON_EMBEDDING)
+def test_gemma3_text_stacks_match_the_tech_report(hf_id, non_embedding):
+    # Gemma 3 technical report, Table 1: non-embedding parameters (millions) of the text stack.
+    m = Model.from_config(hf_id)
+    assert abs(m.params["active_non_embedding"] - non_embedding) < 0.5e6
+    assert sorted((g["count"], g["attention"]["window"] or 0) for g in m.layer_groups) == sorted(
+        [(m.num_layers // 6, 0), (m.num_layers - m.num_layers // 6, 1024)]
+    )
+
+
 def test_kv_bytes_per_token_closed_form():
     # Llama-3.1-8B: 32 layers x 2 (K, V) x 8 kv heads x 128 x 2 bytes
     assert Model.from_config("meta-llama/Llama-3.1-8B").kv_bytes_per_token(2.0) == 32 * 2 * 8 * 128 * 2

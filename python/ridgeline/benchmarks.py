@@ -64,6 +64,8 @@ def _int(v: str) -> Optional[int]:
 # llama.cpp and TensorRT-LLM precision names -> ridgeline weight formats (data/quant_formats.csv)
 _QUANT = {"F16": "fp16", "FP16": "fp16", "BF16": "bf16", "Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_K_M": "q4_k_m",
           "FP8": "fp8", "MXFP4": "gguf_mxfp4"}  # fmt: skip
+# GGUF files whose mixture the quant name alone does not give (data/gguf_mixtures.csv has the file-size check)
+_QUANT_OF_FILE = {("gemma-3-4b-it-qat", "Q4_0"): "gguf_q4_0_qat"}
 
 
 def _llamacpp_test(test: str) -> tuple[Optional[str], int]:
@@ -102,7 +104,8 @@ def _dgx_spark(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
             r["kv_depth_tokens"]) or 0  # fmt: skip
         kw: dict[str, Any] = dict(
             source=r["source"], file_hardware=r["hardware"], file_model=r["model"], runtime="llamacpp-cuda",
-            weight_quant=_QUANT.get(r["quant"], r["quant"].lower()), batch=b, value=float(r["value"]), unit=r["unit"],
+            weight_quant=_QUANT_OF_FILE.get((r["model"], r["quant"])) or _QUANT.get(r["quant"], r["quant"].lower()),
+            batch=b, value=float(r["value"]), unit=r["unit"],
             flags=",".join(f for f, on in (("flash_attn", "fa=1" in r["tool"]), ("batched-bench", batched)) if on)
             or None,
             notes=f"{r['tool']}; {r['note']}",

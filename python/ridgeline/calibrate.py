@@ -99,6 +99,10 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int, ubatch: int) -> tuple[dict
         # TensorRT-LLM and vLLM always use fused attention kernels
         "flash_attention": not llamacpp or has_flag(r, "flash_attn"),
     }  # fmt: skip
+    if llamacpp:
+        # llama.cpp's sliding-window KV cache holds n_swa + n_ubatch cells per sequence, and a
+        # decode step attends over all of them (llama-kv-cache-iswa.cpp sizes it so)
+        kw["swa_cache_extra"] = n_ubatch(r, ubatch)
     m = r["metric"]
     limit = max_len
     if m == "decode_tok_s":

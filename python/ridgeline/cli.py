@@ -77,6 +77,14 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
     is_flag=True,
     help="The runtime materialises the attention scores (llama.cpp without -fa): full rectangle, scores via memory.",
 )
+@click.option(
+    "--swa-cache-extra",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Cells a sliding-window layer's KV cache holds beyond the window, read by every decode step "
+    "(llama.cpp: its -ub, the SWA cache being window + n_ubatch per sequence).",
+)
 @click.option("--breakdown", is_flag=True, help="Print the per-operator breakdown.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (stable keys).")
 @click.option("--allow-no-fit", is_flag=True, help="Report a plan that does not fit instead of failing (exit 4).")
@@ -103,6 +111,7 @@ def estimate(
     runtime: Optional[str],
     routing_skew: Optional[float],
     no_flash_attention: bool,
+    swa_cache_extra: int,
     breakdown: bool,
     as_json: bool,
     allow_no_fit: bool,
@@ -139,6 +148,7 @@ def estimate(
         runtime=runtime,
         routing_skew=routing_skew,
         flash_attention=not no_flash_attention,
+        swa_cache_extra=swa_cache_extra,
         allow_no_fit=allow_no_fit,
         calibrated=not uncalibrated,
         breakdown=breakdown,

@@ -178,6 +178,7 @@ def estimate(
     identical_sequences: bool = False,
     routing_skew: Optional[float] = None,
     flash_attention: bool = True,
+    swa_cache_extra: int = 0,
     tp: int = 1,
     ep: int = 1,
     pp: int = 1,
@@ -212,6 +213,9 @@ def estimate(
         flash_attention: fused attention (default). False: the runtime materialises the score
             matrix (llama.cpp without ``-fa``): the full query x key rectangle is computed and each
             score moves through memory (``unfused_attention_score_bytes`` in the constants table).
+        swa_cache_extra: cells a sliding-window layer's KV cache holds beyond its window, all of
+            them read by each decode step (llama.cpp: ``n_ubatch``, its SWA cache being
+            n_swa + n_ubatch per sequence); 0: exactly the window is read.
         tp: tensor-parallel degree.
         ep: expert-parallel degree (1, or equal to ``tp``: experts spread over the TP group).
         pp: pipeline stages (ceil(layers / pp) layers each); latency is the full pass plus the sends.
@@ -249,6 +253,7 @@ def estimate(
         "prefix": _count("prefix", prefix),
         "identical_sequences": bool(identical_sequences),
         "attention_score_bytes": 0.0 if flash_attention else cat.constant("unfused_attention_score_bytes"),
+        "swa_cache_extra": _count("swa_cache_extra", swa_cache_extra),
         "tp": _positive_int("tp", tp),
         "ep": _positive_int("ep", ep),
         "pp": _positive_int("pp", pp),

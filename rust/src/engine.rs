@@ -197,6 +197,7 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
             identical_sequences: plan.identical_sequences,
             routing_skew: plan.routing_skew,
             attention_score_bytes: plan.attention_score_bytes,
+            swa_cache_extra: plan.swa_cache_extra,
             act_b: act.bytes(),
             kv_b: plan.kv_dtype().bytes(),
             formats,

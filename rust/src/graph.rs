@@ -238,6 +238,9 @@ pub struct BuildCtx<'a> {
     /// Bytes moved per attention score when the runtime materialises the score matrix
     /// (unfused attention); 0 for fused (flash) attention.
     pub attention_score_bytes: f64,
+    /// Cells a sliding-window layer's cache holds beyond the window, read in decode
+    /// (`Plan::swa_cache_extra`).
+    pub swa_cache_extra: u64,
     /// Bytes per activation element.
     pub act_b: f64,
     pub kv_b: f64,
@@ -473,13 +476,19 @@ impl Builder<'_, '_> {
         } else {
             ((per_pair * p0, per_pair * p1), (0.0, 0.0))
         };
+        // A decode step attends over every cell of a sliding-window cache, which may hold more
+        // than the window (`swa_cache_extra`); prefill chunks attend within the window.
+        let window = match geo {
+            Geometry::Decode { .. } => a.window.map(|w| w + c.swa_cache_extra),
+            Geometry::Segments(_) => a.window,
+        };
         self.push(
             OpKind::Attention,
             c.peak_act,
             flops,
             (qo + per_key * k0 + scores.0, per_key * k1 + scores.1),
             qo,
-            a.window,
+            window,
         );
     }
 

@@ -33,6 +33,11 @@ pub struct Plan {
     /// matrix goes through memory); 0 (default) is fused, flash attention.
     #[serde(default)]
     pub attention_score_bytes: f64,
+    /// Cache cells a sliding-window layer holds, and decode attends over, beyond its window:
+    /// llama.cpp sizes each sequence's SWA cache n_swa + n_ubatch and its attention reads every
+    /// cell (the ones outside the window masked). 0 (default): exactly the window is read.
+    #[serde(default)]
+    pub swa_cache_extra: u64,
     #[serde(default = "one")]
     pub tp: u64,
     /// Activation (compute) dtype.
@@ -175,6 +180,7 @@ impl Plan {
             identical_sequences: false,
             routing_skew: 0.0,
             attention_score_bytes: 0.0,
+            swa_cache_extra: 0,
             tp: 1,
             dtype: DType::Bf16,
             weights: WeightFormats::default(),

@@ -462,3 +462,27 @@ fn overlap_blends_the_roofline_max_with_the_serial_sum() {
     let err = estimate(&llama31_8b(), &h100(), &p, &bad, proto(), true).unwrap_err();
     assert!(err.to_string().contains("overlap"), "{err}");
 }
+
+#[test]
+fn a_sliding_window_cache_larger_than_the_window_is_read_whole_in_decode() {
+    // Llama-3.1-8B with a 256-token window on every layer: 8 kv heads of 128, 32 layers, bf16.
+    let mut m = llama31_8b();
+    m.layer_groups[0].attention.as_mut().unwrap().window = Some(256);
+    let per_key = 32.0 * 2.0 * 8.0 * 128.0 * 2.0;
+    let attn = |extra: u64, phase: Phase| {
+        let mut p = plan(1, 1000, 2); // one decode step, at context 1001
+        p.swa_cache_extra = extra;
+        let e = estimate(&m, &h100(), &p, &Efficiency::uncalibrated(), proto(), true).unwrap();
+        row(&e, phase, OpKind::Attention)
+    };
+    let base = attn(0, Phase::Decode);
+    for (extra, keys) in [(300u64, 300.0), (10_000, 1001.0 - 256.0)] {
+        let c = attn(extra, Phase::Decode);
+        assert!(
+            (c.bytes - base.bytes - per_key * keys).abs() / c.bytes < 1e-12,
+            "extra {extra}"
+        );
+        // the prefill chunk attends within the window whatever the cache holds
+        assert_eq!(attn(extra, Phase::Prefill).bytes, attn(0, Phase::Prefill).bytes);
+    }
+}
