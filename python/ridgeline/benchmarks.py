@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
-from . import _data
+from . import _data, quant
 from .errors import CatalogError
 
 COLUMNS = (
@@ -33,10 +33,11 @@ def hardware_map() -> dict[str, tuple[str, str]]:
 
 
 @functools.lru_cache(maxsize=1)
-def model_map() -> dict[str, tuple[str, str]]:
-    """File model names -> (bundled model, note), from data/benchmarks/model_map.csv."""
+def model_map() -> dict[str, tuple[str, str, str]]:
+    """File model names -> (bundled model, note, GGUF mixture where the quant name alone does
+    not give it), from data/benchmarks/model_map.csv."""
     text = _data.read_text("data/benchmarks/model_map.csv")
-    return {r["file_model"]: (r["model"], r["note"]) for r in csv.DictReader(io.StringIO(text))}
+    return {r["file_model"]: (r["model"], r["note"], r["gguf_mixture"]) for r in csv.DictReader(io.StringIO(text))}
 
 
 def _row(file: str, i: int, **kw: Any) -> Row:
@@ -50,6 +51,9 @@ def _row(file: str, i: int, **kw: Any) -> Row:
     if file_model is not None:
         mapped = model_map().get(str(file_model))
         out["model"] = mapped[0] if mapped else None
+        if mapped and mapped[2] and quant.mixtures_table()[mapped[2]]["default"][0] == out["weight_quant"]:
+            # the file's GGUF refines its quant (data/gguf_mixtures.csv has the file-size check)
+            out["weight_quant"] = mapped[2]
         if mapped is None and not out["not_priced"]:
             out["not_priced"] = f"model '{file_model}' has no bundled config"
         out["notes"] = "; ".join(x for x in (f"model {file_model}", out["notes"]) if x)
@@ -64,8 +68,6 @@ def _int(v: str) -> Optional[int]:
 # llama.cpp and TensorRT-LLM precision names -> ridgeline weight formats (data/quant_formats.csv)
 _QUANT = {"F16": "fp16", "FP16": "fp16", "BF16": "bf16", "Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_K_M": "q4_k_m",
           "FP8": "fp8", "MXFP4": "gguf_mxfp4"}  # fmt: skip
-# GGUF files whose mixture the quant name alone does not give (data/gguf_mixtures.csv has the file-size check)
-_QUANT_OF_FILE = {("gemma-3-4b-it-qat", "Q4_0"): "gguf_q4_0_qat"}
 
 
 def _llamacpp_test(test: str) -> tuple[Optional[str], int]:
@@ -104,8 +106,7 @@ def _dgx_spark(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
             r["kv_depth_tokens"]) or 0  # fmt: skip
         kw: dict[str, Any] = dict(
             source=r["source"], file_hardware=r["hardware"], file_model=r["model"], runtime="llamacpp-cuda",
-            weight_quant=_QUANT_OF_FILE.get((r["model"], r["quant"])) or _QUANT.get(r["quant"], r["quant"].lower()),
-            batch=b, value=float(r["value"]), unit=r["unit"],
+            weight_quant=_QUANT.get(r["quant"], r["quant"].lower()), batch=b, value=float(r["value"]), unit=r["unit"],
             flags=",".join(f for f, on in (("flash_attn", "fa=1" in r["tool"]), ("batched-bench", batched)) if on)
             or None,
             notes=f"{r['tool']}; {r['note']}",

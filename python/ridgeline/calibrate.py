@@ -99,10 +99,11 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int, ubatch: int) -> tuple[dict
         # TensorRT-LLM and vLLM always use fused attention kernels
         "flash_attention": not llamacpp or has_flag(r, "flash_attn"),
     }  # fmt: skip
-    if llamacpp:
+    ub = n_ubatch(r, ubatch) if llamacpp else None
+    if ub is not None:
         # llama.cpp's sliding-window KV cache holds n_swa + n_ubatch cells per sequence, and a
         # decode step attends over all of them (llama-kv-cache-iswa.cpp sizes it so)
-        kw["swa_cache_extra"] = n_ubatch(r, ubatch)
+        kw["swa_cache_extra"] = ub
     m = r["metric"]
     limit = max_len
     if m == "decode_tok_s":
@@ -116,9 +117,9 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int, ubatch: int) -> tuple[dict
         # token does not fit, so the prefill is priced as N-1 tokens plus it
         depth = int(r["depth"] or 0)
         kw.update(prompt=min(int(r["prompt_tokens"]), limit - depth - 1), prefix=depth, output=1)
-        if llamacpp:
+        if ub is not None:
             # llama.cpp evaluates the prompt tokens of all sequences n_ubatch at a time
-            kw["chunk"] = n_ubatch(r, ubatch)
+            kw["chunk"] = ub
         return kw, "prefill"
     if m == "ttft_ms":
         kw.update(prompt=int(r["prompt_tokens"]), output=1)
@@ -614,7 +615,7 @@ def envelope(records: Sequence[dict[str, Any]], groups: dict[str, dict[str, Any]
     def line(what: str, figure: str, ok: bool) -> None:
         out.append({"check": what, "figure": figure, "ok": bool(ok)})
 
-    over = [r for r in records if r["vs_bound"] > BOUND_TOLERANCE]
+    over = [r for r in records if r["beats_bound"]]
     line("no row beats the efficiency-1 prediction by > 5%", f"{len(over)} rows", not over)
     for phase, (lo, hi, w15, w2) in ENVELOPE.items():
         s = summarise([r for r in records if r["phase"] == phase], "lodo")
