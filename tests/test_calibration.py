@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import ridgeline
 from ridgeline import CatalogError, _data
-from ridgeline.calibrate import PARAMS, calibrate, lookup, shipped_fits, to_csv, validation
+from ridgeline.calibrate import PARAMS, calibrate, formats_of, lookup, shipped_fits, to_csv, validation
+from ridgeline.catalog import default_catalog
 from ridgeline.snapshot import structure_version
 
 
@@ -37,10 +38,32 @@ def test_a_stale_calibration_is_refused():
 
 
 def test_fitted_constants_are_physical_and_labelled(fresh):
+    cat = default_catalog()
+    groups = {(f["hardware"], f["runtime"], f["memory"]): f for f in fresh if f["precision"] == "*"}
     for f in fresh:
-        assert 0 < f["eta_mem"] <= 1 and 0 < f["eta_compute"] <= 1
-        assert f["t_launch_us"] >= 0 and f["t_step_us"] >= 0
-        assert f["n_rows"] >= len(PARAMS) and f["rms_log"] > 0
+        assert 0 < f["eta_mem"] <= 1 and 0 < f["eta_compute"] <= 1 and 0 < f["eta_compute_quant"] <= 1
+        assert f["t_launch_us"] >= 0 and f["t_step_us"] >= 0 and f["rms_log"] > 0
+        if f["precision"] == "*":
+            assert f["n_rows"] >= len(PARAMS)
+            continue
+        # a weight format's own quantized-GEMM efficiency: enough rows, everything else the group's
+        assert f["n_rows"] >= cat.constant("fit_format_min_rows")
+        group = groups[(f["hardware"], f["runtime"], f["memory"])]
+        own = ("precision", "eta_compute_quant", "n_rows", "pinned", "source")
+        assert {k: v for k, v in f.items() if k not in own} == {k: v for k, v in group.items() if k not in own}
+    # where the fit found Q4_0's MMQ kernels faster than Q4_K's (RTX 3090 holds both), a calibrated
+    # estimate prices each quantized GEMM at its format's efficiency and the Q6_K head at the group's
+    kw = dict(runtime="llamacpp-cuda", weight_dtype="q4_0", prompt=512, output=1)
+    _, row = lookup("RTX_3090", "llamacpp-cuda", cat)
+    assert row is not None and set(formats_of(row)) >= {"q4_0", "q4_k"}
+    assert formats_of(row)["q4_0"] > formats_of(row)["q4_k"]
+    cal = ridgeline.estimate("meta-llama/Llama-2-7b-hf", "RTX_3090", **kw).breakdown
+    unc = ridgeline.estimate("meta-llama/Llama-2-7b-hf", "RTX_3090", calibrated=False, **kw).breakdown
+    for a, b in zip(cal.iter_rows(named=True), unc.iter_rows(named=True)):
+        if a["quantized"] and a["phase"] == "prefill":
+            eta = formats_of(row).get(a["format"], float(row["eta_compute_quant"]))
+            assert a["compute_s"] * eta == pytest.approx(b["compute_s"], rel=1e-12), a["op"]
+    assert set(cal.filter(cal["quantized"])["format"].to_list()) == {"q4_0", "q6_k"}
     own = ridgeline.estimate("meta-llama/Meta-Llama-3-8B", "RTX_3090", runtime="llamacpp-cuda")
     assert own.calibration.startswith("calibrated (RTX_3090, llamacpp-cuda")
     prof = ridgeline.estimate("meta-llama/Meta-Llama-3-8B", "H200_SXM", runtime="llamacpp-cuda")
@@ -122,7 +145,7 @@ def test_the_engine_prices_a_row_as_the_fit_does(row_id):
     r = cat.sql("SELECT * FROM benchmarks WHERE id = ?", [row_id]).to_dicts()[0]
     _, fit_row = lookup(r["hardware"], r["runtime"], cat)
     assert fit_row is not None
-    predicted = float(Batch([decompose(r, cat)]).predict(params_of(fit_row))[0])
+    predicted = float(Batch([decompose(r, cat)]).predict(params_of(fit_row), formats_of(fit_row))[0])
     model = Model.from_config(r["model"])
     kw, phase = _estimate_kwargs(r, model.max_model_len, int(cat.constant("llamacpp_n_ubatch")))
     e = ridgeline.estimate(model, r["hardware"], catalog=cat, **kw)

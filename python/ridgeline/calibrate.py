@@ -10,7 +10,8 @@ efficiencies (eta_mem, eta_compute, t_launch_us, t_step_us, overlap) is then
 with c = compute / eta_compute and m = memory / eta_mem per operator: the roofline's max at
 overlap o = 1, the two in series at 0. A fit evaluates thousands of candidates per second
 without calling the engine. Routed-expert
-GEMMs over more than one token per step take eta_moe, quantized GEMMs eta_compute_quant. Their
+GEMMs over more than one token per step take eta_moe, quantized GEMMs their weight format's
+efficiency (eta_compute_quant where the format has too few rows for its own). Expert GEMMs'
 weight bytes follow the distinct experts a step touches, D(T, s) (`_core.distinct_experts`, spec
 30): the decomposition keeps each expert GEMM's memory time as A + W D(T, s), solved from the
 engine at two skews, so the routing skew s is fitted like an efficiency.
@@ -25,7 +26,7 @@ import hashlib
 import io
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 import numpy as np
@@ -56,6 +57,7 @@ class Decomposed:
     memory: np.ndarray  # at uniform routing (skew 0)
     expert: np.ndarray  # True where the operator is a grouped routed-expert kernel (eta_moe)
     quant: np.ndarray  # True where the operator is a GEMM on quantized weights
+    fmt: np.ndarray  # a quantized GEMM's weight format ("" elsewhere)
     fixed: float  # communication time (s)
     launches: float
     steps: float
@@ -162,7 +164,7 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
     }.get(r["metric"], 1.0)  # fmt: skip
     return Decomposed(
         row=r, compute=df["compute_s"].to_numpy() * scale, memory=df["memory_s"].to_numpy() * scale,
-        expert=df["grouped"].to_numpy(), quant=df["quantized"].to_numpy(),
+        expert=df["grouped"].to_numpy(), quant=df["quantized"].to_numpy(), fmt=df["format"].fill_null("").to_numpy(),
         fixed=float(df["comm_s"].sum()) * scale, launches=float(df["launches"].sum()) * scale, steps=steps * scale,
         work=work,
         kind="time_ms" if r["metric"] == "ttft_ms" else "rate", **moe,
@@ -209,7 +211,7 @@ def _decompose_gemm(r: dict[str, Any], cat: Catalog) -> Decomposed:
     compute = flops / (peak * 1e12)
     memory = (m * k + k * n + m * n) * elem / (dev.memory_bw_gbs * 1e9)
     return Decomposed(row=r, compute=np.array([compute]), memory=np.array([memory]), expert=np.array([False]),
-                      quant=np.array([False]),
+                      quant=np.array([False]), fmt=np.array([""]),
                       fixed=0.0, launches=1.0,
                       steps=0.0, work=flops / 1e12, kind="rate")  # fmt: skip
 
@@ -232,6 +234,11 @@ class Batch:
             self.q[i, : len(d.quant)] = d.quant
         self.has_experts = bool(self.e.any())
         self.has_quant = bool(self.q.any())
+        # each quantized GEMM's weight format, as an index into `formats` (-1: none)
+        self.formats = sorted({str(f) for d in rows for f in d.fmt if f})
+        self.f = np.full((n, width), -1, dtype=int)
+        for i, d in enumerate(rows):
+            self.f[i, : len(d.fmt)] = [self.formats.index(str(x)) if x else -1 for x in d.fmt]
         # expert weight reads, whose distinct-expert count depends on the routing skew: memory per
         # distinct expert, tokens routed per step, distinct experts at skew 0; rows grouped by (E, k)
         self.mw, self.mt, self.md0 = np.zeros((n, width)), np.zeros((n, width)), np.zeros((n, width))
@@ -264,10 +271,21 @@ class Batch:
             m[at] += self.mw[at] * (d - self.md0[at])
         return m
 
-    def predict(self, p: np.ndarray) -> np.ndarray:
+    def main_formats(self) -> list[str]:
+        """Per row, the format that carries most of its quantized GEMM time ("" without any)."""
+        out = []
+        for i in range(len(self.rows)):
+            share = [float(self.c[i][(self.f[i] == k) & self.q[i]].sum()) for k in range(len(self.formats))]
+            out.append(self.formats[int(np.argmax(share))] if share and max(share) > 0 else "")
+        return out
+
+    def predict(self, p: np.ndarray, formats: Optional[Mapping[str, float]] = None) -> np.ndarray:
+        """Predicted rates (times in ms for time rows) under parameters `p`; a quantized GEMM
+        takes its format's efficiency from `formats` where it has one, else eta_compute_quant."""
         eta_m, eta_c, tl, ts, eta_moe, eta_cq, skew, overlap = p
         eta = np.where(self.e, eta_moe, eta_m)
-        eta_comp = np.where(self.q, eta_cq, eta_c)
+        by_format = np.array([float((formats or {}).get(k, eta_cq)) for k in self.formats] + [eta_cq])
+        eta_comp = np.where(self.q, by_format[self.f], eta_c)
         c, m = self.c / eta_comp, self.memory(skew) / eta
         # overlap 1: the roofline's max(compute, memory); 0: the two in series
         t = (overlap * np.maximum(c, m) + (1.0 - overlap) * (c + m)).sum(axis=1)
@@ -275,9 +293,9 @@ class Batch:
         out: np.ndarray = np.where(self.time_ms, t * 1e3, self.work / t)
         return out
 
-    def speed_ratio(self, p: np.ndarray) -> np.ndarray:
+    def speed_ratio(self, p: np.ndarray, formats: Optional[Mapping[str, float]] = None) -> np.ndarray:
         """Observed over predicted speed (for times: predicted over observed), so > 1 is faster."""
-        pred = self.predict(p)
+        pred = self.predict(p, formats)
         out: np.ndarray = np.where(self.time_ms, pred / self.observed, self.observed / pred)
         return out
 
@@ -307,8 +325,11 @@ def _bounds(cat: Catalog) -> list[tuple[float, float]]:
             (lo, 1.0), (lo, 1.0), (0.0, cat.constant("fit_routing_skew_max")), (0.0, 1.0)]  # fmt: skip
 
 
-def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, float]:
-    """Differential evolution (seed 0) on the rms of log(predicted / observed), polished by least_squares."""
+def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, dict[str, float], float]:
+    """Differential evolution (seed 0) on the rms of log(predicted / observed), polished by
+    least_squares; then each weight format that carries most of the quantized GEMM time of enough
+    rows gets its own quantized-GEMM efficiency (least_squares from eta_compute_quant, the other
+    parameters held). Returns the parameters, the per-format efficiencies and the rms."""
     from scipy.optimize import differential_evolution, least_squares  # type: ignore[import-untyped]
 
     if len(rows) < len(PARAMS):
@@ -336,8 +357,36 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, float]:
 
     de = differential_evolution(rms, bounds, seed=0, tol=1e-10, maxiter=300, polish=False, updating="immediate")
     ls = least_squares(residuals, de.x, bounds=([b[0] for b in bounds], [b[1] for b in bounds]))
-    p = ls.x if rms(ls.x) <= rms(de.x) else de.x
-    return full(p), rms(p)
+    p = full(ls.x if rms(ls.x) <= rms(de.x) else de.x)
+    formats = _fit_formats(batch, p, cat)
+    return p, formats, float(np.sqrt(np.mean(np.log(batch.speed_ratio(p, formats)) ** 2)))
+
+
+def _fit_formats(batch: Batch, p: np.ndarray, cat: Catalog) -> dict[str, float]:
+    """Quantized-GEMM efficiency per weight format: llama.cpp's MMQ kernels unpack each ggml
+    type differently before the int8 dot products, so the dequantisation cost is the format's,
+    measured from the rows where that format carries most of the quantized GEMM time."""
+    from scipy.optimize import least_squares
+
+    main = batch.main_formats()
+    need = int(cat.constant("fit_format_min_rows"))
+    devices: dict[str, set[str]] = {}
+    for d, k in zip(batch.rows, main):
+        devices.setdefault(k, set()).add(str(d.row["hardware"]))
+    # a profile speaks for devices it never saw: there a format's own efficiency must rest on
+    # several devices, or one device's kernel generation would stand for the whole runtime
+    spread = int(cat.constant("fit_format_min_devices")) if len(set().union(*devices.values())) > 1 else 1
+    own = [k for k in batch.formats if main.count(k) >= need and len(devices.get(k, ())) >= spread]
+    if len(own) < 2:  # one format: eta_compute_quant is already its efficiency
+        return {}
+    lo = cat.constant("fit_eta_min")
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        return np.asarray(np.log(batch.speed_ratio(p, dict(zip(own, x)))))
+
+    ls = least_squares(residuals, np.full(len(own), p[PARAMS.index("eta_compute_quant")]),
+                       bounds=(np.full(len(own), lo), np.ones(len(own))))  # fmt: skip
+    return {k: float(f"{v:.6g}") for k, v in zip(own, ls.x)}
 
 
 def data_hash(rows: Sequence[Decomposed]) -> str:
@@ -394,9 +443,9 @@ def calibrate(catalog: Optional[Catalog] = None, min_device_rows: int = 8) -> li
             continue
         if len(g) < len(PARAMS):
             continue
-        p, err = fit(g, cat)
+        p, formats, err = fit(g, cat)
         b = Batch(g)
-        out.append({
+        row = {
             "hardware": hw, "runtime": runtime, "memory": mt, "precision": "*", "phase": "*",
             **{k: float(f"{v:.6g}") for k, v in zip(PARAMS, p)}, "t_layer_us": 0.0, "n_rows": len(g),
             "rms_log": float(f"{err:.6g}"), "structure_version": sv, "data_hash": data_hash(g),
@@ -404,7 +453,19 @@ def calibrate(catalog: Optional[Catalog] = None, min_device_rows: int = 8) -> li
             "pinned": _pinned(p, cat, moe=b.has_experts, quant=b.has_quant, skew=b.has_skew),
             "source": f"ridgeline calibrate: differential_evolution(seed=0) + least_squares on {len(g)} rows "
             "of data/benchmarks",
-        })  # fmt: skip
+        }  # fmt: skip
+        out.append(row)
+        main = b.main_formats()
+        lo = cat.constant("fit_eta_min")
+        for k, eta in formats.items():
+            # the format's own quantized-GEMM efficiency; the other parameters are the group's
+            out.append({
+                **row, "precision": k, "eta_compute_quant": eta, "n_rows": main.count(k),
+                "pinned": "eta_compute_quant" if min(abs(eta - lo), abs(eta - 1.0)) <= 1e-6 else "",
+                "source": f"ridgeline calibrate: least_squares of {k}'s quantized-GEMM efficiency on the "
+                f"{main.count(k)} rows where {k} carries most of the quantized GEMM time, the group's other "
+                "parameters held",
+            })  # fmt: skip
     return out
 
 
@@ -469,22 +530,31 @@ def lookup(
             f"calibration for {runtime} was fitted against structure version {stale[0]['structure_version']}, "
             f"the engine is {sv}: run `ridgeline calibrate` to refit"
         )
-    own = next((f for f in rows if f["hardware"] == hardware), None)
+
+    def with_formats(f: dict[str, Any]) -> dict[str, Any]:
+        # the group's per-format quantized-GEMM efficiencies ride along with its row
+        own = {g["precision"]: float(g["eta_compute_quant"]) for g in rows
+               if (g["hardware"], g["memory"]) == (f["hardware"], f["memory"]) and g["precision"] != "*"}  # fmt: skip
+        return {**f, "quant_formats": own}
+
+    whole = [f for f in rows if f["precision"] == "*"]
+    own = next((f for f in whole if f["hardware"] == hardware), None)
     if own:
-        return f"calibrated ({hardware}, {runtime}, {own['n_rows']} rows)", own
+        return f"calibrated ({hardware}, {runtime}, {own['n_rows']} rows)", with_formats(own)
     mt = _memtech(catalog or default_catalog(), hardware)
     for memory in (mt, "*"):
-        prof = next((f for f in rows if f["hardware"] == "*" and f["memory"] == memory), None)
+        prof = next((f for f in whole if f["hardware"] == "*" and f["memory"] == memory), None)
         if prof:
             what = f"{runtime}, {memory} memory" if memory != "*" else runtime
-            return f"runtime-profile ({what}, {prof['n_rows']} rows)", prof
+            return f"runtime-profile ({what}, {prof['n_rows']} rows)", with_formats(prof)
     return "uncalibrated", None
 
 
 def default_runtime(fits: Optional[Sequence[dict[str, Any]]] = None) -> tuple[Optional[str], str]:
     """The runtime an estimate describes when none is named (spec 50): vllm where it has a
     fitted profile, else the runtime whose profile rests on the most measured rows."""
-    profiles = [f for f in (shipped_fits() if fits is None else fits) if f["hardware"] == "*" and f["memory"] == "*"]
+    profiles = [f for f in (shipped_fits() if fits is None else fits)
+                if f["hardware"] == "*" and f["memory"] == "*" and f["precision"] == "*"]  # fmt: skip
     if not profiles:
         return None, "no runtime has a shipped calibration"
     if any(f["runtime"] == "vllm" for f in profiles):
@@ -499,13 +569,24 @@ def params_of(fit_row: Optional[dict[str, Any]]) -> np.ndarray:
     return np.array([float(fit_row[k]) for k in PARAMS])
 
 
-def efficiency_json(fit_row: Optional[dict[str, Any]]) -> str:
-    """The core's Efficiency for a calibration row (1, 1, 0, 0, 0 without one)."""
+def formats_of(fit_row: Optional[dict[str, Any]]) -> dict[str, float]:
+    """The per-format quantized-GEMM efficiencies `lookup` attached to a calibration row."""
+    return dict(fit_row.get("quant_formats") or {}) if fit_row else {}
+
+
+def efficiency_json(fit_row: Optional[dict[str, Any]], roles: Optional[Mapping[str, str]] = None) -> str:
+    """The core's Efficiency for a calibration row (1, 1, 0, 0, 0 without one); `roles` names each
+    weight role's format, so that a role stored in a format with its own fit takes that efficiency."""
     import json
+
+    from .quant import ROLES
 
     eta_m, eta_c, tl, ts, eta_moe, eta_cq, _skew, overlap = params_of(fit_row)
     tlayer = float(fit_row["t_layer_us"]) if fit_row else 0.0
+    formats = formats_of(fit_row)
+    by_role = [formats.get((roles or {}).get(r, "")) for r in ROLES]
     return json.dumps({"eta_mem": eta_m, "eta_compute": eta_c, "eta_moe": eta_moe, "eta_compute_quant": eta_cq,
+                       "eta_compute_quant_roles": by_role,
                        "overlap": overlap, "t_launch_s": tl * 1e-6, "t_layer_s": tlayer * 1e-6,
                        "t_step_s": ts * 1e-6})  # fmt: skip
 
@@ -517,7 +598,7 @@ def predict_shipped(rows: Sequence[Decomposed], catalog: Optional[Catalog] = Non
     for d in rows:
         r = d.row
         label, f = lookup(r["hardware"], r["runtime"], catalog, fits)
-        pred = float(Batch([d]).predict(params_of(f))[0])
+        pred = float(Batch([d]).predict(params_of(f), formats_of(f))[0])
         out.append({"id": r["id"], "hardware": r["hardware"], "runtime": r["runtime"], "metric": r["metric"],
                     "observed": float(r["value"]), "predicted": pred, "unit": r["unit"],
                     "calibration": label})  # fmt: skip
@@ -558,10 +639,10 @@ def validation(catalog: Optional[Catalog] = None) -> dict[str, Any]:
             rest = _profile_rows(rs, cat, _memtech(cat, dev), exclude=dev)
             label, f = lookup(dev, rt, cat, fits)
             p_in = params_of(f)
-            p_out = fit(rest, cat)[0] if len(rest) >= len(PARAMS) else None
+            out = fit(rest, cat) if len(rest) >= len(PARAMS) else None
             b = Batch(own)
-            r_in = b.speed_ratio(p_in)
-            r_out = b.speed_ratio(p_out) if p_out is not None else np.full(len(own), np.nan)
+            r_in = b.speed_ratio(p_in, formats_of(f))
+            r_out = b.speed_ratio(out[0], out[1]) if out is not None else np.full(len(own), np.nan)
             # the bound: efficiency 1 under the routing the calibration found (uniform without MoE rows)
             at_bound = UNCALIBRATED.copy()
             at_bound[SKEW] = p_in[SKEW]

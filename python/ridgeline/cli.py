@@ -368,7 +368,8 @@ def calibrate(out: str) -> None:
     path.write_text(to_csv(fits))
     for f in fits:
         click.echo(
-            f"  {f['runtime']:<15} {f['hardware']:<17} {f['memory']:<6} eta_mem {f['eta_mem']:<7.3g} "
+            f"  {f['runtime']:<15} {f['hardware']:<17} {f['memory']:<6} {f['precision']:<6} "
+            f"eta_mem {f['eta_mem']:<7.3g} "
             f"eta_compute {f['eta_compute']:<7.3g} quant {f['eta_compute_quant']:<7.3g} eta_moe {f['eta_moe']:<7.3g} "
             f"t_launch {f['t_launch_us']:<6.3g} us "
             f"t_step {f['t_step_us']:<7.3g} us skew {f['routing_skew']:<5.3g} overlap {f['overlap']:<6.3g} "

@@ -41,6 +41,8 @@ BREAKDOWN_COLUMNS = {
     "bound": "compute, memory or comm",
     "intensity": "FLOPs per byte",
     "quantized": "a GEMM on weights stored below 16 bits",
+    "role": "the weight role a GEMM reads",
+    "format": "a quantized GEMM's weight format (its fitted efficiency prices it where the calibration has one)",
     "grouped": "routed-expert kernels over more than one token per step (priced at eta_moe)",
 }
 
@@ -92,6 +94,7 @@ class Estimate:
     warnings: tuple[str, ...]
     _breakdown: Mapping[str, Sequence[Any]] = dataclasses.field(repr=False, compare=False)
     _group_labels: tuple[str, ...] = dataclasses.field(repr=False, compare=False)
+    _formats: Mapping[str, str] = dataclasses.field(repr=False, compare=False)
 
     @property
     def mfu_prefill(self) -> float:
@@ -114,6 +117,8 @@ class Estimate:
             for k in ("launches", "flops", "bytes", "compute_s", "memory_s", "comm_s", "launch_s", "time_s"):
                 r[k] = b[k][i]
             r["quantized"] = bool(b["quantized"][i])
+            r["role"] = b["role"][i]
+            r["format"] = self._formats.get(r["role"]) if r["quantized"] and r["role"] else None
             r["grouped"] = bool(b["grouped"][i])
             r["bound"] = "comm" if r["comm_s"] > 0 else ("compute" if r["compute_s"] >= r["memory_s"] else "memory")
             r["intensity"] = r["flops"] / r["bytes"] if r["bytes"] > 0 else None
@@ -142,6 +147,8 @@ class Estimate:
                 "bound": pl.Utf8,
                 "intensity": pl.Float64,
                 "quantized": pl.Boolean,
+                "role": pl.Utf8,
+                "format": pl.Utf8,
                 "grouped": pl.Boolean,
             },
         )
@@ -282,7 +289,7 @@ def estimate(
     from .calibrate import efficiency_json, lookup
 
     label, fit_row = lookup(dev.name, runtime, cat) if calibrated else ("uncalibrated", None)
-    eff = _UNCALIBRATED_EFF if fit_row is None else efficiency_json(fit_row)
+    eff = _UNCALIBRATED_EFF if fit_row is None else efficiency_json(fit_row, weights.format_names())
     if routing_skew is None:
         plan["routing_skew"] = float(fit_row.get("routing_skew") or 0.0) if fit_row else 0.0
     elif (isinstance(routing_skew, bool) or not isinstance(routing_skew, (int, float))
@@ -337,6 +344,7 @@ def estimate(
         warnings=tuple(warnings),
         _breakdown=r["breakdown"],
         _group_labels=_group_labels(m),
+        _formats=weights.format_names(),
     )
 
 
@@ -368,6 +376,7 @@ def _calibrated_note(f: Mapping[str, Any]) -> str:
         )
         + (f", routing skew {float(f['routing_skew']):.3g}" if float(f.get("routing_skew") or 0) else "")
         + (f", overlap {float(f['overlap']):.3g}" if float(f.get("overlap", 1.0)) != 1.0 else "")
+        + "".join(f", {k} GEMMs {v:.3g}" for k, v in sorted((f.get("quant_formats") or {}).items()))
     )
     return (
         f"fitted efficiencies: eta_mem {float(f['eta_mem']):.3g}, eta_compute {float(f['eta_compute']):.3g}{extra}, "

@@ -69,7 +69,11 @@ class WeightPlan:
     formats: Mapping[str, Mapping[str, Any]]
 
     def core(self) -> dict[str, Any]:
-        return {r: dict(f) for r, f in self.formats.items()}
+        return {r: {k: v for k, v in f.items() if k != "name"} for r, f in self.formats.items()}
+
+    def format_names(self) -> dict[str, str]:
+        """The named format (data/quant_formats.csv) each role is stored in, where it has one."""
+        return {r: str(f["name"]) for r, f in self.formats.items() if f.get("name")}
 
 
 @functools.lru_cache(maxsize=1)
@@ -77,6 +81,7 @@ def formats_table() -> dict[str, dict[str, Any]]:
     out = {}
     for r in csv.DictReader(_data.read_text("data/quant_formats.csv").splitlines()):
         out[r["name"]] = {
+            "name": r["name"],
             "bits": float(r["bits"]),
             "block_k": int(r["block_k"]),
             "block_n": int(r["block_n"]),

@@ -52,9 +52,17 @@ pub struct BreakdownRow {
     pub kind: OpKind,
     pub group: u16,
     pub quantized: bool,
+    /// The weight role a GEMM reads (None for other operators).
+    pub role: Option<Role>,
     /// Routed-expert kernels over more than one token per step (priced at eta_moe).
     pub grouped: bool,
     pub cost: Cost,
+}
+
+impl Serialize for Role {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
 }
 
 impl Serialize for OpKind {
@@ -345,7 +353,7 @@ impl Acc {
         }
     }
 
-    fn add(&mut self, kind: OpKind, group: u16, (quantized, grouped): (bool, bool), c: Cost) {
+    fn add(&mut self, kind: OpKind, group: u16, (quantized, role, grouped): (bool, Option<Role>, bool), c: Cost) {
         self.total += c;
         if kind == OpKind::PpSend {
             self.sends_s += c.time_s;
@@ -358,6 +366,7 @@ impl Acc {
                     kind,
                     group,
                     quantized,
+                    role,
                     grouped,
                     cost: c,
                 }),
@@ -373,7 +382,7 @@ impl Acc {
             self.add(
                 OpKind::LayerOverhead,
                 MODEL_LEVEL,
-                (false, false),
+                (false, None, false),
                 Cost::overhead(per_layer),
             );
         }
@@ -381,7 +390,7 @@ impl Acc {
             self.add(
                 OpKind::StepOverhead,
                 MODEL_LEVEL,
-                (false, false),
+                (false, None, false),
                 Cost::overhead(per_step),
             );
         }
@@ -547,7 +556,7 @@ fn run_phases(ctx: &BuildCtx, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64
         build_step(ctx, &Geometry::Segments(segs), &mut ops);
         for op in &ops {
             workspace = workspace.max(op.act_bytes);
-            pre.add(op.kind, op.group, (op.quantized, op.grouped), price(op, 0.0, bw, eff));
+            pre.add(op.kind, op.group, op.flags(), price(op, 0.0, bw, eff));
         }
     }
     pre.overhead(layers, steps.len() as u64, eff);
@@ -559,12 +568,7 @@ fn run_phases(ctx: &BuildCtx, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64
         build_step(ctx, &Geometry::Decode { batch }, &mut ops);
         for op in &ops {
             workspace = workspace.max(op.act_bytes);
-            dec.add(
-                op.kind,
-                op.group,
-                (op.quantized, op.grouped),
-                price_range(op, lo, hi, bw, eff),
-            );
+            dec.add(op.kind, op.group, op.flags(), price_range(op, lo, hi, bw, eff));
         }
         dec.overhead(layers, plan.output - 1, eff);
     }

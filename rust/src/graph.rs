@@ -135,6 +135,9 @@ pub struct Op {
     pub comm_s: f64,
     /// A GEMM on weights stored below 16 bits (its kernels are fitted apart: eta_compute_quant).
     pub quantized: bool,
+    /// The weight role whose storage format a GEMM reads (a fused GEMM: its first part's); a
+    /// quantized GEMM takes its format's fitted efficiency where one is given.
+    pub role: Option<Role>,
     /// A routed-expert kernel over more than one token of a step: tokens are gathered per
     /// expert into grouped GEMMs (eta_moe). With one token the selected experts are read by
     /// the same GEMV kernels as dense weights (eta_mem).
@@ -298,6 +301,13 @@ struct Builder<'a, 'b> {
     repeat: f64,
 }
 
+impl Op {
+    /// What the breakdown keeps of an operator besides its cost: quantized, role, grouped.
+    pub fn flags(&self) -> (bool, Option<Role>, bool) {
+        (self.quantized, self.role, self.grouped)
+    }
+}
+
 impl Builder<'_, '_> {
     #[allow(clippy::too_many_arguments)]
     fn push(&mut self, kind: OpKind, peak: f64, f: (f64, f64), b: (f64, f64), act: f64, window: Option<u64>) {
@@ -315,6 +325,7 @@ impl Builder<'_, '_> {
             window,
             comm_s: 0.0,
             quantized: false,
+            role: None,
             grouped: false,
         });
     }
@@ -341,6 +352,7 @@ impl Builder<'_, '_> {
         );
         if let Some(op) = self.out.last_mut() {
             op.quantized = c.format(parts[0].1).bits < 16.0;
+            op.role = Some(parts[0].1);
         }
     }
 
@@ -386,6 +398,7 @@ impl Builder<'_, '_> {
             window: None,
             comm_s: s,
             quantized: false,
+            role: None,
             grouped: false,
         });
     }
@@ -508,6 +521,7 @@ impl Builder<'_, '_> {
         );
         if let Some(op) = self.out.last_mut() {
             op.quantized = c.format(Role::V).bits < 16.0;
+            op.role = Some(Role::V);
         }
     }
 
@@ -787,6 +801,7 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
             window: None,
             comm_s: s,
             quantized: false,
+            role: None,
             grouped: false,
         });
     }

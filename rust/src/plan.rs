@@ -4,7 +4,7 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::{Ffn, Model};
-use crate::weights::WeightFormats;
+use crate::weights::{Role, WeightFormats};
 use serde::Deserialize;
 
 fn default_dtype() -> DType {
@@ -103,6 +103,11 @@ pub struct Efficiency {
     /// `eta_compute` when not fitted.
     #[serde(default)]
     pub eta_compute_quant: Option<f64>,
+    /// Compute efficiency of quantized GEMMs per weight role (indexed like `Role::ALL`): the
+    /// fitted efficiency of the role's storage format (llama.cpp's MMQ kernel differs per ggml
+    /// type); `eta_compute_quant` where None.
+    #[serde(default)]
+    pub eta_compute_quant_roles: [Option<f64>; 10],
     /// How far a kernel overlaps its memory traffic with its math: 1 (None) is the roofline's
     /// max(compute, memory), 0 the two in series.
     #[serde(default)]
@@ -122,6 +127,7 @@ impl Efficiency {
             eta_mem: 1.0,
             eta_moe: None,
             eta_compute_quant: None,
+            eta_compute_quant_roles: [None; 10],
             overlap: None,
             t_launch_s: 0.0,
             t_layer_s: 0.0,
@@ -138,6 +144,14 @@ impl Efficiency {
         ] {
             if !(v.is_finite() && v > 0.0 && v <= 1.0) {
                 return Err(Error::plan(name, format!("must be in (0, 1], got {v}")));
+            }
+        }
+        for (role, v) in Role::ALL.iter().zip(self.eta_compute_quant_roles) {
+            if let Some(v) = v.filter(|v| !(v.is_finite() && *v > 0.0 && *v <= 1.0)) {
+                return Err(Error::plan(
+                    "eta_compute_quant_roles",
+                    format!("{} must be in (0, 1], got {v}", role.name()),
+                ));
             }
         }
         let o = self.overlap.unwrap_or(1.0);

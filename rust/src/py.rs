@@ -208,6 +208,7 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
     let n = e.breakdown.len();
     let (mut phase, mut op, mut group) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     let (mut quantized, mut grouped) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut role = Vec::with_capacity(n);
     let mut cols: [Vec<f64>; 8] = Default::default();
     for r in &e.breakdown {
         phase.push(match r.phase {
@@ -217,6 +218,7 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
         op.push(r.kind.name());
         group.push(if r.group == MODEL_LEVEL { -1i64 } else { r.group as i64 });
         quantized.push(r.quantized);
+        role.push(r.role.map(|x| x.name()));
         grouped.push(r.grouped);
         let c = r.cost;
         for (i, v) in [
@@ -240,6 +242,7 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
     b.set_item("op", PyList::new(py, op)?)?;
     b.set_item("group", PyList::new(py, group)?)?;
     b.set_item("quantized", PyList::new(py, quantized)?)?;
+    b.set_item("role", PyList::new(py, role)?)?;
     b.set_item("grouped", PyList::new(py, grouped)?)?;
     for (i, name) in [
         "launches",

@@ -91,7 +91,10 @@ fn rates(op: &Op, bw: f64, eff: &Efficiency) -> Rates {
         eff.eta_mem
     };
     let eta_compute = if op.quantized {
-        eff.eta_compute_quant.unwrap_or(eff.eta_compute)
+        op.role
+            .and_then(|r| eff.eta_compute_quant_roles[r as usize])
+            .or(eff.eta_compute_quant)
+            .unwrap_or(eff.eta_compute)
     } else {
         eff.eta_compute
     };
@@ -232,6 +235,7 @@ mod tests {
             window,
             comm_s: 0.0,
             quantized: false,
+            role: None,
             grouped: false,
         }
     }
@@ -272,7 +276,7 @@ mod tests {
             launch in 0.0f64..1e-5, overlap in proptest::option::of(0.0f64..=1.0),
         ) {
             let o = op(f0, f1, b0, b1, w);
-            let eff = Efficiency { eta_compute: 0.7, eta_mem: 0.8, eta_moe: None, eta_compute_quant: None, overlap, t_launch_s: launch, t_layer_s: 0.0, t_step_s: 0.0 };
+            let eff = Efficiency { eta_compute: 0.7, eta_mem: 0.8, eta_moe: None, eta_compute_quant: None, eta_compute_quant_roles: [None; 10], overlap, t_launch_s: launch, t_layer_s: 0.0, t_step_s: 0.0 };
             let hi = lo + len;
             let a = price_range(&o, lo, hi, 1e9, &eff);
             let b = brute(&o, lo, hi, &eff);

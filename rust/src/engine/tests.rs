@@ -98,11 +98,9 @@ fn decode_sum_matches_step_by_step_evaluation() {
         eta_compute: 0.6,
         eta_mem: 0.7,
         eta_moe: None,
-        eta_compute_quant: None,
         overlap: Some(0.3),
         t_launch_s: 5e-6,
-        t_layer_s: 0.0,
-        t_step_s: 0.0,
+        ..Efficiency::uncalibrated()
     };
     let e = estimate(&m, &dev, &p, &eff, proto(), false).unwrap();
     let r = resolve(&m, &dev, &p, proto()).unwrap();
@@ -406,6 +404,24 @@ fn grouped_expert_kernels_take_eta_moe_and_quantized_gemms_eta_compute_quant() {
     };
     assert!((compute(&eff, OpKind::FfnUp) / compute(&base, OpKind::FfnUp) - 4.0).abs() < 1e-12);
     assert_eq!(compute(&eff, OpKind::FfnDown), compute(&base, OpKind::FfnDown));
+    // a format's own efficiency, given for the roles stored in it, wins over eta_compute_quant;
+    // roles without one keep eta_compute_quant, and 16-bit GEMMs eta_compute
+    let mut p2 = p.clone();
+    p2.weights.ffn_down = p.weights.ffn_up;
+    let mut by_role = eff;
+    by_role.eta_compute_quant_roles[Role::Up as usize] = Some(0.2);
+    let compute2 = |eff: &Efficiency, kind: OpKind| {
+        let e = estimate(&llama, &h100(), &p2, eff, proto(), true).unwrap();
+        row(&e, Phase::Prefill, kind).compute_s
+    };
+    let ratio = |kind: OpKind| compute2(&by_role, kind) / compute2(&base, kind);
+    assert!((ratio(OpKind::FfnUp) - 5.0).abs() < 1e-12);
+    assert!((ratio(OpKind::FfnDown) - 4.0).abs() < 1e-12);
+    assert_eq!(ratio(OpKind::OutProj), 1.0);
+    let mut bad = by_role;
+    bad.eta_compute_quant_roles[Role::Down as usize] = Some(1.5);
+    let err = estimate(&llama, &h100(), &p2, &bad, proto(), false).unwrap_err();
+    assert!(err.to_string().contains("ffn_down must be in (0, 1]"), "{err}");
 }
 
 #[test]
