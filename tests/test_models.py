@@ -104,6 +104,18 @@ def test_tied_defaults_and_head_bias():
     assert not phi.tie_word_embeddings and phi.params["lm_head"] == 51200 * 2560 + 51200
 
 
+def test_gptj_counts_as_its_modules_do():
+    # transformers modeling_gptj.py: one LayerNorm per block shared by the parallel attention and
+    # MLP, q/k/v/out without bias, fc_in/fc_out and lm_head with bias; n_inner null => 4 d
+    d, layers, vocab = 4096, 28, 50400
+    f = 4 * d
+    block = 2 * d + 4 * d * d + (d * f + f) + (f * d + d)
+    want = vocab * d + layers * block + 2 * d + (d * vocab + vocab)
+    m = Model.from_config("EleutherAI/gpt-j-6b")
+    assert m.total_params == want == 6_050_882_784
+    assert not m.tie_word_embeddings and m.params["lm_head"] == d * vocab + vocab
+
+
 def test_windows_per_layer():
     g2 = Model.from_config("google/gemma-2-9b")
     assert sorted((g["count"], g["attention"]["window"] or 0) for g in g2.layer_groups) == [(21, 0), (21, 4096)]

@@ -42,6 +42,7 @@ _GATED_BY_ARCH = {
     "Phi3ForCausalLM": True,
     "GPT2LMHeadModel": False,
     "GPTNeoXForCausalLM": False,
+    "GPTJForCausalLM": False,
     "OPTForCausalLM": False,
     "FalconForCausalLM": False,
     "BloomForCausalLM": False,
@@ -71,6 +72,7 @@ _GATED_BY_TYPE = {
     "gpt_oss": True,
     "gpt2": False,
     "gpt_neox": False,
+    "gptj": False,
     "opt": False,
     "falcon": False,
     "bloom": False,
@@ -86,7 +88,7 @@ _ROUTER_BIAS_TYPES = {"gpt_oss"}
 # Families whose experts carry biases (gpt-oss: fused gate_up and down with biases).
 _EXPERT_BIAS_TYPES = {"gpt_oss"}
 # Families whose norms are LayerNorm (weight + bias); the rest use RMSNorm.
-_LAYERNORM_TYPES = {"gpt2", "gpt_neox", "opt", "falcon", "bloom", "mpt", "phi", "starcoder2"}
+_LAYERNORM_TYPES = {"gpt2", "gpt_neox", "gptj", "opt", "falcon", "bloom", "mpt", "phi", "starcoder2"}
 # Class defaults of tie_word_embeddings when the key is absent (transformers config classes).
 _TIED_BY_DEFAULT = {"gpt2", "opt", "falcon", "starcoder2", "gemma", "gemma2", "gemma3", "gemma3_text", "bloom"}
 # Families with learned absolute position embeddings: (key for the row count, extra rows).
@@ -96,7 +98,7 @@ _ALL_BIAS_TYPES = {"gpt2", "gpt_neox", "opt", "phi", "bloom"}
 # rope_scaling types that extend the trained window; the others already report the extended length.
 _EXTENDING_ROPE = {"yarn"}
 # Config-class defaults that configs rely on by leaving keys out (transformers config classes:
-# FalconConfig, Gemma3TextConfig, GPT2Config).
+# FalconConfig, Gemma3TextConfig, GPT2Config, GPTJConfig).
 _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "falcon": {"max_position_embeddings": 2048, "hidden_act": "gelu"},
     "gemma3_text": {
@@ -106,6 +108,7 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "sliding_window_pattern": 6,
     },
     "gpt2": {"n_positions": 1024, "activation_function": "gelu_new"},
+    "gptj": {"n_positions": 2048, "activation_function": "gelu_new"},
 }
 
 _ACTIVATIONS = {
@@ -508,7 +511,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     norm = "layer" if (model_type in _LAYERNORM_TYPES or cfg.get("norm_type") == "layer_norm") else "rms"
     if model_type in ("gemma2", "gemma3", "gemma3_text"):
         norms_per_layer = 4
-    elif model_type == "phi" or (
+    elif model_type in ("phi", "gptj") or (
         model_type == "falcon" and cfg.get("parallel_attn", True) and not cfg.get("new_decoder_architecture")
     ):
         norms_per_layer = 1
@@ -523,7 +526,8 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     attn_bias = _flag(cfg, "attention_bias", False)
     qkv_bias = all_bias or attn_bias or _flag(cfg, "qkv_bias", model_type in ("qwen2", "qwen2_moe"))
     o_bias = all_bias or attn_bias
-    mlp_bias = all_bias or _flag(cfg, "mlp_bias", False)
+    # GPT-J: q/k/v/out without bias, fc_in/fc_out and lm_head with (transformers modeling_gptj.py)
+    mlp_bias = all_bias or model_type == "gptj" or _flag(cfg, "mlp_bias", False)
     qk_norm = model_type in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text") or _flag(cfg, "qk_layernorm", False)
     sinks = model_type in _SINK_TYPES
     rotary = model_type not in ("gpt2", "opt", "bloom", "mpt")
@@ -617,7 +621,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
         "norm": norm,
         "tie_word_embeddings": tied,
         "position_embeddings": pos_rows,
-        "lm_head_bias": model_type == "phi",
+        "lm_head_bias": model_type in ("phi", "gptj"),
         "max_model_len": max_len,
     }
     m = Model(
