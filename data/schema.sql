@@ -133,3 +133,31 @@ CREATE TABLE benchmarks (
     notes          VARCHAR,
     not_priced     VARCHAR
 );
+
+-- Fitted efficiencies (spec 50), loaded from data/calibration/fits.csv as `ridgeline calibrate`
+-- wrote it: one row per (device or '*' profile, runtime, memory technology, precision, phase);
+-- a precision other than '*' is a weight format's own quantized-GEMM efficiency.
+CREATE TABLE calibration (
+    hardware          VARCHAR NOT NULL,
+    runtime           VARCHAR NOT NULL,
+    memory            VARCHAR NOT NULL,
+    precision         VARCHAR NOT NULL,
+    phase             VARCHAR NOT NULL,
+    eta_mem           DOUBLE NOT NULL CHECK (eta_mem > 0 AND eta_mem <= 1),
+    eta_compute       DOUBLE NOT NULL CHECK (eta_compute > 0 AND eta_compute <= 1),
+    t_launch_us       DOUBLE NOT NULL CHECK (t_launch_us >= 0),
+    t_step_us         DOUBLE NOT NULL CHECK (t_step_us >= 0),
+    eta_moe           DOUBLE NOT NULL CHECK (eta_moe > 0 AND eta_moe <= 1),
+    eta_compute_quant DOUBLE NOT NULL CHECK (eta_compute_quant > 0 AND eta_compute_quant <= 1),
+    routing_skew      DOUBLE NOT NULL CHECK (routing_skew >= 0),
+    overlap           DOUBLE NOT NULL CHECK (overlap >= 0 AND overlap <= 1),
+    t_layer_us        DOUBLE NOT NULL CHECK (t_layer_us >= 0),
+    n_rows            INTEGER NOT NULL CHECK (n_rows > 0),
+    rms_log           DOUBLE NOT NULL CHECK (rms_log >= 0),
+    pinned            VARCHAR,
+    structure_version VARCHAR NOT NULL,
+    data_hash         VARCHAR NOT NULL,
+    fitted_at         VARCHAR NOT NULL,
+    source            VARCHAR NOT NULL,
+    PRIMARY KEY (hardware, runtime, memory, precision, phase)
+);

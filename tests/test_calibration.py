@@ -31,6 +31,14 @@ def test_shipped_fits_match_the_engine_structure():
     assert fits and {f["structure_version"] for f in fits} == {structure_version()}
 
 
+def test_the_calibration_table_holds_the_shipped_fits():
+    # spec 50: the fits are in DuckDB too, for `ridgeline catalog sql`
+    got = default_catalog().sql("SELECT hardware, runtime, memory, precision, eta_compute_quant FROM calibration")
+    want = [(f["hardware"], f["runtime"], f["memory"], f["precision"], float(f["eta_compute_quant"]))
+            for f in shipped_fits()]  # fmt: skip
+    assert sorted(got.rows()) == sorted(want) and len(want) > 0
+
+
 def test_a_stale_calibration_is_refused():
     stale = [{**f, "structure_version": "0" * 16} for f in shipped_fits()]
     with pytest.raises(CatalogError, match="refit"):

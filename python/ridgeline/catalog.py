@@ -38,6 +38,7 @@ _OPTIONAL_FILES = {
     "hardware_bins": "data/hardware/hardware_bins.csv",
     "hardware_cost": "data/hardware/hardware_cost.csv",
     "link_measurements": "data/hardware/link_measurements.csv",
+    "calibration": "data/calibration/fits.csv",
 }
 
 
