@@ -151,6 +151,7 @@ CREATE TABLE calibration (
     eta_compute_quant DOUBLE NOT NULL CHECK (eta_compute_quant > 0 AND eta_compute_quant <= 1),
     routing_skew      DOUBLE NOT NULL CHECK (routing_skew >= 0),
     overlap           DOUBLE NOT NULL CHECK (overlap >= 0 AND overlap <= 1),
+    overlap_moe       DOUBLE CHECK (overlap_moe >= 0 AND overlap_moe <= 1),
     t_layer_us        DOUBLE NOT NULL CHECK (t_layer_us >= 0),
     n_rows            INTEGER NOT NULL CHECK (n_rows > 0),
     rms_log           DOUBLE NOT NULL CHECK (rms_log >= 0),

@@ -10,7 +10,9 @@ efficiencies (eta_mem, eta_compute, t_launch_us, t_step_us, overlap) is then
 with c = compute / eta_compute and m = memory / eta_mem per operator: the roofline's max at
 overlap o = 1, the two in series at 0. A fit evaluates thousands of candidates per second
 without calling the engine. Routed-expert
-GEMMs over more than one token per step take eta_moe, quantized GEMMs their weight format's
+GEMMs over more than one token per step take eta_moe and their own overlap (overlap_moe: a grouped
+kernel streams each expert's weights for the few tokens routed to it, where a dense GEMM streams
+its weights once for the whole step), quantized GEMMs their weight format's
 efficiency (eta_compute_quant where the format has too few rows for its own). Expert GEMMs'
 weight bytes follow the distinct experts a step touches, D(T, s) (`_core.distinct_experts`, spec
 30): the decomposition keeps each expert GEMM's memory time as A + W D(T, s), solved from the
@@ -36,8 +38,8 @@ from .catalog import Catalog, default_catalog
 from .errors import CatalogError, PlanError
 
 PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us", "eta_moe", "eta_compute_quant", "routing_skew",
-          "overlap")  # fmt: skip
-UNCALIBRATED = np.array([1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+          "overlap", "overlap_moe")  # fmt: skip
+UNCALIBRATED = np.array([1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0])
 SKEW = PARAMS.index("routing_skew")
 EXPERT_WEIGHT_OPS = ("expert_up", "expert_down")
 MODEL_METRICS = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "throughput_tok_s")
@@ -282,13 +284,15 @@ class Batch:
     def predict(self, p: np.ndarray, formats: Optional[Mapping[str, float]] = None) -> np.ndarray:
         """Predicted rates (times in ms for time rows) under parameters `p`; a quantized GEMM
         takes its format's efficiency from `formats` where it has one, else eta_compute_quant."""
-        eta_m, eta_c, tl, ts, eta_moe, eta_cq, skew, overlap = p
+        eta_m, eta_c, tl, ts, eta_moe, eta_cq, skew, overlap, overlap_moe = p
         eta = np.where(self.e, eta_moe, eta_m)
         by_format = np.array([float((formats or {}).get(k, eta_cq)) for k in self.formats] + [eta_cq])
         eta_comp = np.where(self.q, by_format[self.f], eta_c)
         c, m = self.c / eta_comp, self.memory(skew) / eta
-        # overlap 1: the roofline's max(compute, memory); 0: the two in series
-        t = (overlap * np.maximum(c, m) + (1.0 - overlap) * (c + m)).sum(axis=1)
+        # overlap 1: the roofline's max(compute, memory); 0: the two in series; grouped expert
+        # kernels have their own
+        o = np.where(self.e, overlap_moe, overlap)
+        t = (o * np.maximum(c, m) + (1.0 - o) * (c + m)).sum(axis=1)
         t = t + self.fixed + self.launches * tl * 1e-6 + self.steps * ts * 1e-6
         out: np.ndarray = np.where(self.time_ms, t * 1e3, self.work / t)
         return out
@@ -322,23 +326,25 @@ def decompose_all(cat: Catalog) -> tuple[list[Decomposed], list[dict[str, Any]]]
 def _bounds(cat: Catalog) -> list[tuple[float, float]]:
     lo = cat.constant("fit_eta_min")
     return [(lo, 1.0), (lo, 1.0), (0.0, cat.constant("fit_launch_us_max")), (0.0, cat.constant("fit_step_us_max")),
-            (lo, 1.0), (lo, 1.0), (0.0, cat.constant("fit_routing_skew_max")), (0.0, 1.0)]  # fmt: skip
+            (lo, 1.0), (lo, 1.0), (0.0, cat.constant("fit_routing_skew_max")), (0.0, 1.0), (0.0, 1.0)]  # fmt: skip
 
 
 def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, dict[str, float], float]:
-    """Differential evolution (seed 0) on the rms of log(predicted / observed), polished by
-    least_squares; then each weight format that carries most of the quantized GEMM time of enough
-    rows gets its own quantized-GEMM efficiency (least_squares from eta_compute_quant, the other
-    parameters held). Returns the parameters, the per-format efficiencies and the rms."""
+    """Differential evolution (seed 0) on the rms of log(predicted / observed), every weight format
+    at one quantized-GEMM efficiency, polished by least_squares. Where two or more formats each
+    carry most of the quantized GEMM time of enough rows, a second least_squares from there gives
+    each its own efficiency and re-polishes the other parameters with them; eta_compute_quant keeps
+    the all-formats value, which prices formats without their own. Returns the parameters, the
+    per-format efficiencies and the rms."""
     from scipy.optimize import differential_evolution, least_squares  # type: ignore[import-untyped]
 
     if len(rows) < len(PARAMS):
         raise PlanError(f"calibration: {len(rows)} rows cannot fix {len(PARAMS)} parameters")
     batch = Batch(rows)
-    # eta_moe only where the rows hold grouped expert kernels (else eta_mem); eta_compute_quant
-    # only where they hold quantized GEMMs (else eta_compute); the routing skew only where
-    # MoE decode steps route several tokens (else 0: uniform routing)
-    free = [True] * 4 + [batch.has_experts, batch.has_quant, batch.has_skew, True]  # overlap always free
+    # eta_moe and overlap_moe only where the rows hold grouped expert kernels (else eta_mem and
+    # overlap); eta_compute_quant only where they hold quantized GEMMs (else eta_compute); the
+    # routing skew only where MoE decode steps route several tokens (else 0: uniform routing)
+    free = [True] * 4 + [batch.has_experts, batch.has_quant, batch.has_skew, True, batch.has_experts]
     bounds = [b for b, f in zip(_bounds(cat), free) if f]
 
     def full(p: np.ndarray) -> np.ndarray:
@@ -347,6 +353,7 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, dict[str,
         v[4] = v[4] if v[4] is not None else v[0]
         v[5] = v[5] if v[5] is not None else v[1]
         v[SKEW] = v[SKEW] if v[SKEW] is not None else 0.0
+        v[8] = v[8] if v[8] is not None else v[7]
         return np.array(v, dtype=float)
 
     def residuals(p: np.ndarray) -> np.ndarray:
@@ -357,17 +364,38 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, dict[str,
 
     de = differential_evolution(rms, bounds, seed=0, tol=1e-10, maxiter=300, polish=False, updating="immediate")
     ls = least_squares(residuals, de.x, bounds=([b[0] for b in bounds], [b[1] for b in bounds]))
-    p = full(ls.x if rms(ls.x) <= rms(de.x) else de.x)
-    formats = _fit_formats(batch, p, cat)
-    return p, formats, float(np.sqrt(np.mean(np.log(batch.speed_ratio(p, formats)) ** 2)))
+    best = ls.x if rms(ls.x) <= rms(de.x) else de.x
+    p = full(best)
+    own = _own_formats(batch, cat)
+    if not own:
+        return p, {}, rms(best)
+    # the second stage: the free parameters but eta_compute_quant, and one efficiency per format
+    cq = PARAMS.index("eta_compute_quant")
+    idx = [i for i, f in enumerate(free) if f and i != cq]
+    lo = cat.constant("fit_eta_min")
+
+    def split(x: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
+        q = p.copy()
+        q[idx] = x[: len(idx)]
+        q[4] = q[4] if free[4] else q[0]
+        q[8] = q[8] if free[8] else q[7]
+        return q, dict(zip(own, x[len(idx) :]))
+
+    def residuals2(x: np.ndarray) -> np.ndarray:
+        return np.asarray(-np.log(batch.speed_ratio(*split(x))))
+
+    b2 = [_bounds(cat)[i] for i in idx] + [(lo, 1.0)] * len(own)
+    x0 = np.concatenate([p[idx], np.full(len(own), p[cq])])
+    ls2 = least_squares(residuals2, x0, bounds=([b[0] for b in b2], [b[1] for b in b2]))
+    q, formats = split(ls2.x)
+    formats = {k: float(f"{v:.6g}") for k, v in formats.items()}
+    return q, formats, float(np.sqrt(np.mean(np.log(batch.speed_ratio(q, formats)) ** 2)))
 
 
-def _fit_formats(batch: Batch, p: np.ndarray, cat: Catalog) -> dict[str, float]:
-    """Quantized-GEMM efficiency per weight format: llama.cpp's MMQ kernels unpack each ggml
-    type differently before the int8 dot products, so the dequantisation cost is the format's,
-    measured from the rows where that format carries most of the quantized GEMM time."""
-    from scipy.optimize import least_squares
-
+def _own_formats(batch: Batch, cat: Catalog) -> list[str]:
+    """The weight formats that get their own quantized-GEMM efficiency: llama.cpp's MMQ kernels
+    unpack each ggml type differently before the int8 dot products, so the dequantisation cost is
+    the format's, measured from the rows where that format carries most of the quantized GEMM time."""
     main = batch.main_formats()
     need = int(cat.constant("fit_format_min_rows"))
     devices: dict[str, set[str]] = {}
@@ -377,16 +405,7 @@ def _fit_formats(batch: Batch, p: np.ndarray, cat: Catalog) -> dict[str, float]:
     # several devices, or one device's kernel generation would stand for the whole runtime
     spread = int(cat.constant("fit_format_min_devices")) if len(set().union(*devices.values())) > 1 else 1
     own = [k for k in batch.formats if main.count(k) >= need and len(devices.get(k, ())) >= spread]
-    if len(own) < 2:  # one format: eta_compute_quant is already its efficiency
-        return {}
-    lo = cat.constant("fit_eta_min")
-
-    def residuals(x: np.ndarray) -> np.ndarray:
-        return np.asarray(np.log(batch.speed_ratio(p, dict(zip(own, x)))))
-
-    ls = least_squares(residuals, np.full(len(own), p[PARAMS.index("eta_compute_quant")]),
-                       bounds=(np.full(len(own), lo), np.ones(len(own))))  # fmt: skip
-    return {k: float(f"{v:.6g}") for k, v in zip(own, ls.x)}
+    return own if len(own) >= 2 else []  # one format: eta_compute_quant is already its efficiency
 
 
 def data_hash(rows: Sequence[Decomposed]) -> str:
@@ -474,11 +493,11 @@ def _pinned(p: np.ndarray, cat: Catalog, moe: bool, quant: bool, skew: bool) -> 
     A routing skew of 0 is uniform routing and an overlap of 1 the roofline: answers, not bounds."""
     out = []
     for k, v, (lo, hi) in zip(PARAMS, p, _bounds(cat)):
-        if (k == "eta_moe" and not moe) or (k == "eta_compute_quant" and not quant):
+        if (k in ("eta_moe", "overlap_moe") and not moe) or (k == "eta_compute_quant" and not quant):
             continue
         if k == "routing_skew" and (not skew or v < hi / 2):
             continue
-        if k == "overlap":  # full overlap is the roofline, an answer; kernels in series are the bound
+        if k.startswith("overlap"):  # full overlap is the roofline, an answer; kernels in series the bound
             if abs(v - lo) <= 1e-6:
                 out.append(k)
             continue
@@ -581,14 +600,13 @@ def efficiency_json(fit_row: Optional[dict[str, Any]], roles: Optional[Mapping[s
 
     from .quant import ROLES
 
-    eta_m, eta_c, tl, ts, eta_moe, eta_cq, _skew, overlap = params_of(fit_row)
+    eta_m, eta_c, tl, ts, eta_moe, eta_cq, _skew, overlap, overlap_moe = params_of(fit_row)
     tlayer = float(fit_row["t_layer_us"]) if fit_row else 0.0
     formats = formats_of(fit_row)
     by_role = [formats.get((roles or {}).get(r, "")) for r in ROLES]
     return json.dumps({"eta_mem": eta_m, "eta_compute": eta_c, "eta_moe": eta_moe, "eta_compute_quant": eta_cq,
-                       "eta_compute_quant_roles": by_role,
-                       "overlap": overlap, "t_launch_s": tl * 1e-6, "t_layer_s": tlayer * 1e-6,
-                       "t_step_s": ts * 1e-6})  # fmt: skip
+                       "eta_compute_quant_roles": by_role, "overlap": overlap, "overlap_moe": overlap_moe,
+                       "t_launch_s": tl * 1e-6, "t_layer_s": tlayer * 1e-6, "t_step_s": ts * 1e-6})  # fmt: skip
 
 
 def predict_shipped(rows: Sequence[Decomposed], catalog: Optional[Catalog] = None,

@@ -373,6 +373,7 @@ def calibrate(out: str) -> None:
             f"eta_compute {f['eta_compute']:<7.3g} quant {f['eta_compute_quant']:<7.3g} eta_moe {f['eta_moe']:<7.3g} "
             f"t_launch {f['t_launch_us']:<6.3g} us "
             f"t_step {f['t_step_us']:<7.3g} us skew {f['routing_skew']:<5.3g} overlap {f['overlap']:<6.3g} "
+            f"overlap_moe {f['overlap_moe']:<6.3g} "
             f"rows {f['n_rows']:<4} "
             f"rms_log {f['rms_log']:.3f}" + (f"  PINNED: {f['pinned']}" if f["pinned"] else "")
         )

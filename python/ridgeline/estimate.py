@@ -376,6 +376,11 @@ def _calibrated_note(f: Mapping[str, Any]) -> str:
         )
         + (f", routing skew {float(f['routing_skew']):.3g}" if float(f.get("routing_skew") or 0) else "")
         + (f", overlap {float(f['overlap']):.3g}" if float(f.get("overlap", 1.0)) != 1.0 else "")
+        + (
+            f", expert-kernel overlap {float(f['overlap_moe']):.3g}"
+            if float(f.get("overlap_moe", f.get("overlap", 1.0))) != float(f.get("overlap", 1.0))
+            else ""
+        )
         + "".join(f", {k} GEMMs {v:.3g}" for k, v in sorted((f.get("quant_formats") or {}).items()))
     )
     return (

@@ -112,6 +112,9 @@ pub struct Efficiency {
     /// max(compute, memory), 0 the two in series.
     #[serde(default)]
     pub overlap: Option<f64>,
+    /// Overlap of the grouped routed-expert kernels (`grouped` ops); `overlap` when not fitted.
+    #[serde(default)]
+    pub overlap_moe: Option<f64>,
     #[serde(default)]
     pub t_launch_s: f64,
     #[serde(default)]
@@ -129,6 +132,7 @@ impl Efficiency {
             eta_compute_quant: None,
             eta_compute_quant_roles: [None; 10],
             overlap: None,
+            overlap_moe: None,
             t_launch_s: 0.0,
             t_layer_s: 0.0,
             t_step_s: 0.0,
@@ -154,9 +158,13 @@ impl Efficiency {
                 ));
             }
         }
-        let o = self.overlap.unwrap_or(1.0);
-        if !(o.is_finite() && (0.0..=1.0).contains(&o)) {
-            return Err(Error::plan("overlap", format!("must be in [0, 1], got {o}")));
+        for (name, o) in [
+            ("overlap", self.overlap.unwrap_or(1.0)),
+            ("overlap_moe", self.overlap_moe.or(self.overlap).unwrap_or(1.0)),
+        ] {
+            if !(o.is_finite() && (0.0..=1.0).contains(&o)) {
+                return Err(Error::plan(name, format!("must be in [0, 1], got {o}")));
+            }
         }
         for (name, v) in [
             ("t_launch_s", self.t_launch_s),

@@ -369,7 +369,7 @@ fn routing_skew_lowers_the_expert_bytes_of_a_batch_only() {
 }
 
 #[test]
-fn grouped_expert_kernels_take_eta_moe_and_quantized_gemms_eta_compute_quant() {
+fn grouped_expert_kernels_take_eta_moe_and_overlap_moe_and_quantized_gemms_their_formats() {
     let m = crate::fixtures::mixtral_8x7b();
     let eff = Efficiency {
         eta_moe: Some(0.5),
@@ -384,6 +384,23 @@ fn grouped_expert_kernels_take_eta_moe_and_quantized_gemms_eta_compute_quant() {
     assert_eq!(memory(1, &eff), memory(1, &base));
     // more: grouped GEMMs at eta_moe
     assert!((memory(4, &eff) / memory(4, &base) - 2.0).abs() < 1e-12);
+    // grouped expert kernels blend compute and memory with overlap_moe, the others with overlap
+    let eff = Efficiency {
+        overlap: Some(0.0),
+        overlap_moe: Some(1.0),
+        ..Efficiency::uncalibrated()
+    };
+    let e = estimate(&m, &h100(), &plan(4, 512, 2), &eff, proto(), true).unwrap();
+    let up = row(&e, Phase::Decode, OpKind::ExpertUp);
+    assert!((up.time_s - up.launch_s - up.compute_s.max(up.memory_s)).abs() <= 1e-12 * up.time_s);
+    let out = row(&e, Phase::Decode, OpKind::OutProj);
+    assert!((out.time_s - out.launch_s - (out.compute_s + out.memory_s)).abs() <= 1e-12 * out.time_s);
+    let bad = Efficiency {
+        overlap_moe: Some(1.5),
+        ..eff
+    };
+    let err = estimate(&m, &h100(), &plan(4, 512, 2), &bad, proto(), false).unwrap_err();
+    assert!(err.to_string().contains("overlap_moe"), "{err}");
     // a 4-bit FFN's prefill GEMMs are priced at eta_compute_quant, the rest at eta_compute
     let mut p = plan(1, 4096, 1);
     p.weights.ffn_up = Some(crate::weights::WeightFormat {
