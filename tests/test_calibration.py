@@ -39,6 +39,17 @@ def test_the_calibration_table_holds_the_shipped_fits():
     assert sorted(got.rows()) == sorted(want) and len(want) > 0
 
 
+def test_a_group_with_fewer_rows_than_free_parameters_is_refused():
+    from ridgeline.calibrate import Batch, decompose_all, fit
+
+    cat = default_catalog()
+    rows = [d for d in decompose_all(cat)[0] if d.row["hardware"] == "RTX_3070"]
+    free = sum(Batch(rows).free())
+    assert len(rows) >= free == len(PARAMS) - 3  # dense Q4_K_M rows: no eta_moe, skew, overlap_moe
+    with pytest.raises(ridgeline.PlanError, match=f"{free - 1} rows cannot fix {free} parameters"):
+        fit(rows[: free - 1], cat)
+
+
 def test_a_stale_calibration_is_refused():
     stale = [{**f, "structure_version": "0" * 16} for f in shipped_fits()]
     with pytest.raises(CatalogError, match="refit"):
@@ -52,7 +63,8 @@ def test_fitted_constants_are_physical_and_labelled(fresh):
         assert 0 < f["eta_mem"] <= 1 and 0 < f["eta_compute"] <= 1 and 0 < f["eta_compute_quant"] <= 1
         assert f["t_launch_us"] >= 0 and f["t_step_us"] >= 0 and f["rms_log"] > 0
         if f["precision"] == "*":
-            assert f["n_rows"] >= len(PARAMS)
+            # at least the parameters every group fits: eta_mem, eta_compute, t_launch, t_step, overlap
+            assert f["n_rows"] >= len(PARAMS) - 4
             continue
         # a weight format's own quantized-GEMM efficiency: enough rows, everything else the group's
         assert f["n_rows"] >= cat.constant("fit_format_min_rows")

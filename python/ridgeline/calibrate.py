@@ -273,6 +273,13 @@ class Batch:
             m[at] += self.mw[at] * (d - self.md0[at])
         return m
 
+    def free(self) -> list[bool]:
+        """Which of PARAMS these rows can fix: eta_moe and overlap_moe only where they hold grouped
+        expert kernels (else eta_mem and overlap); eta_compute_quant only where they hold quantized
+        GEMMs (else eta_compute); the routing skew only where MoE decode steps route several tokens
+        (else 0: uniform routing)."""
+        return [True] * 4 + [self.has_experts, self.has_quant, self.has_skew, True, self.has_experts]
+
     def main_formats(self) -> list[str]:
         """Per row, the format that carries most of its quantized GEMM time ("" without any)."""
         out = []
@@ -338,13 +345,10 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, dict[str,
     per-format efficiencies and the rms."""
     from scipy.optimize import differential_evolution, least_squares  # type: ignore[import-untyped]
 
-    if len(rows) < len(PARAMS):
-        raise PlanError(f"calibration: {len(rows)} rows cannot fix {len(PARAMS)} parameters")
     batch = Batch(rows)
-    # eta_moe and overlap_moe only where the rows hold grouped expert kernels (else eta_mem and
-    # overlap); eta_compute_quant only where they hold quantized GEMMs (else eta_compute); the
-    # routing skew only where MoE decode steps route several tokens (else 0: uniform routing)
-    free = [True] * 4 + [batch.has_experts, batch.has_quant, batch.has_skew, True, batch.has_experts]
+    free = batch.free()
+    if len(rows) < sum(free):
+        raise PlanError(f"calibration: {len(rows)} rows cannot fix {sum(free)} parameters")
     bounds = [b for b, f in zip(_bounds(cat), free) if f]
 
     def full(p: np.ndarray) -> np.ndarray:
@@ -437,7 +441,7 @@ def _profile_rows(rows: Sequence[Decomposed], cat: Catalog, memtech: str, exclud
     that memory technology, else (none has it, or too few rows to fit) every other device."""
     others = [d for d in rows if d.row["hardware"] != exclude]
     same = [d for d in others if _memtech(cat, d.row["hardware"]) == memtech]
-    return same if len(same) >= len(PARAMS) else others
+    return same if same and len(same) >= sum(Batch(same).free()) else others
 
 
 def calibrate(catalog: Optional[Catalog] = None, min_device_rows: int = 8) -> list[dict[str, Any]]:
@@ -460,10 +464,10 @@ def calibrate(catalog: Optional[Catalog] = None, min_device_rows: int = 8) -> li
     for (hw, runtime, mt), g in sorted(groups.items()):
         if hw != "*" and (len(g) < min_device_rows or len({x.row["metric"] for x in g}) < 2):
             continue
-        if len(g) < len(PARAMS):
+        b = Batch(g)
+        if len(g) < sum(b.free()):
             continue
         p, formats, err = fit(g, cat)
-        b = Batch(g)
         row = {
             "hardware": hw, "runtime": runtime, "memory": mt, "precision": "*", "phase": "*",
             **{k: float(f"{v:.6g}") for k, v in zip(PARAMS, p)}, "t_layer_us": 0.0, "n_rows": len(g),
@@ -657,7 +661,7 @@ def validation(catalog: Optional[Catalog] = None) -> dict[str, Any]:
             rest = _profile_rows(rs, cat, _memtech(cat, dev), exclude=dev)
             label, f = lookup(dev, rt, cat, fits)
             p_in = params_of(f)
-            out = fit(rest, cat) if len(rest) >= len(PARAMS) else None
+            out = fit(rest, cat) if rest and len(rest) >= sum(Batch(rest).free()) else None
             b = Batch(own)
             r_in = b.speed_ratio(p_in, formats_of(f))
             r_out = b.speed_ratio(out[0], out[1]) if out is not None else np.full(len(own), np.nan)
