@@ -10,7 +10,7 @@ use crate::model::{Ffn, Model};
 use crate::params::{self, ParamCounts};
 use crate::plan::{Efficiency, Plan};
 use crate::roofline::{price, price_range, Cost};
-use crate::weights::Role;
+use crate::weights::{Role, N_ROLES};
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -158,7 +158,7 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
     // A GEMM runs in its weights' compute path (W8A8 fp8/int8) only where the
     // device has that path and it is faster; otherwise weights are dequantised
     // and the GEMM runs at the activation dtype's peak (W4A16 at the bf16 peak).
-    let mut peaks = [pa.flops_per_s; 10];
+    let mut peaks = [pa.flops_per_s; N_ROLES];
     let mut gemm_dtype = pa.used;
     for (i, f) in formats.iter().enumerate() {
         let Some(c) = f.compute else { continue };

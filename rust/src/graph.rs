@@ -10,7 +10,7 @@
 use crate::attention::{causal_pairs, distinct_keys};
 use crate::collectives::{Collective, ProtocolTable, Topology};
 use crate::model::{Attention, Ffn, LayerGroup, Mla, Model};
-use crate::weights::{Role, WeightFormat};
+use crate::weights::{Role, WeightFormat, N_ROLES};
 
 /// Group index of operators outside the decoder layers.
 pub const MODEL_LEVEL: u16 = u16::MAX;
@@ -248,9 +248,9 @@ pub struct BuildCtx<'a> {
     pub act_b: f64,
     pub kv_b: f64,
     /// Storage format of each weight role (indexed like `Role::ALL`).
-    pub formats: [WeightFormat; 10],
+    pub formats: [WeightFormat; N_ROLES],
     /// Dense peak (FLOP/s) of the GEMMs on each weight role.
-    pub peaks: [f64; 10],
+    pub peaks: [f64; N_ROLES],
     /// Dense peak of activation-dtype kernels (attention, elementwise).
     pub peak_act: f64,
     /// The devices' links (None on a single device).

@@ -4,7 +4,7 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::{Ffn, Model};
-use crate::weights::{Role, WeightFormats};
+use crate::weights::{Role, WeightFormats, N_ROLES};
 use serde::Deserialize;
 
 fn default_dtype() -> DType {
@@ -107,7 +107,7 @@ pub struct Efficiency {
     /// fitted efficiency of the role's storage format (llama.cpp's MMQ kernel differs per ggml
     /// type); `eta_compute_quant` where None.
     #[serde(default)]
-    pub eta_compute_quant_roles: [Option<f64>; 10],
+    pub eta_compute_quant_roles: [Option<f64>; N_ROLES],
     /// How far a kernel overlaps its memory traffic with its math: 1 (None) is the roofline's
     /// max(compute, memory), 0 the two in series.
     #[serde(default)]
@@ -130,7 +130,7 @@ impl Efficiency {
             eta_mem: 1.0,
             eta_moe: None,
             eta_compute_quant: None,
-            eta_compute_quant_roles: [None; 10],
+            eta_compute_quant_roles: [None; N_ROLES],
             overlap: None,
             overlap_moe: None,
             t_launch_s: 0.0,

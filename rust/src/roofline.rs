@@ -280,7 +280,7 @@ mod tests {
             launch in 0.0f64..1e-5, overlap in proptest::option::of(0.0f64..=1.0),
         ) {
             let o = op(f0, f1, b0, b1, w);
-            let eff = Efficiency { eta_compute: 0.7, eta_mem: 0.8, eta_moe: None, eta_compute_quant: None, eta_compute_quant_roles: [None; 10], overlap, overlap_moe: None, t_launch_s: launch, t_layer_s: 0.0, t_step_s: 0.0 };
+            let eff = Efficiency { eta_compute: 0.7, eta_mem: 0.8, eta_moe: None, eta_compute_quant: None, eta_compute_quant_roles: [None; crate::weights::N_ROLES], overlap, overlap_moe: None, t_launch_s: launch, t_layer_s: 0.0, t_step_s: 0.0 };
             let hi = lo + len;
             let a = price_range(&o, lo, hi, 1e9, &eff);
             let b = brute(&o, lo, hi, &eff);

@@ -61,6 +61,9 @@ impl WeightFormat {
     }
 }
 
+/// How many weight roles there are (`Role::ALL`).
+pub const N_ROLES: usize = 10;
+
 /// The tensor roles whose storage can differ (llama.cpp's Q4_K_M keeps v and
 /// down in more bits; quantised checkpoints keep the embedding and head in 16 bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,7 +81,7 @@ pub enum Role {
 }
 
 impl Role {
-    pub const ALL: [Role; 10] = [
+    pub const ALL: [Role; N_ROLES] = [
         Role::Q,
         Role::K,
         Role::V,
@@ -149,8 +152,8 @@ impl WeightFormats {
     }
 
     /// The format of every role, the activation dtype where none is given.
-    pub fn resolve(&self, act: DType) -> Result<[WeightFormat; 10]> {
-        let mut out = [WeightFormat::plain(act); 10];
+    pub fn resolve(&self, act: DType) -> Result<[WeightFormat; N_ROLES]> {
+        let mut out = [WeightFormat::plain(act); N_ROLES];
         for (i, r) in Role::ALL.iter().enumerate() {
             if let Some(f) = self.get(*r) {
                 f.validate(r.name())?;
