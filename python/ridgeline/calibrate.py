@@ -373,23 +373,20 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, dict[str,
     own = _own_formats(batch, cat)
     if not own:
         return p, {}, rms(best)
-    # the second stage: the free parameters but eta_compute_quant, and one efficiency per format
+    # the second stage: the free parameters but eta_compute_quant (held at best[at]), then one
+    # efficiency per format; quantized rows make eta_compute_quant free, so it has a slot in best
     cq = PARAMS.index("eta_compute_quant")
-    idx = [i for i, f in enumerate(free) if f and i != cq]
-    lo = cat.constant("fit_eta_min")
+    at = sum(free[:cq])
+    n = len(best) - 1
 
     def split(x: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
-        q = p.copy()
-        q[idx] = x[: len(idx)]
-        q[4] = q[4] if free[4] else q[0]
-        q[8] = q[8] if free[8] else q[7]
-        return q, dict(zip(own, x[len(idx) :]))
+        return full(np.insert(x[:n], at, best[at])), dict(zip(own, x[n:]))
 
     def residuals2(x: np.ndarray) -> np.ndarray:
         return np.asarray(-np.log(batch.speed_ratio(*split(x))))
 
-    b2 = [_bounds(cat)[i] for i in idx] + [(lo, 1.0)] * len(own)
-    x0 = np.concatenate([p[idx], np.full(len(own), p[cq])])
+    b2 = [*bounds[:at], *bounds[at + 1 :]] + [_bounds(cat)[cq]] * len(own)
+    x0 = np.concatenate([np.delete(best, at), np.full(len(own), p[cq])])
     ls2 = least_squares(residuals2, x0, bounds=([b[0] for b in b2], [b[1] for b in b2]))
     q, formats = split(ls2.x)
     formats = {k: float(f"{v:.6g}") for k, v in formats.items()}
@@ -479,15 +476,15 @@ def calibrate(catalog: Optional[Catalog] = None, min_device_rows: int = 8) -> li
         }  # fmt: skip
         out.append(row)
         main = b.main_formats()
-        lo = cat.constant("fit_eta_min")
+        cq_range = _bounds(cat)[PARAMS.index("eta_compute_quant")]
         for k, eta in formats.items():
             # the format's own quantized-GEMM efficiency; the other parameters are the group's
             out.append({
                 **row, "precision": k, "eta_compute_quant": eta, "n_rows": main.count(k),
-                "pinned": "eta_compute_quant" if min(abs(eta - lo), abs(eta - 1.0)) <= 1e-6 else "",
+                "pinned": "eta_compute_quant" if _at_bound(eta, *cq_range) else "",
                 "source": f"ridgeline calibrate: least_squares of {k}'s quantized-GEMM efficiency on the "
-                f"{main.count(k)} rows where {k} carries most of the quantized GEMM time, the group's other "
-                "parameters held",
+                f"{main.count(k)} rows where {k} carries most of the quantized GEMM time, fitted jointly with "
+                "the group's other parameters (second stage)",
             })  # fmt: skip
     return out
 
@@ -505,9 +502,15 @@ def _pinned(p: np.ndarray, cat: Catalog, moe: bool, quant: bool, skew: bool) -> 
             if abs(v - lo) <= 1e-6:
                 out.append(k)
             continue
-        if abs(v - lo) <= 1e-6 * max(1.0, abs(hi)) or abs(v - hi) <= 1e-6 * max(1.0, abs(hi)):
+        if _at_bound(v, lo, hi):
             out.append(k)
     return " ".join(out)
+
+
+def _at_bound(v: float, lo: float, hi: float) -> bool:
+    """Whether a fitted value sits on either end of its search range."""
+    tol = 1e-6 * max(1.0, abs(hi))
+    return abs(v - lo) <= tol or abs(v - hi) <= tol
 
 
 def to_csv(fits: Sequence[dict[str, Any]]) -> str:

@@ -289,7 +289,8 @@ def estimate(
     from .calibrate import efficiency_json, lookup
 
     label, fit_row = lookup(dev.name, runtime, cat) if calibrated else ("uncalibrated", None)
-    eff = _UNCALIBRATED_EFF if fit_row is None else efficiency_json(fit_row, weights.format_names())
+    formats = weights.format_names()
+    eff = _UNCALIBRATED_EFF if fit_row is None else efficiency_json(fit_row, formats)
     if routing_skew is None:
         plan["routing_skew"] = float(fit_row.get("routing_skew") or 0.0) if fit_row else 0.0
     elif (isinstance(routing_skew, bool) or not isinstance(routing_skew, (int, float))
@@ -344,7 +345,7 @@ def estimate(
         warnings=tuple(warnings),
         _breakdown=r["breakdown"],
         _group_labels=_group_labels(m),
-        _formats=weights.format_names(),
+        _formats=formats,
     )
 
 
