@@ -167,7 +167,9 @@ def test_the_engine_prices_a_row_as_the_fit_does(row_id):
     assert fit_row is not None
     predicted = float(Batch([decompose(r, cat)]).predict(params_of(fit_row), formats_of(fit_row))[0])
     model = Model.from_config(r["model"])
-    kw, phase = _estimate_kwargs(r, model.max_model_len, int(cat.constant("llamacpp_n_ubatch")))
+    kw, phase = _estimate_kwargs(
+        r, model.max_model_len, int(cat.constant("llamacpp_n_ubatch")), int(cat.constant("llamacpp_kv_pad"))
+    )
     e = ridgeline.estimate(model, r["hardware"], catalog=cat, **kw)
     if phase == "decode":
         engine = int(kw["batch"]) * (int(kw["output"]) - 1) / e.decode["time_s"]
@@ -188,7 +190,7 @@ def test_llamacpp_rows_are_priced_with_the_attention_they_ran():
     rows = cat.sql("SELECT * FROM benchmarks WHERE runtime LIKE 'llamacpp%' AND not_priced IS NULL").to_dicts()
     fused = {r["id"].split(":")[0]: set() for r in rows}
     for r in rows:
-        fa = _estimate_kwargs(r, 1 << 20, 512)[0]["flash_attention"]
+        fa = _estimate_kwargs(r, 1 << 20, 512, 256)[0]["flash_attention"]
         fused[r["id"].split(":")[0]].add(fa)
         assert fa == has_flag(r, "flash_attn")
     assert fused["llamacpp_xiongjiedai_llama3"] == {False}
@@ -205,7 +207,7 @@ def test_llamacpp_rows_are_priced_with_the_attention_they_ran():
 def test_the_envelope_lines_that_hold_keep_holding(checked):
     # Spec 50's envelope, line by line (`ridgeline validate` prints it). These lines hold on the
     # shipped data; a change that breaks one fails here. The group medians held out and the
-    # batched-bench keystone lines are open work (issue notes).
+    # batched-bench decode keystone line are open work (issue notes).
     from ridgeline.calibrate import envelope, group_summaries
 
     env = envelope(checked["rows"], group_summaries(checked["rows"]))
@@ -216,6 +218,7 @@ def test_the_envelope_lines_that_hold_keep_holding(checked):
         "prefill leave-one-device-out",
         "every group of 5+ rows keeps its median within 0.8-1.25 (in-sample)",
         "GB10 keystone: llama-bench decode across the KV-depth sweep",
+        "GB10 keystone: llama-batched-bench prefill throughput",
     )
     for line in holding:
         e = next(e for e in env if e["check"].startswith(line))

@@ -64,6 +64,7 @@ def test_json_and_breakdown(tmp_path):
         (["-m", "meta-llama/Llama-3.1-70B", "-H", "H100_SXM"], 4, "short by"),
         (["-m", "nvidia/Nemotron-H-56B-Base-8K", "-H", "H100_SXM"], 2, "Mamba2 (M) layers are not supported"),
         (["-m", "openai/gpt-oss-20b", "-H", "GB10", "--routing-skew", "inf"], 2, "routing_skew"),
+        (["-m", "google/gemma-2-9b", "-H", "GB10", "--kv-pad", "0"], 2, "kv_pad"),
         (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--runtime", "vlm"], 2, "llamacpp-cuda, llamacpp-metal"),
     ],
 )

@@ -115,6 +115,9 @@ def test_sweep_every_model_device_batch_prompt_is_finite_and_physical():
         ({"dtype": "fp8"}, "activations are computed"),
         ({"chunk": 0}, "chunk"),
         ({"prompt": 131000, "output": 1000}, "max_model_len 131072"),
+        ({"kv_pad": 0}, "kv_pad"),
+        ({"kv_skip_masked_tail": "yes"}, "kv_skip_masked_tail: must be True or False"),
+        ({"decode_graphs": 1}, "decode_graphs: must be True or False"),
     ],
 )
 def test_invalid_plans_name_the_rule(kwargs, match):
@@ -163,3 +166,24 @@ def test_to_dict_is_json_ready():
         "decode",
     ):
         assert k in s
+
+
+def test_llamacpp_kv_padding_and_replayed_decode_graphs():
+    # llama.cpp reads its KV view in multiples of 256 cells: one decode step after a 300-token
+    # prompt attends 301 keys but reads 512, the same bytes as 512 keys read unpadded; a
+    # 255-token prompt (256 keys) fills one tile exactly and reads no padding.
+    def decode_attention_bytes(prompt, **kw):
+        b = ridgeline.estimate(LLAMA, "GB10", prompt=prompt, output=2, calibrated=False, **kw).breakdown
+        return b.filter((b["op"] == "attention") & (b["phase"] == "decode"))["bytes"][0]
+
+    padded = decode_attention_bytes(300, kv_pad=256)
+    assert padded == decode_attention_bytes(511) and padded > decode_attention_bytes(300)
+    assert decode_attention_bytes(255, kv_pad=256) == decode_attention_bytes(255) < padded
+    assert decode_attention_bytes(256, kv_pad=256) == padded  # 257 keys: two tiles
+    # A replayed CUDA graph drops exactly the decode launch overhead, nothing else.
+    e = {g: ridgeline.estimate(LLAMA, "GB10", prompt=300, output=64, runtime="llamacpp-cuda", decode_graphs=g)
+         for g in (False, True)}  # fmt: skip
+    launch = e[False].breakdown.filter(e[False].breakdown["phase"] == "decode")["launch_s"].sum()
+    assert launch > 0 and e[True].breakdown.filter(e[True].breakdown["phase"] == "decode")["launch_s"].sum() == 0
+    assert e[False].decode["time_s"] - e[True].decode["time_s"] == pytest.approx(launch, rel=1e-9)
+    assert e[False].prefill["time_s"] == e[True].prefill["time_s"]

@@ -84,9 +84,10 @@ def n_ubatch(r: dict[str, Any], default: int) -> int:
     return int(m.group(1)) if m else default
 
 
-def _estimate_kwargs(r: dict[str, Any], max_len: int, ubatch: int) -> tuple[dict[str, Any], str]:
+def _estimate_kwargs(r: dict[str, Any], max_len: int, ubatch: int, kv_pad: int) -> tuple[dict[str, Any], str]:
     """The plan a row measured, and the phase whose time its metric reads (`ubatch`:
-    llama.cpp's default physical batch, for rows that do not state theirs)."""
+    llama.cpp's default physical batch, for rows that do not state theirs; `kv_pad`: the cells
+    llama.cpp pads its KV view to)."""
     b = int(r["batch"] or 1)
     wq = r["weight_quant"]
     llamacpp = r["runtime"].startswith("llamacpp")
@@ -108,6 +109,14 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int, ubatch: int) -> tuple[dict
         # llama.cpp's sliding-window KV cache holds n_swa + n_ubatch cells per sequence, and a
         # decode step attends over all of them (llama-kv-cache-iswa.cpp sizes it so)
         kw["swa_cache_extra"] = ub
+        # its decode reads the cache view padded to kv_pad cells; CUDA flash attention over
+        # several sequences (one KV stream each: llama-batched-bench's default, not unified)
+        # stops each stream's read at its last tile holding an attended cell
+        kw["kv_pad"] = kv_pad
+        kw["kv_skip_masked_tail"] = r["runtime"] == "llamacpp-cuda" and kw["flash_attention"] and b > 1
+        # ggml-cuda replays a one-token step from a CUDA graph (it disables graphs when a node
+        # has batch > 1): one sequence's decode launches no kernel from the host
+        kw["decode_graphs"] = r["runtime"] == "llamacpp-cuda" and b == 1
     m = r["metric"]
     limit = max_len
     if m == "decode_tok_s":
@@ -141,7 +150,9 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
     from .models import Model
 
     model = Model.from_config(r["model"])
-    kw, phase = _estimate_kwargs(r, model.max_model_len, int(cat.constant("llamacpp_n_ubatch")))
+    kw, phase = _estimate_kwargs(
+        r, model.max_model_len, int(cat.constant("llamacpp_n_ubatch")), int(cat.constant("llamacpp_kv_pad"))
+    )
     scale = 1.0
     if phase == "prefill" and has_flag(r, "layer-split") and kw["pp"] > 1:
         # llama.cpp pipelines the prompt's ubatches across a layer split: GPipe fill and drain of
@@ -167,7 +178,9 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
     return Decomposed(
         row=r, compute=df["compute_s"].to_numpy() * scale, memory=df["memory_s"].to_numpy() * scale,
         expert=df["grouped"].to_numpy(), quant=df["quantized"].to_numpy(), fmt=df["format"].fill_null("").to_numpy(),
-        fixed=float(df["comm_s"].sum()) * scale, launches=float(df["launches"].sum()) * scale, steps=steps * scale,
+        fixed=float(df["comm_s"].sum()) * scale, steps=steps * scale,
+        launches=float(df.filter(df["phase"] != "decode")["launches"].sum() if kw.get("decode_graphs")
+                       else df["launches"].sum()) * scale,
         work=work,
         kind="time_ms" if r["metric"] == "ttft_ms" else "rate", **moe,
     )  # fmt: skip

@@ -85,6 +85,25 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
     help="Cells a sliding-window layer's KV cache holds beyond the window, read by every decode step "
     "(llama.cpp: its -ub, the SWA cache being window + n_ubatch per sequence).",
 )
+@click.option(
+    "--kv-pad",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Decode reads the KV cache in multiples of this many cells (llama.cpp: 256).",
+)
+@click.option(
+    "--kv-skip-masked-tail",
+    is_flag=True,
+    help="Decode skips trailing KV tiles with no attended cell (llama.cpp CUDA flash attention, "
+    "several sequences): a wrapped sliding-window ring is read up to its newest cell.",
+)
+@click.option(
+    "--decode-graphs",
+    is_flag=True,
+    help="Decode steps are replayed from a captured CUDA graph: no per-kernel launch overhead in decode "
+    "(llama.cpp CUDA at batch 1).",
+)
 @click.option("--breakdown", is_flag=True, help="Print the per-operator breakdown.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (stable keys).")
 @click.option("--allow-no-fit", is_flag=True, help="Report a plan that does not fit instead of failing (exit 4).")
@@ -112,6 +131,9 @@ def estimate(
     routing_skew: Optional[float],
     no_flash_attention: bool,
     swa_cache_extra: int,
+    kv_pad: int,
+    kv_skip_masked_tail: bool,
+    decode_graphs: bool,
     breakdown: bool,
     as_json: bool,
     allow_no_fit: bool,
@@ -149,6 +171,9 @@ def estimate(
         routing_skew=routing_skew,
         flash_attention=not no_flash_attention,
         swa_cache_extra=swa_cache_extra,
+        kv_pad=kv_pad,
+        kv_skip_masked_tail=kv_skip_masked_tail,
+        decode_graphs=decode_graphs,
         allow_no_fit=allow_no_fit,
         calibrated=not uncalibrated,
         breakdown=breakdown,

@@ -186,6 +186,9 @@ def estimate(
     routing_skew: Optional[float] = None,
     flash_attention: bool = True,
     swa_cache_extra: int = 0,
+    kv_pad: int = 1,
+    kv_skip_masked_tail: bool = False,
+    decode_graphs: bool = False,
     tp: int = 1,
     ep: int = 1,
     pp: int = 1,
@@ -222,7 +225,14 @@ def estimate(
             score moves through memory (``unfused_attention_score_bytes`` in the constants table).
         swa_cache_extra: cells a sliding-window layer's KV cache holds beyond its window, all of
             them read by each decode step (llama.cpp: ``n_ubatch``, its SWA cache being
-            n_swa + n_ubatch per sequence); 0: exactly the window is read.
+            n_swa + n_ubatch per sequence, filled as a ring); 0: exactly the window is read.
+        kv_pad: decode reads the KV cache in multiples of this many cells (llama.cpp pads its
+            n_kv to 256); 1: exactly the cells used.
+        kv_skip_masked_tail: decode skips each sequence's trailing ``kv_pad``-cell tiles that
+            hold no attended cell (llama.cpp's CUDA flash attention over several sequences), so
+            a wrapped sliding-window ring is read up to its newest cell.
+        decode_graphs: decode steps are replayed from a captured CUDA graph, so no per-kernel
+            launch overhead is paid in decode (llama.cpp CUDA at batch 1).
         tp: tensor-parallel degree.
         ep: expert-parallel degree (1, or equal to ``tp``: experts spread over the TP group).
         pp: pipeline stages (ceil(layers / pp) layers each); latency is the full pass plus the sends.
@@ -261,6 +271,9 @@ def estimate(
         "identical_sequences": bool(identical_sequences),
         "attention_score_bytes": 0.0 if flash_attention else cat.constant("unfused_attention_score_bytes"),
         "swa_cache_extra": _count("swa_cache_extra", swa_cache_extra),
+        "kv_pad": _positive_int("kv_pad", kv_pad),
+        "kv_skip_masked_tail": kv_skip_masked_tail,
+        "decode_graphs": decode_graphs,
         "tp": _positive_int("tp", tp),
         "ep": _positive_int("ep", ep),
         "pp": _positive_int("pp", pp),
@@ -275,8 +288,11 @@ def estimate(
     for k in ("dtype", "weight_dtype", "kv_dtype"):
         if plan[k] is not None and not isinstance(plan[k], str):
             raise PlanError(f"{k}: expected a dtype name such as bf16, got {plan[k]!r}")
-    if not isinstance(flash_attention, bool):
-        raise PlanError(f"flash_attention: must be True or False, got {flash_attention!r}")
+    flags = (("flash_attention", flash_attention), ("kv_skip_masked_tail", kv_skip_masked_tail),
+             ("decode_graphs", decode_graphs))  # fmt: skip
+    for k, flag in flags:
+        if not isinstance(flag, bool):
+            raise PlanError(f"{k}: must be True or False, got {flag!r}")
     if runtime is not None:
         _check_runtime(runtime, cat)
     weights = quant.resolve(m, str(dtype).lower(), weight_dtype, runtime)

@@ -59,6 +59,123 @@ pub fn decode_keys(l: u64, window: Option<u64>) -> u64 {
     }
 }
 
+/// How many KV cells one decode step reads at context `L` (`L` tokens including its own),
+/// as the runtime lays out and reads its cache (spec 30, "what decode reads"):
+///
+/// - full attention: `pad_up(L)`;
+/// - a sliding window `w` whose cache holds `s = w + cache_extra` cells per sequence, filled
+///   as a ring from position 0 (llama.cpp: n_swa + n_ubatch): `n_kv = min(s, pad_up(L))`;
+/// - with `skip_masked_tail` (CUDA flash attention over several streams: a pre-pass finds each
+///   stream's last `pad`-cell tile holding an unmasked cell and stops there) and a ring that
+///   has wrapped (`L > s`, `n_kv` a multiple of `pad`): the newest token sits at cell
+///   `c = (L - 1) mod s`; the read stops at `pad_up(c + 1)` unless the window's cells wrap
+///   past the ring's end (`c + 1 < w`), when all `n_kv` are read.
+///
+/// `pad_up(x)` rounds up to a multiple of `pad` (llama.cpp pads n_kv to 256); `pad = 1` and no
+/// extra is the ideal `min(L, w)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DecodeKeys {
+    pub window: Option<u64>,
+    pub cache_extra: u64,
+    pub pad: u64,
+    pub skip_masked_tail: bool,
+}
+
+/// A run of decode contexts over which the keys read are one closed form.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KeyRun {
+    /// `k` keys at every context of the run.
+    Const(u64),
+    /// `k = L - shift`.
+    Shift(u64),
+}
+
+impl DecodeKeys {
+    /// Exactly the attended keys: `min(L, w)`.
+    pub const fn exact(window: Option<u64>) -> DecodeKeys {
+        DecodeKeys {
+            window,
+            cache_extra: 0,
+            pad: 1,
+            skip_masked_tail: false,
+        }
+    }
+
+    fn pad_up(&self, x: u64) -> u64 {
+        x.div_ceil(self.pad.max(1)) * self.pad.max(1)
+    }
+
+    /// Keys read at context `l` (>= 1).
+    pub fn keys(&self, l: u64) -> u64 {
+        let Some(w) = self.window else {
+            return self.pad_up(l);
+        };
+        let s = w + self.cache_extra;
+        let n_kv = s.min(self.pad_up(l));
+        if !self.skip_masked_tail || l <= s || !n_kv.is_multiple_of(self.pad.max(1)) {
+            return n_kv;
+        }
+        let c = (l - 1) % s;
+        if c + 1 < w {
+            n_kv
+        } else {
+            self.pad_up(c + 1).min(n_kv)
+        }
+    }
+
+    /// Splits contexts `lo..=hi` (lo >= 1) into runs `(a, b, run)`, in order, covering them.
+    pub fn runs(&self, lo: u64, hi: u64) -> Vec<(u64, u64, KeyRun)> {
+        let mut out = Vec::new();
+        let mut l = lo;
+        while l <= hi {
+            let (end, run) = self.run_at(l);
+            let end = end.min(hi);
+            out.push((l, end, run));
+            l = end + 1;
+        }
+        out
+    }
+
+    /// The run starting at context `l`: its last context and its closed form.
+    fn run_at(&self, l: u64) -> (u64, KeyRun) {
+        let pad = self.pad.max(1);
+        let Some(w) = self.window else {
+            return if pad == 1 {
+                (u64::MAX, KeyRun::Shift(0))
+            } else {
+                (self.pad_up(l), KeyRun::Const(self.pad_up(l)))
+            };
+        };
+        let s = w + self.cache_extra;
+        let wraps = self.skip_masked_tail && s.is_multiple_of(pad);
+        if l <= s {
+            return if pad == 1 {
+                (s, KeyRun::Shift(0))
+            } else {
+                (self.pad_up(l).min(s), KeyRun::Const(self.keys(l)))
+            };
+        }
+        if !wraps {
+            return (u64::MAX, KeyRun::Const(s));
+        }
+        // ring wrapped: c = (l - 1) mod s runs up to s - 1 within this lap
+        let c = (l - 1) % s;
+        let lap_end = l + (s - 1 - c);
+        if c + 1 < w {
+            // the window wraps past the ring's end up to c + 1 = w - 1
+            return (l + (w - 2 - c), KeyRun::Const(s));
+        }
+        if pad == 1 {
+            (lap_end, KeyRun::Shift(l - 1 - c))
+        } else {
+            (
+                lap_end.min(l + (self.pad_up(c + 1) - (c + 1))),
+                KeyRun::Const(self.keys(l)),
+            )
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +224,80 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    fn run_keys(k: &DecodeKeys, lo: u64, hi: u64) -> Vec<u64> {
+        let mut v = Vec::new();
+        let mut next = lo;
+        for (a, b, r) in k.runs(lo, hi) {
+            assert_eq!(a, next, "runs cover the range in order");
+            assert!(b >= a);
+            next = b + 1;
+            for l in a..=b {
+                v.push(match r {
+                    KeyRun::Const(c) => c,
+                    KeyRun::Shift(d) => l - d,
+                });
+            }
+        }
+        assert_eq!(next, hi + 1);
+        v
+    }
+
+    #[test]
+    fn llama_cpp_ring_reads() {
+        // gemma-3 under llama.cpp: window 1024, n_ubatch 2048 -> a 3072-cell ring, n_kv padded
+        // to 256, several streams (the masked tail skipped).
+        let k = DecodeKeys {
+            window: Some(1024),
+            cache_extra: 2048,
+            pad: 256,
+            skip_masked_tail: true,
+        };
+        assert_eq!(k.keys(513), 768); // prompt 512: cells 0..512, padded
+        assert_eq!(k.keys(3072), 3072);
+        // prompt 4096: the new token at cell 4096 mod 3072 = 1024, the window in cells 1..1024
+        assert_eq!(k.keys(4097), 1280);
+        // prompt 8192: cell 8192 mod 3072 = 2048
+        assert_eq!(k.keys(8193), 2304);
+        // the newest cell at 100: the window wraps to the ring's end, all cells read
+        assert_eq!(k.keys(3072 * 2 + 101), 3072);
+        // one stream: no pre-pass, the whole padded ring
+        let one = DecodeKeys {
+            skip_masked_tail: false,
+            ..k
+        };
+        assert_eq!(one.keys(4097), 3072);
+        // a ring that is not a multiple of the pad is read whole (the pre-pass needs n_kv % 256 == 0)
+        let oss = DecodeKeys { window: Some(128), ..k };
+        assert_eq!(oss.keys(4097), 2176);
+        assert_eq!(oss.keys(513), 768);
+        // full attention: padded
+        assert_eq!(DecodeKeys { window: None, ..k }.keys(4097), 4352);
+        // exact: min(L, w)
+        assert_eq!(DecodeKeys::exact(Some(1024)).keys(5000), 1024);
+        assert_eq!(DecodeKeys::exact(None).keys(5000), 5000);
+    }
+
+    proptest! {
+        #[test]
+        fn runs_reproduce_keys(
+            lo in 1u64..20_000, len in 0u64..5_000, w in proptest::option::of(1u64..3000),
+            extra in 0u64..3000, pad in prop_oneof![Just(1u64), Just(32u64), Just(256u64), 1u64..300],
+            skip in any::<bool>(),
+        ) {
+            let k = DecodeKeys { window: w, cache_extra: extra, pad, skip_masked_tail: skip };
+            let hi = lo + len;
+            let want: Vec<u64> = (lo..=hi).map(|l| k.keys(l)).collect();
+            prop_assert_eq!(run_keys(&k, lo, hi), want);
+        }
+
+        #[test]
+        fn reads_cover_the_attended_keys(l in 1u64..50_000, w in proptest::option::of(1u64..5000),
+                                         extra in 0u64..3000, pad in 1u64..300, skip in any::<bool>()) {
+            let k = DecodeKeys { window: w, cache_extra: extra, pad, skip_masked_tail: skip };
+            prop_assert!(k.keys(l) >= decode_keys(l, w));
         }
     }
 

@@ -1,6 +1,7 @@
 //! A whole plan in one call: prefill (one step, or chunk steps), decode
 //! summed exactly over every output step, memory footprint and fit.
 
+use crate::attention::DecodeKeys;
 use crate::collectives::{Link, ProtocolTable, Topology};
 use crate::device::{Device, MICRO};
 use crate::dtype::DType;
@@ -205,7 +206,12 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
             identical_sequences: plan.identical_sequences,
             routing_skew: plan.routing_skew,
             attention_score_bytes: plan.attention_score_bytes,
-            swa_cache_extra: plan.swa_cache_extra,
+            kv_read: DecodeKeys {
+                window: None,
+                cache_extra: plan.swa_cache_extra,
+                pad: plan.kv_pad,
+                skip_masked_tail: plan.kv_skip_masked_tail,
+            },
             act_b: act.bytes(),
             kv_b: plan.kv_dtype().bytes(),
             formats,
@@ -566,9 +572,14 @@ fn run_phases(ctx: &BuildCtx, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64
         let ctx0 = plan.prefix + plan.prompt;
         let (lo, hi) = (ctx0 + 1, ctx0 + plan.output - 1);
         build_step(ctx, &Geometry::Decode { batch }, &mut ops);
+        // a replayed CUDA graph launches no kernel from the host
+        let deff = Efficiency {
+            t_launch_s: if plan.decode_graphs { 0.0 } else { eff.t_launch_s },
+            ..*eff
+        };
         for op in &ops {
             workspace = workspace.max(op.act_bytes);
-            dec.add(op.kind, op.group, op.flags(), price_range(op, lo, hi, bw, eff));
+            dec.add(op.kind, op.group, op.flags(), price_range(op, lo, hi, bw, &deff));
         }
         dec.overhead(layers, plan.output - 1, eff);
     }

@@ -1,13 +1,16 @@
 //! The operator graph of one step, per device after TP sharding (spec 30).
 //!
 //! Every operator's FLOPs and bytes are affine in `k`, the keys one decode
-//! query attends (`k = min(L, window)` at context `L`); operators that do
+//! query attends (`k` at context `L`, as `attention::DecodeKeys` reads the cache); operators that do
 //! not attend have zero slope. A prefill or mixed step is the special case
 //! with all slopes zero and the exact pair/key counts folded into the
 //! constant terms. One builder serves both, so decode sums and step prices
 //! can never disagree on structure.
 
-use crate::attention::{causal_pairs, distinct_keys};
+use crate::attention::{causal_pairs, distinct_keys, DecodeKeys};
+
+/// The keys of an operator whose cost does not depend on the context.
+const NO_KEYS: DecodeKeys = DecodeKeys::exact(None);
 use crate::collectives::{Collective, ProtocolTable, Topology};
 use crate::model::{Attention, Ffn, LayerGroup, Mla, Model};
 use crate::weights::{Role, WeightFormat, N_ROLES};
@@ -129,8 +132,8 @@ pub struct Op {
     pub b1: f64,
     /// Bytes of `b0` that are activations (not weights, not KV cache).
     pub act_bytes: f64,
-    /// Attention window capping `k` in decode.
-    pub window: Option<u64>,
+    /// The keys a decode step reads at context `L` (`k`, for `f1` and `b1`).
+    pub keys: DecodeKeys,
     /// Communication time per invocation (comm operators only).
     pub comm_s: f64,
     /// A GEMM on weights stored below 16 bits (its kernels are fitted apart: eta_compute_quant).
@@ -241,9 +244,9 @@ pub struct BuildCtx<'a> {
     /// Bytes moved per attention score when the runtime materialises the score matrix
     /// (unfused attention); 0 for fused (flash) attention.
     pub attention_score_bytes: f64,
-    /// Cells a sliding-window layer's cache holds beyond the window, read in decode
-    /// (`Plan::swa_cache_extra`).
-    pub swa_cache_extra: u64,
+    /// How decode reads the KV cache (`Plan::swa_cache_extra`, `kv_pad`, `kv_skip_masked_tail`);
+    /// its window is each layer's own.
+    pub kv_read: DecodeKeys,
     /// Bytes per activation element.
     pub act_b: f64,
     pub kv_b: f64,
@@ -292,6 +295,19 @@ impl BuildCtx<'_> {
     pub fn peak(&self, r: Role) -> f64 {
         self.peaks[r as usize]
     }
+
+    /// The keys one prefill query is computed against on a layer with attention window
+    /// `window`: the window, or with `swa_cache_extra` the whole ring of w + extra cells up to
+    /// the query (llama.cpp's CUDA flash attention skips only trailing masked tiles, so the
+    /// masked cells before the window are computed too).
+    pub fn swa_span(&self, window: Option<u64>) -> Option<u64> {
+        window.map(|w| w + self.kv_read.cache_extra)
+    }
+
+    /// The keys a decode step reads on a layer with attention window `window`.
+    pub fn decode_keys(&self, window: Option<u64>) -> DecodeKeys {
+        DecodeKeys { window, ..self.kv_read }
+    }
 }
 
 struct Builder<'a, 'b> {
@@ -310,7 +326,7 @@ impl Op {
 
 impl Builder<'_, '_> {
     #[allow(clippy::too_many_arguments)]
-    fn push(&mut self, kind: OpKind, peak: f64, f: (f64, f64), b: (f64, f64), act: f64, window: Option<u64>) {
+    fn push(&mut self, kind: OpKind, peak: f64, f: (f64, f64), b: (f64, f64), act: f64, keys: DecodeKeys) {
         self.out.push(Op {
             kind,
             group: self.group,
@@ -322,7 +338,7 @@ impl Builder<'_, '_> {
             b0: b.0,
             b1: b.1,
             act_bytes: act,
-            window,
+            keys,
             comm_s: 0.0,
             quantized: false,
             role: None,
@@ -348,7 +364,7 @@ impl Builder<'_, '_> {
             (2.0 * m * n * k, 0.0),
             (weight_sets * w + act, 0.0),
             act,
-            None,
+            NO_KEYS,
         );
         if let Some(op) = self.out.last_mut() {
             op.quantized = c.format(parts[0].1).bits < 16.0;
@@ -365,7 +381,7 @@ impl Builder<'_, '_> {
         let c = self.ctx;
         let act = (m * k + m * n) * c.act_b;
         let w = (k * n + if bias { n } else { 0.0 }) * c.act_b;
-        self.push(kind, c.peak_act, (2.0 * m * n * k, 0.0), (w + act, 0.0), act, None);
+        self.push(kind, c.peak_act, (2.0 * m * n * k, 0.0), (w + act, 0.0), act, NO_KEYS);
     }
 
     /// Elementwise op over `elems` outputs, reading `read_per` inputs per output.
@@ -378,7 +394,7 @@ impl Builder<'_, '_> {
             (elems * flops_per, 0.0),
             (act + weight_bytes, 0.0),
             act,
-            None,
+            NO_KEYS,
         );
     }
 
@@ -395,7 +411,7 @@ impl Builder<'_, '_> {
             b0: 0.0,
             b1: 0.0,
             act_bytes: msg,
-            window: None,
+            keys: NO_KEYS,
             comm_s: s,
             quantized: false,
             role: None,
@@ -441,7 +457,7 @@ impl Builder<'_, '_> {
             (0.0, 0.0),
             (elems * (c.act_b + c.kv_b), 0.0),
             elems * c.act_b,
-            None,
+            NO_KEYS,
         );
     }
 
@@ -478,22 +494,25 @@ impl Builder<'_, '_> {
         // Fused: QK^T and PV over the exact pairs; reads Q, the attended K and V rows
         // (in the KV dtype), writes O; no score matrix in memory. Unfused: both products
         // over the full rectangle, and each score written and read back through memory.
-        let (p0, p1, k0, k1) = geo.attention(a.window);
+        // A prefill query of a sliding-window layer is computed against its whole cache ring
+        // up to itself (`BuildCtx::swa_span`).
+        let span = c.swa_span(a.window);
+        let (p0, p1, k0, k1) = geo.attention(span);
         let per_pair = 4.0 * h_t * hd;
         let per_key = 2.0 * kv_t * hd * c.kv_b;
         let qo = 2.0 * t * h_t * hd * c.act_b;
         let (flops, scores) = if c.attention_score_bytes > 0.0 {
-            let (r0, r1) = geo.score_rectangle(a.window);
+            let (r0, r1) = geo.score_rectangle(span);
             let per_score = h_t * c.attention_score_bytes;
             ((per_pair * r0, per_pair * r1), (per_score * r0, per_score * r1))
         } else {
             ((per_pair * p0, per_pair * p1), (0.0, 0.0))
         };
-        // A decode step attends over every cell of a sliding-window cache, which may hold more
-        // than the window (`swa_cache_extra`); prefill chunks attend within the window.
-        let window = match geo {
-            Geometry::Decode { .. } => a.window.map(|w| w + c.swa_cache_extra),
-            Geometry::Segments(_) => a.window,
+        // A decode step reads the cells the runtime's cache layout gives (`DecodeKeys`: a
+        // sliding-window ring larger than the window, n_kv padding).
+        let keys = match geo {
+            Geometry::Decode { .. } => c.decode_keys(a.window),
+            Geometry::Segments(_) => DecodeKeys::exact(span),
         };
         self.push(
             OpKind::Attention,
@@ -501,7 +520,7 @@ impl Builder<'_, '_> {
             flops,
             (qo + per_key * k0 + scores.0, per_key * k1 + scores.1),
             qo,
-            window,
+            keys,
         );
     }
 
@@ -517,7 +536,7 @@ impl Builder<'_, '_> {
             (2.0 * t * h_t * per_head * kvl, 0.0),
             (w + act, 0.0),
             act,
-            None,
+            NO_KEYS,
         );
         if let Some(op) = self.out.last_mut() {
             op.quantized = c.format(Role::V).bits < 16.0;
@@ -553,7 +572,8 @@ impl Builder<'_, '_> {
             self.elementwise(OpKind::Rotary, t * (h_t + 1.0) * rope, 3.0, 1.0, 0.0);
         }
         self.kv_cache_write(t, kvl + rope);
-        let (p0, p1, k0, k1) = geo.attention(a.window);
+        let span = c.swa_span(a.window);
+        let (p0, p1, k0, k1) = geo.attention(span);
         match geo {
             Geometry::Decode { .. } => {
                 // q_nope x W_UK per head -> a query in latent space.
@@ -568,7 +588,7 @@ impl Builder<'_, '_> {
                     (per_pair * p0, per_pair * p1),
                     (qo + per_key * k0, per_key * k1),
                     qo,
-                    a.window,
+                    c.decode_keys(a.window),
                 );
                 // Latent output x W_UV per head -> values.
                 self.latent_head_gemm(OpKind::VUnabsorb, t, h_t, kvl, v);
@@ -585,7 +605,7 @@ impl Builder<'_, '_> {
                     (per_pair * p0, per_pair * p1),
                     (qo + per_key * k0, per_key * k1),
                     qo,
-                    a.window,
+                    DecodeKeys::exact(span),
                 );
             }
         }
@@ -751,7 +771,7 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
         (0.0, 0.0),
         (rows + act, 0.0),
         act,
-        None,
+        NO_KEYS,
     );
     if m.position_embeddings > 0 {
         // Learned absolute positions: read T rows, add to the hidden state.
@@ -763,7 +783,7 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
             (t * d, 0.0),
             (rows + act, 0.0),
             act,
-            None,
+            NO_KEYS,
         );
     }
     if ctx.tp > 1 {
@@ -798,7 +818,7 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
             b0: 0.0,
             b1: 0.0,
             act_bytes: t * d * ctx.act_b,
-            window: None,
+            keys: NO_KEYS,
             comm_s: s,
             quantized: false,
             role: None,

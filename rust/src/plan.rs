@@ -33,11 +33,26 @@ pub struct Plan {
     /// matrix goes through memory); 0 (default) is fused, flash attention.
     #[serde(default)]
     pub attention_score_bytes: f64,
-    /// Cache cells a sliding-window layer holds, and decode attends over, beyond its window:
-    /// llama.cpp sizes each sequence's SWA cache n_swa + n_ubatch and its attention reads every
-    /// cell (the ones outside the window masked). 0 (default): exactly the window is read.
+    /// Cache cells a sliding-window layer holds, and attention computes over, beyond its
+    /// window: llama.cpp sizes each sequence's SWA cache n_swa + n_ubatch and its attention
+    /// computes every cell of it up to the query (the ones outside the window masked), in
+    /// decode and prefill. 0 (default): exactly the window.
     #[serde(default)]
     pub swa_cache_extra: u64,
+    /// Decode reads the KV cache in multiples of this many cells (llama.cpp pads n_kv to 256);
+    /// 1 (default): exactly the cells used.
+    #[serde(default = "one")]
+    pub kv_pad: u64,
+    /// Decode skips each sequence's trailing `kv_pad`-cell tiles that hold no attended cell
+    /// (llama.cpp's CUDA flash attention over several sequences' streams): a sliding-window
+    /// ring that has wrapped is read up to its newest cell (`attention::DecodeKeys`).
+    #[serde(default)]
+    pub kv_skip_masked_tail: bool,
+    /// Decode steps are replayed from a captured CUDA graph: the host launches no kernel, so
+    /// the per-kernel launch overhead (`t_launch_s`) is not paid in decode (llama.cpp CUDA
+    /// does so for one-token steps only; ggml-cuda disables graphs when a node has batch > 1).
+    #[serde(default)]
+    pub decode_graphs: bool,
     #[serde(default = "one")]
     pub tp: u64,
     /// Activation (compute) dtype.
@@ -203,6 +218,9 @@ impl Plan {
             routing_skew: 0.0,
             attention_score_bytes: 0.0,
             swa_cache_extra: 0,
+            kv_pad: 1,
+            kv_skip_masked_tail: false,
+            decode_graphs: false,
             tp: 1,
             dtype: DType::Bf16,
             weights: WeightFormats::default(),
@@ -246,6 +264,7 @@ impl Plan {
         positive("ep", self.ep)?;
         positive("pp", self.pp)?;
         positive("dp", self.dp)?;
+        positive("kv_pad", self.kv_pad)?;
         if let Some(mb) = self.microbatches {
             positive("microbatches", mb)?;
         }

@@ -11,10 +11,11 @@
 //! `o max(c, m) + (1 - o)(c + m)`.
 //!
 //! and the exact sum of that price over a range of decode contexts, in
-//! closed form: with `k = min(L, w)`, F and B are affine in L below the window
-//! and constant above it, so each piece of max(compute, memory) is affine
+//! closed form: the keys read, `k(L)` (`DecodeKeys`), are constant or `L - shift` on
+//! runs of contexts; where affine, each piece of max(compute, memory) is affine
 //! between at most one crossover, and arithmetic series sum it exactly.
 
+use crate::attention::KeyRun;
 use crate::graph::Op;
 use crate::plan::Efficiency;
 use std::ops::AddAssign;
@@ -144,29 +145,21 @@ fn series(x0: f64, x1: f64, a: u64, b: u64) -> f64 {
     n * x0 + x1 * (a as f64 + b as f64) * n / 2.0
 }
 
-/// Exact sum of `price(op, min(L, window))` over decode contexts L in [lo, hi].
+/// Exact sum of `price(op, keys(L))` over decode contexts L in [lo, hi] (`op.keys`).
 pub fn price_range(op: &Op, lo: u64, hi: u64, bw: f64, eff: &Efficiency) -> Cost {
     if hi < lo {
         return Cost::default();
     }
-    let n = (hi - lo + 1) as f64;
     if op.f1 == 0.0 && op.b1 == 0.0 {
-        return price(op, 0.0, bw, eff).scaled(n);
+        return price(op, 0.0, bw, eff).scaled((hi - lo + 1) as f64);
     }
     let mut total = Cost::default();
-    // Above the window, k is pinned at w: a constant price.
-    let affine_hi = match op.window {
-        Some(w) if w < hi => {
-            let a = lo.max(w + 1);
-            total += price(op, w as f64, bw, eff).scaled((hi - a + 1) as f64);
-            if w < lo {
-                return total;
-            }
-            w
-        }
-        _ => hi,
-    };
-    total += affine_sum(op, lo, affine_hi, bw, eff);
+    for (a, b, run) in op.keys.runs(lo, hi) {
+        total += match run {
+            KeyRun::Const(k) => price(op, k as f64, bw, eff).scaled((b - a + 1) as f64),
+            KeyRun::Shift(d) => affine_sum(op, a - d, b - d, bw, eff),
+        };
+    }
     total
 }
 
@@ -221,10 +214,15 @@ fn affine_sum(op: &Op, a: u64, b: u64, bw: f64, eff: &Efficiency) -> Cost {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::attention::DecodeKeys;
     use crate::graph::{OpKind, MODEL_LEVEL};
     use proptest::prelude::*;
 
     fn op(f0: f64, f1: f64, b0: f64, b1: f64, window: Option<u64>) -> Op {
+        keyed(f0, f1, b0, b1, DecodeKeys::exact(window))
+    }
+
+    fn keyed(f0: f64, f1: f64, b0: f64, b1: f64, keys: DecodeKeys) -> Op {
         Op {
             kind: OpKind::Attention,
             group: MODEL_LEVEL,
@@ -236,7 +234,7 @@ mod tests {
             b0,
             b1,
             act_bytes: 0.0,
-            window,
+            keys,
             comm_s: 0.0,
             quantized: false,
             role: None,
@@ -263,11 +261,7 @@ mod tests {
     fn brute(o: &Op, lo: u64, hi: u64, eff: &Efficiency) -> Cost {
         let mut t = Cost::default();
         for l in lo..=hi {
-            let k = match o.window {
-                Some(w) => l.min(w),
-                None => l,
-            };
-            t += price(o, k as f64, 1e9, eff);
+            t += price(o, o.keys.keys(l) as f64, 1e9, eff);
         }
         t
     }
@@ -276,10 +270,12 @@ mod tests {
         #[test]
         fn closed_form_sum_equals_the_loop(
             f0 in 0.0f64..1e7, f1 in 0.0f64..1e5, b0 in 0.0f64..1e4, b1 in 0.0f64..1e2,
-            lo in 1u64..3000, len in 0u64..3000, w in proptest::option::of(1u64..5000),
+            lo in 1u64..9000, len in 0u64..3000, w in proptest::option::of(1u64..5000),
             launch in 0.0f64..1e-5, overlap in proptest::option::of(0.0f64..=1.0),
+            extra in prop_oneof![Just(0u64), 0u64..3000], pad in prop_oneof![Just(1u64), 1u64..300],
+            skip in any::<bool>(),
         ) {
-            let o = op(f0, f1, b0, b1, w);
+            let o = keyed(f0, f1, b0, b1, DecodeKeys { window: w, cache_extra: extra, pad, skip_masked_tail: skip });
             let eff = Efficiency { eta_compute: 0.7, eta_mem: 0.8, eta_moe: None, eta_compute_quant: None, eta_compute_quant_roles: [None; crate::weights::N_ROLES], overlap, overlap_moe: None, t_launch_s: launch, t_layer_s: 0.0, t_step_s: 0.0 };
             let hi = lo + len;
             let a = price_range(&o, lo, hi, 1e9, &eff);

@@ -515,7 +515,47 @@ fn a_sliding_window_cache_larger_than_the_window_is_read_whole_in_decode() {
             (c.bytes - base.bytes - per_key * keys).abs() / c.bytes < 1e-12,
             "extra {extra}"
         );
-        // the prefill chunk attends within the window whatever the cache holds
-        assert_eq!(attn(extra, Phase::Prefill).bytes, attn(0, Phase::Prefill).bytes);
+        // a prefill query is computed against the ring up to itself: causal pairs of a window
+        // of 256 + extra keys (4 h d FLOPs per pair, 32 heads of 128, 32 layers)
+        let pairs = crate::attention::causal_pairs(1000, 0, Some(256 + extra));
+        let pre = attn(extra, Phase::Prefill);
+        assert!((pre.flops - 32.0 * 4.0 * 32.0 * 128.0 * pairs).abs() / pre.flops < 1e-12);
     }
+}
+
+#[test]
+fn padded_kv_reads_and_replayed_decode_graphs() {
+    // Llama-3.1-8B, 16 decode steps from context 1001: with n_kv padded to 256 every step reads
+    // 1024 keys (contexts 1001..=1016) instead of its own count.
+    let m = llama31_8b();
+    let per_key = 32.0 * 2.0 * 8.0 * 128.0 * 2.0;
+    let eff = Efficiency {
+        t_launch_s: 5e-6,
+        ..Efficiency::uncalibrated()
+    };
+    let run = |pad: u64, graphs: bool| {
+        let mut p = plan(1, 1000, 17);
+        p.kv_pad = pad;
+        p.decode_graphs = graphs;
+        estimate(&m, &h100(), &p, &eff, proto(), true).unwrap()
+    };
+    let exact = row(&run(1, false), Phase::Decode, OpKind::Attention);
+    let padded = row(&run(256, false), Phase::Decode, OpKind::Attention);
+    let read: f64 = (1001..=1016).map(|l| (1024 - l) as f64).sum();
+    assert!((padded.bytes - exact.bytes - per_key * read).abs() / padded.bytes < 1e-12);
+    // replayed graphs: no launch time in decode, the same in prefill
+    let (host, graph) = (run(1, false), run(1, true));
+    let launch = |e: &Estimate, ph: Phase| -> f64 {
+        e.breakdown
+            .iter()
+            .filter(|r| r.phase == ph)
+            .map(|r| r.cost.launch_s)
+            .sum()
+    };
+    assert!(launch(&host, Phase::Decode) > 0.0);
+    assert_eq!(launch(&graph, Phase::Decode), 0.0);
+    assert_eq!(launch(&graph, Phase::Prefill), launch(&host, Phase::Prefill));
+    assert_eq!(graph.prefill.time_s, host.prefill.time_s);
+    let saved = host.decode.time_s - graph.decode.time_s;
+    assert!((saved - launch(&host, Phase::Decode)).abs() < 1e-12 * host.decode.time_s);
 }
