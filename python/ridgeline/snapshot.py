@@ -30,8 +30,9 @@ def panel() -> dict[str, Any]:
 def structure_version(catalog: Optional[Catalog] = None) -> str:
     """A fingerprint of the engine's physics: parameter, FLOP and byte counts of a
     fixed panel (every bundled priced model, prefill and decode, TP 1 and 2, and at TP 1
-    the paths calibration rows take: unfused attention, skewed routing, chunked prefill, and
-    a sliding-window cache larger than the window at a context beyond it).
+    the paths calibration rows take: unfused attention, skewed routing, chunked prefill,
+    a sliding-window cache larger than the window at a context beyond it, and that cache
+    read as llama.cpp reads it, padded to 256 cells with the masked tail skipped).
     Device peaks do not enter FLOP or byte counts, so catalog edits leave it alone."""
     cat = catalog or default_catalog()
     if cat.fingerprint not in _STRUCTURE:
@@ -74,6 +75,7 @@ def _structure_version(cat: Catalog) -> str:
             {"tp": 2},
             {"tp": 1, "flash_attention": False, "routing_skew": 1.0, "chunk": 512},
             {"tp": 1, "prefix": 2000, "swa_cache_extra": 512},
+            {"tp": 1, "prefix": 2000, "swa_cache_extra": 512, "kv_pad": 256, "kv_skip_masked_tail": True},
         )
         for v in variants:
             try:
