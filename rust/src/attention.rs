@@ -101,18 +101,33 @@ impl DecodeKeys {
         }
     }
 
+    fn pad(&self) -> u64 {
+        self.pad.max(1)
+    }
+
     fn pad_up(&self, x: u64) -> u64 {
-        x.div_ceil(self.pad.max(1)) * self.pad.max(1)
+        x.div_ceil(self.pad()) * self.pad()
+    }
+
+    /// The cells a sliding-window layer's cache ring holds per sequence, `w + cache_extra`
+    /// (prefill computes each query against them too); `None` for full attention.
+    pub fn ring(&self) -> Option<u64> {
+        self.window.map(|w| w + self.cache_extra)
+    }
+
+    /// Whether a wrapped ring of `s` cells is read only up to its newest cell: the pre-pass
+    /// runs over whole `pad`-cell tiles, so `s` must be a multiple of `pad`.
+    fn skips_tail(&self, s: u64) -> bool {
+        self.skip_masked_tail && s.is_multiple_of(self.pad())
     }
 
     /// Keys read at context `l` (>= 1).
     pub fn keys(&self, l: u64) -> u64 {
-        let Some(w) = self.window else {
+        let (Some(w), Some(s)) = (self.window, self.ring()) else {
             return self.pad_up(l);
         };
-        let s = w + self.cache_extra;
         let n_kv = s.min(self.pad_up(l));
-        if !self.skip_masked_tail || l <= s || !n_kv.is_multiple_of(self.pad.max(1)) {
+        if l <= s || !self.skips_tail(s) {
             return n_kv;
         }
         let c = (l - 1) % s;
@@ -138,16 +153,14 @@ impl DecodeKeys {
 
     /// The run starting at context `l`: its last context and its closed form.
     fn run_at(&self, l: u64) -> (u64, KeyRun) {
-        let pad = self.pad.max(1);
-        let Some(w) = self.window else {
+        let pad = self.pad();
+        let (Some(w), Some(s)) = (self.window, self.ring()) else {
             return if pad == 1 {
                 (u64::MAX, KeyRun::Shift(0))
             } else {
                 (self.pad_up(l), KeyRun::Const(self.pad_up(l)))
             };
         };
-        let s = w + self.cache_extra;
-        let wraps = self.skip_masked_tail && s.is_multiple_of(pad);
         if l <= s {
             return if pad == 1 {
                 (s, KeyRun::Shift(0))
@@ -155,7 +168,7 @@ impl DecodeKeys {
                 (self.pad_up(l).min(s), KeyRun::Const(self.keys(l)))
             };
         }
-        if !wraps {
+        if !self.skips_tail(s) {
             return (u64::MAX, KeyRun::Const(s));
         }
         // ring wrapped: c = (l - 1) mod s runs up to s - 1 within this lap

@@ -8,12 +8,12 @@
 //! can never disagree on structure.
 
 use crate::attention::{causal_pairs, distinct_keys, DecodeKeys};
-
-/// The keys of an operator whose cost does not depend on the context.
-const NO_KEYS: DecodeKeys = DecodeKeys::exact(None);
 use crate::collectives::{Collective, ProtocolTable, Topology};
 use crate::model::{Attention, Ffn, LayerGroup, Mla, Model};
 use crate::weights::{Role, WeightFormat, N_ROLES};
+
+/// The keys of an operator whose cost does not depend on the context.
+const NO_KEYS: DecodeKeys = DecodeKeys::exact(None);
 
 /// Group index of operators outside the decoder layers.
 pub const MODEL_LEVEL: u16 = u16::MAX;
@@ -301,7 +301,7 @@ impl BuildCtx<'_> {
     /// the query (llama.cpp's CUDA flash attention skips only trailing masked tiles, so the
     /// masked cells before the window are computed too).
     pub fn swa_span(&self, window: Option<u64>) -> Option<u64> {
-        window.map(|w| w + self.kv_read.cache_extra)
+        self.decode_keys(window).ring()
     }
 
     /// The keys a decode step reads on a layer with attention window `window`.
