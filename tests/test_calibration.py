@@ -167,9 +167,7 @@ def test_the_engine_prices_a_row_as_the_fit_does(row_id):
     assert fit_row is not None
     predicted = float(Batch([decompose(r, cat)]).predict(params_of(fit_row), formats_of(fit_row))[0])
     model = Model.from_config(r["model"])
-    kw, phase = _estimate_kwargs(
-        r, model.max_model_len, int(cat.constant("llamacpp_n_ubatch")), int(cat.constant("llamacpp_kv_pad"))
-    )
+    kw, phase = _estimate_kwargs(r, model.max_model_len, cat)
     e = ridgeline.estimate(model, r["hardware"], catalog=cat, **kw)
     if phase == "decode":
         engine = int(kw["batch"]) * (int(kw["output"]) - 1) / e.decode["time_s"]
@@ -190,7 +188,7 @@ def test_llamacpp_rows_are_priced_with_the_attention_they_ran():
     rows = cat.sql("SELECT * FROM benchmarks WHERE runtime LIKE 'llamacpp%' AND not_priced IS NULL").to_dicts()
     fused = {r["id"].split(":")[0]: set() for r in rows}
     for r in rows:
-        fa = _estimate_kwargs(r, 1 << 20, 512, 256)[0]["flash_attention"]
+        fa = _estimate_kwargs(r, 1 << 20, cat)[0]["flash_attention"]
         fused[r["id"].split(":")[0]].add(fa)
         assert fa == has_flag(r, "flash_attn")
     assert fused["llamacpp_xiongjiedai_llama3"] == {False}

@@ -37,6 +37,20 @@ def test_readme_command_prints_the_headline(tmp_path):
     assert tpot[0] > tpot[1]  # the calibration is slower than the bound
 
 
+def test_runtime_execution_line_and_its_flags(tmp_path):
+    args = ["estimate", "-m", "google/gemma-3-4b-it", "-H", "GB10", "--runtime", "llamacpp-cuda"]
+    r = run(*args, cwd=tmp_path)
+    line = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith("execution"))
+    for said in ("512-token steps", "padded to 256 cells", "window + 512", "CUDA graph"):
+        assert said in line
+    d = {flag: json.loads(run(*args, *flag, "--json", cwd=tmp_path).stdout)["plan"]
+         for flag in ((), ("--no-decode-graphs",), ("--kv-pad", "1", "--chunk", "2048"))}  # fmt: skip
+    assert d[()]["decode_graphs"] and not d[("--no-decode-graphs",)]["decode_graphs"]
+    assert d[("--kv-pad", "1", "--chunk", "2048")]["kv_pad"] == 1
+    assert d[("--kv-pad", "1", "--chunk", "2048")]["swa_cache_extra"] == 2048
+    assert "execution" not in run(*args[:5], "--uncalibrated", cwd=tmp_path).stdout
+
+
 def test_routing_skew_option(tmp_path):
     args = ["estimate", "-m", "openai/gpt-oss-20b", "-H", "GB10", "--batch", "16", "--json"]
     tpot = {s: json.loads(run(*args, "--routing-skew", s, cwd=tmp_path).stdout)["tpot_s"] for s in ("0", "2")}

@@ -168,6 +168,68 @@ def test_to_dict_is_json_ready():
         assert k in s
 
 
+def test_a_runtime_runs_the_plan_the_way_its_rows_were_priced():
+    # llama.cpp (from its source, data/constants.csv): the prompt in n_ubatch = 512 token steps,
+    # the KV view padded to 256 cells, a sliding-window ring of window + n_ubatch cells, and on
+    # CUDA decode replayed from a graph at batch 1 / masked tails skipped over several sequences.
+    def est(model, **kw):
+        return ridgeline.estimate(model, "GB10", prompt=1024, output=64, allow_no_fit=True, **kw)
+
+    one = est("google/gemma-3-4b-it", runtime="llamacpp-cuda")
+    p = one.plan
+    assert (p["chunk"], p["swa_cache_extra"], p["kv_pad"], p["decode_graphs"], p["kv_skip_masked_tail"]) == (
+        512, 512, 256, True, False)  # fmt: skip
+    assert one.prefill["steps"] == 2  # 1024 prompt tokens, two ubatches
+    assert one.breakdown.filter(one.breakdown["phase"] == "decode")["launch_s"].sum() == 0
+    four = est("google/gemma-3-4b-it", runtime="llamacpp-cuda", batch=4)
+    assert not four.plan["decode_graphs"] and four.plan["kv_skip_masked_tail"] and four.prefill["steps"] == 8
+    assert not est("google/gemma-3-4b-it", runtime="llamacpp-cuda", batch=4, flash_attention=False).plan[
+        "kv_skip_masked_tail"]  # fmt: skip
+    # the run's -ub is the chunk, and the sliding-window ring follows it
+    ub = est("google/gemma-3-4b-it", runtime="llamacpp-cuda", chunk=1024)
+    assert ub.plan["swa_cache_extra"] == 1024 and ub.prefill["steps"] == 1
+    assert set(ub.plan["from_runtime"]) == {"swa_cache_extra", "kv_pad", "decode_graphs"}
+    # Metal pads and prefills in ubatches but has no CUDA graphs
+    metal = ridgeline.estimate(LLAMA, "M2_ULTRA", prompt=1024, output=64, runtime="llamacpp-metal")
+    assert metal.plan["kv_pad"] == 256 and not metal.plan["decode_graphs"] and metal.prefill["steps"] == 2
+    # a model without sliding windows does not list the ring among what the runtime shaped
+    assert metal.plan["from_runtime"] == ("chunk", "kv_pad")
+    # a value given wins; no runtime, or one that is not llama.cpp, runs the plain plan
+    given = est("google/gemma-3-4b-it", runtime="llamacpp-cuda", decode_graphs=False, kv_pad=1, chunk=4096)
+    assert given.plan["from_runtime"] == ("swa_cache_extra",) and given.prefill["steps"] == 1
+    assert given.decode["time_s"] > one.decode["time_s"]
+    for plain in (est(LLAMA), est(LLAMA, runtime="trtllm")):
+        p = plain.plan
+        assert (p["chunk"], p["swa_cache_extra"], p["kv_pad"], p["decode_graphs"], p["kv_skip_masked_tail"]) == (
+            None, 0, 1, False, False)  # fmt: skip
+        assert p["from_runtime"] == () and plain.prefill["steps"] == 1
+
+
+def test_a_plain_estimate_for_a_measured_row_is_priced_as_the_calibration_priced_it():
+    # The plan the calibration prices a llama.cpp row with, less everything the runtime decides
+    # (only the run's -ub kept, as --chunk), gives the same times through a plain estimate:
+    # one row per (runtime, batch 1 or several, flash attention or not), windowed models included.
+    from ridgeline.calibrate import _estimate_kwargs, n_ubatch
+
+    cat = default_catalog()
+    q = "SELECT * FROM benchmarks WHERE runtime LIKE 'llamacpp%' AND not_priced IS NULL AND model IS NOT NULL"
+    fields = ("chunk", "swa_cache_extra", "kv_pad", "kv_skip_masked_tail", "decode_graphs")
+    seen = set()
+    for r in sorted(cat.sql(q).to_dicts(), key=lambda r: ("gemma" not in r["model"], r["id"])):
+        kw, _ = _estimate_kwargs(r, Model.from_config(r["model"]).max_model_len, cat)
+        key = (r["runtime"], kw["batch"] > 1, kw["flash_attention"])
+        if key in seen:
+            continue
+        seen.add(key)
+        plain = {k: v for k, v in kw.items() if k not in fields}
+        if "n_ubatch=" in (r["notes"] or ""):
+            plain["chunk"] = n_ubatch(r, 0)
+        a, b = (ridgeline.estimate(r["model"], r["hardware"], breakdown=False, **x) for x in (kw, plain))
+        assert a.plan == b.plan | {"from_runtime": a.plan["from_runtime"]}, r["id"]
+        assert (a.prefill["time_s"], a.decode["time_s"]) == (b.prefill["time_s"], b.decode["time_s"]), r["id"]
+    assert len(seen) >= 4, seen  # CUDA and Metal, batch 1 and several, with and without flash attention
+
+
 def test_llamacpp_kv_padding_and_replayed_decode_graphs():
     # llama.cpp reads its KV view in multiples of 256 cells: one decode step after a 300-token
     # prompt attends 301 keys but reads 512, the same bytes as 512 keys read unpadded; a

@@ -84,10 +84,10 @@ def n_ubatch(r: dict[str, Any], default: int) -> int:
     return int(m.group(1)) if m else default
 
 
-def _estimate_kwargs(r: dict[str, Any], max_len: int, ubatch: int, kv_pad: int) -> tuple[dict[str, Any], str]:
-    """The plan a row measured, and the phase whose time its metric reads (`ubatch`:
-    llama.cpp's default physical batch, for rows that do not state theirs; `kv_pad`: the cells
-    llama.cpp pads its KV view to)."""
+def _estimate_kwargs(r: dict[str, Any], max_len: int, cat: Catalog) -> tuple[dict[str, Any], str]:
+    """The plan a row measured, and the phase whose time its metric reads."""
+    from .estimate import runtime_execution
+
     b = int(r["batch"] or 1)
     wq = r["weight_quant"]
     llamacpp = r["runtime"].startswith("llamacpp")
@@ -104,19 +104,10 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int, ubatch: int, kv_pad: int) 
         # TensorRT-LLM and vLLM always use fused attention kernels
         "flash_attention": not llamacpp or has_flag(r, "flash_attn"),
     }  # fmt: skip
-    ub = n_ubatch(r, ubatch) if llamacpp else None
-    if ub is not None:
-        # llama.cpp's sliding-window KV cache holds n_swa + n_ubatch cells per sequence, and a
-        # decode step attends over all of them (llama-kv-cache-iswa.cpp sizes it so)
-        kw["swa_cache_extra"] = ub
-        # its decode reads the cache view padded to kv_pad cells; CUDA flash attention over
-        # several sequences (one KV stream each: llama-batched-bench's default, not unified)
-        # stops each stream's read at its last tile holding an attended cell
-        kw["kv_pad"] = kv_pad
-        kw["kv_skip_masked_tail"] = r["runtime"] == "llamacpp-cuda" and kw["flash_attention"] and b > 1
-        # ggml-cuda replays a one-token step from a CUDA graph (it disables graphs when a node
-        # has batch > 1): one sequence's decode launches no kernel from the host
-        kw["decode_graphs"] = r["runtime"] == "llamacpp-cuda" and b == 1
+    # the runtime's execution (prompt ubatches, KV reads, decode graphs), with the run's own
+    # n_ubatch where it states one: the same derivation a plain estimate for the runtime uses
+    ub = n_ubatch(r, int(cat.constant("llamacpp_n_ubatch"))) if llamacpp else None
+    kw.update(runtime_execution(r["runtime"], cat, batch=b, flash_attention=kw["flash_attention"], ubatch=ub))
     m = r["metric"]
     limit = max_len
     if m == "decode_tok_s":
@@ -130,9 +121,6 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int, ubatch: int, kv_pad: int) 
         # token does not fit, so the prefill is priced as N-1 tokens plus it
         depth = int(r["depth"] or 0)
         kw.update(prompt=min(int(r["prompt_tokens"]), limit - depth - 1), prefix=depth, output=1)
-        if ub is not None:
-            # llama.cpp evaluates the prompt tokens of all sequences n_ubatch at a time
-            kw["chunk"] = ub
         return kw, "prefill"
     if m == "ttft_ms":
         kw.update(prompt=int(r["prompt_tokens"]), output=1)
@@ -150,9 +138,7 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
     from .models import Model
 
     model = Model.from_config(r["model"])
-    kw, phase = _estimate_kwargs(
-        r, model.max_model_len, int(cat.constant("llamacpp_n_ubatch")), int(cat.constant("llamacpp_kv_pad"))
-    )
+    kw, phase = _estimate_kwargs(r, model.max_model_len, cat)
     scale = 1.0
     if phase == "prefill" and has_flag(r, "layer-split") and kw["pp"] > 1:
         # llama.cpp pipelines the prompt's ubatches across a layer split: GPipe fill and drain of

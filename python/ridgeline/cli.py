@@ -59,7 +59,12 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
     "(q4_0, q4_k_m, q8_0, ...). Default: the checkpoint's quantization_config, else --dtype.",
 )
 @click.option("--kv-dtype", default=None, help="KV-cache dtype (default: --dtype).")
-@click.option("--chunk", type=int, default=None, help="Chunked-prefill token budget per step.")
+@click.option(
+    "--chunk",
+    type=int,
+    default=None,
+    help="Chunked-prefill token budget per step. Default: the runtime's (llama.cpp: n_ubatch 512; else one step).",
+)
 @click.option(
     "--runtime",
     default=None,
@@ -80,29 +85,28 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
 @click.option(
     "--swa-cache-extra",
     type=int,
-    default=0,
-    show_default=True,
+    default=None,
     help="Cells a sliding-window layer's KV cache holds beyond the window, read by every decode step "
-    "(llama.cpp: its -ub, the SWA cache being window + n_ubatch per sequence).",
+    "(llama.cpp: its -ub, the SWA cache being window + n_ubatch per sequence). Default: the runtime's (0 without one).",
 )
 @click.option(
     "--kv-pad",
     type=int,
-    default=1,
-    show_default=True,
-    help="Decode reads the KV cache in multiples of this many cells (llama.cpp: 256).",
+    default=None,
+    help="Decode reads the KV cache in multiples of this many cells. Default: the runtime's "
+    "(llama.cpp 256; 1, exactly the cells used, without one).",
 )
 @click.option(
-    "--kv-skip-masked-tail",
-    is_flag=True,
+    "--kv-skip-masked-tail/--no-kv-skip-masked-tail",
+    default=None,
     help="Decode skips trailing KV tiles with no attended cell (llama.cpp CUDA flash attention, "
-    "several sequences): a wrapped sliding-window ring is read up to its newest cell.",
+    "several sequences): a wrapped sliding-window ring is read up to its newest cell. Default: the runtime's.",
 )
 @click.option(
-    "--decode-graphs",
-    is_flag=True,
+    "--decode-graphs/--no-decode-graphs",
+    default=None,
     help="Decode steps are replayed from a captured CUDA graph: no per-kernel launch overhead in decode "
-    "(llama.cpp CUDA at batch 1).",
+    "(llama.cpp CUDA at batch 1). Default: the runtime's.",
 )
 @click.option("--breakdown", is_flag=True, help="Print the per-operator breakdown.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (stable keys).")
@@ -130,10 +134,10 @@ def estimate(
     runtime: Optional[str],
     routing_skew: Optional[float],
     no_flash_attention: bool,
-    swa_cache_extra: int,
-    kv_pad: int,
-    kv_skip_masked_tail: bool,
-    decode_graphs: bool,
+    swa_cache_extra: Optional[int],
+    kv_pad: Optional[int],
+    kv_skip_masked_tail: Optional[bool],
+    decode_graphs: Optional[bool],
     breakdown: bool,
     as_json: bool,
     allow_no_fit: bool,
@@ -215,6 +219,7 @@ def estimate(
             f"{e.memory_bw_gbs:,.0f} GB/s",
         ),
         *([("runtime", runtime_note)] if runtime_note else []),
+        *([("execution", _execution_text(e))] if e.plan["from_runtime"] else []),
         ("calibration", f"{e.calibration}: {e.calibration_note}"),
         ("catalog", "verified" if e.verified else "verified = false (estimated: true)"),
     ]
@@ -224,6 +229,20 @@ def estimate(
     if breakdown:
         click.echo("")
         click.echo(_breakdown_text(e.breakdown_rows()))
+
+
+def _execution_text(e: Any) -> str:
+    """What the plan took from its runtime's way of running (``runtime_execution``)."""
+    p = e.plan
+    said = {
+        "chunk": f"prompt in {p['chunk']}-token steps",
+        "kv_pad": f"decode reads the KV cache padded to {p['kv_pad']} cells",
+        "swa_cache_extra": f"sliding-window cache window + {p['swa_cache_extra']} cells",
+        "kv_skip_masked_tail": "trailing masked KV tiles skipped",
+        "decode_graphs": "decode replayed from a CUDA graph, no launch overhead",
+    }
+    parts = [said[k] for k in p["from_runtime"]]
+    return f"{p['runtime']}: {', '.join(parts)}; a flag given overrides"
 
 
 def _throughput_basis(e: Any) -> str:

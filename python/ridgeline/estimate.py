@@ -185,10 +185,10 @@ def estimate(
     identical_sequences: bool = False,
     routing_skew: Optional[float] = None,
     flash_attention: bool = True,
-    swa_cache_extra: int = 0,
-    kv_pad: int = 1,
-    kv_skip_masked_tail: bool = False,
-    decode_graphs: bool = False,
+    swa_cache_extra: Optional[int] = None,
+    kv_pad: Optional[int] = None,
+    kv_skip_masked_tail: Optional[bool] = None,
+    decode_graphs: Optional[bool] = None,
     tp: int = 1,
     ep: int = 1,
     pp: int = 1,
@@ -233,6 +233,11 @@ def estimate(
             a wrapped sliding-window ring is read up to its newest cell.
         decode_graphs: decode steps are replayed from a captured CUDA graph, so no per-kernel
             launch overhead is paid in decode (llama.cpp CUDA at batch 1).
+            These four and ``chunk`` default to how ``runtime`` runs the plan
+            (``runtime_execution``: llama.cpp's from its source; any other runtime, or none,
+            reads exactly the cells used, prefills in one step and launches every kernel);
+            ``plan["from_runtime"]`` names the ones taken from it that shape this model's
+            numbers. A value given wins.
         tp: tensor-parallel degree.
         ep: expert-parallel degree (1, or equal to ``tp``: experts spread over the TP group).
         pp: pipeline stages (ceil(layers / pp) layers each); latency is the full pass plus the sends.
@@ -246,7 +251,8 @@ def estimate(
             quantisation (int4, w4a16, gptq, awq, mxfp4, nvfp4) or a GGUF type (q4_0, q4_k_m, q8_0, ...);
             default: the checkpoint's quantization_config, else a hint in the model name, else ``dtype``.
         kv_dtype: KV-cache dtype (default: ``dtype``).
-        chunk: chunked-prefill token budget per step (default: one prefill step).
+        chunk: chunked-prefill token budget per step (default: the runtime's, llama.cpp's
+            ``n_ubatch``; else one prefill step).
         runtime: the serving runtime the numbers should describe (calibration key).
         allow_no_fit: return a result with ``fits = False`` instead of raising.
         calibrated: apply the shipped calibration of ``runtime`` (False: the efficiency-1 bound).
@@ -263,6 +269,19 @@ def estimate(
     cat = catalog or default_catalog()
     m = model if isinstance(model, Model) else Model.from_config(model)
     dev = hardware if isinstance(hardware, Device) else cat.get(hardware)
+    if runtime is not None:
+        _check_runtime(runtime, cat)
+    if not isinstance(flash_attention, bool):
+        raise PlanError(f"flash_attention: must be True or False, got {flash_attention!r}")
+    given = {"chunk": chunk, "swa_cache_extra": swa_cache_extra, "kv_pad": kv_pad,
+             "kv_skip_masked_tail": kv_skip_masked_tail, "decode_graphs": decode_graphs}  # fmt: skip
+    ex = runtime_execution(runtime, cat, batch=_positive_int("batch", batch), flash_attention=flash_attention,
+                           ubatch=None if chunk is None else _positive_int("chunk", chunk))  # fmt: skip
+    # what the plan took from the runtime (a sliding-window cache only where the model has one)
+    windowed = any((g.get("attention") or {}).get("window") for g in m.layer_groups)
+    from_runtime = tuple(k for k, v in given.items() if v is None and ex[k] != _NO_RUNTIME_EXECUTION[k]
+                         and (windowed or k != "swa_cache_extra"))  # fmt: skip
+    run = {k: ex[k] if v is None else v for k, v in given.items()}
     plan = {
         "batch": _positive_int("batch", batch),
         "prompt": _positive_int("prompt", prompt),
@@ -270,10 +289,10 @@ def estimate(
         "prefix": _count("prefix", prefix),
         "identical_sequences": bool(identical_sequences),
         "attention_score_bytes": 0.0 if flash_attention else cat.constant("unfused_attention_score_bytes"),
-        "swa_cache_extra": _count("swa_cache_extra", swa_cache_extra),
-        "kv_pad": _positive_int("kv_pad", kv_pad),
-        "kv_skip_masked_tail": kv_skip_masked_tail,
-        "decode_graphs": decode_graphs,
+        "swa_cache_extra": _count("swa_cache_extra", run["swa_cache_extra"]),
+        "kv_pad": _positive_int("kv_pad", run["kv_pad"]),
+        "kv_skip_masked_tail": run["kv_skip_masked_tail"],
+        "decode_graphs": run["decode_graphs"],
         "tp": _positive_int("tp", tp),
         "ep": _positive_int("ep", ep),
         "pp": _positive_int("pp", pp),
@@ -282,19 +301,15 @@ def estimate(
         "dtype": dtype,
         "weight_dtype": weight_dtype,
         "kv_dtype": kv_dtype,
-        "chunk": None if chunk is None else _positive_int("chunk", chunk),
+        "chunk": None if run["chunk"] is None else _positive_int("chunk", run["chunk"]),
         "gpu_memory_utilization": cat.constant("gpu_memory_utilization"),
     }
     for k in ("dtype", "weight_dtype", "kv_dtype"):
         if plan[k] is not None and not isinstance(plan[k], str):
             raise PlanError(f"{k}: expected a dtype name such as bf16, got {plan[k]!r}")
-    flags = (("flash_attention", flash_attention), ("kv_skip_masked_tail", kv_skip_masked_tail),
-             ("decode_graphs", decode_graphs))  # fmt: skip
-    for k, flag in flags:
-        if not isinstance(flag, bool):
+    for k in ("kv_skip_masked_tail", "decode_graphs"):
+        if not isinstance(flag := run[k], bool):
             raise PlanError(f"{k}: must be True or False, got {flag!r}")
-    if runtime is not None:
-        _check_runtime(runtime, cat)
     weights = quant.resolve(m, str(dtype).lower(), weight_dtype, runtime)
     if devices_per_node is not None:
         _positive_int("devices_per_node", devices_per_node)
@@ -335,6 +350,7 @@ def estimate(
         plan={
             **plan,
             "runtime": runtime,
+            "from_runtime": from_runtime,
             "weights": weights.label,
             "weights_source": weights.source,
             "topology": topo.source,
@@ -363,6 +379,43 @@ def estimate(
         _group_labels=_group_labels(m),
         _formats=formats,
     )
+
+
+#: How a plan runs when no runtime says otherwise: every prompt token in one prefill step, each
+#: decode step reads exactly the cells it attends, and every kernel is launched from the host.
+_NO_RUNTIME_EXECUTION: Mapping[str, Any] = {
+    "swa_cache_extra": 0, "kv_pad": 1, "kv_skip_masked_tail": False, "decode_graphs": False, "chunk": None,
+}  # fmt: skip
+
+
+def runtime_execution(
+    runtime: Optional[str], cat: Catalog, *, batch: int, flash_attention: bool, ubatch: Optional[int] = None
+) -> dict[str, Any]:
+    """How ``runtime`` runs the parts of a plan the engine leaves open: the prompt's step size
+    (``chunk``), the KV cells a decode step reads (``swa_cache_extra``, ``kv_pad``,
+    ``kv_skip_masked_tail``) and whether decode replays a captured graph (``decode_graphs``).
+    The one place both ``estimate`` and the calibration take them from, so an estimate for a
+    runtime is priced the way that runtime's rows were fitted. ``ubatch``: llama.cpp's physical
+    batch (``-ub``) where the run states it, else its default (``llamacpp_n_ubatch``)."""
+    if runtime is None or not runtime.startswith("llamacpp"):
+        return dict(_NO_RUNTIME_EXECUTION)
+    ub = ubatch or int(cat.constant("llamacpp_n_ubatch"))
+    cuda = runtime == "llamacpp-cuda"
+    return {
+        # llama.cpp evaluates the prompt tokens of all sequences n_ubatch at a time
+        "chunk": ub,
+        # its sliding-window KV cache holds n_swa + n_ubatch cells per sequence, and a decode step
+        # attends over all of them (llama-kv-cache-iswa.cpp sizes it so)
+        "swa_cache_extra": ub,
+        # its decode reads the cache view padded to kv_pad cells
+        "kv_pad": int(cat.constant("llamacpp_kv_pad")),
+        # CUDA flash attention over several sequences (one KV stream each: llama-batched-bench's
+        # default, not unified) stops each stream's read at its last tile holding an attended cell
+        "kv_skip_masked_tail": cuda and flash_attention and batch > 1,
+        # ggml-cuda replays a one-token step from a CUDA graph (it disables graphs when a node has
+        # batch > 1): one sequence's decode launches no kernel from the host
+        "decode_graphs": cuda and batch == 1,
+    }
 
 
 def known_runtimes(cat: Catalog) -> list[str]:
