@@ -171,24 +171,32 @@ def test_to_dict_is_json_ready():
 def test_a_runtime_runs_the_plan_the_way_its_rows_were_priced():
     # llama.cpp (from its source, data/constants.csv): the prompt in n_ubatch = 512 token steps,
     # the KV view padded to 256 cells, a sliding-window ring of window + n_ubatch cells, and on
-    # CUDA decode replayed from a graph at batch 1 / masked tails skipped over several sequences.
+    # CUDA one-token decode steps replayed from a graph / masked tails skipped over several streams.
     def est(model, **kw):
-        return ridgeline.estimate(model, "GB10", prompt=1024, output=64, allow_no_fit=True, **kw)
+        return ridgeline.estimate(model, "GB10", output=64, allow_no_fit=True, **{"prompt": 1024, **kw})
+
+    def decode(e, col):
+        return e.breakdown.filter(e.breakdown["phase"] == "decode")[col].sum()
 
     one = est("google/gemma-3-4b-it", runtime="llamacpp-cuda")
     p = one.plan
     assert (p["chunk"], p["swa_cache_extra"], p["kv_pad"], p["decode_graphs"], p["kv_skip_masked_tail"]) == (
-        512, 512, 256, True, False)  # fmt: skip
+        512, 512, 256, True, True)  # fmt: skip
     assert one.prefill["steps"] == 2  # 1024 prompt tokens, two ubatches
-    assert one.breakdown.filter(one.breakdown["phase"] == "decode")["launch_s"].sum() == 0
+    assert decode(one, "launch_s") == 0 and decode(one, "launches") == 0
+    # batch 4: the graph is not used (every kernel launched), four prompts in eight ubatches
     four = est("google/gemma-3-4b-it", runtime="llamacpp-cuda", batch=4)
-    assert not four.plan["decode_graphs"] and four.plan["kv_skip_masked_tail"] and four.prefill["steps"] == 8
-    assert not est("google/gemma-3-4b-it", runtime="llamacpp-cuda", batch=4, flash_attention=False).plan[
-        "kv_skip_masked_tail"]  # fmt: skip
+    assert decode(four, "launches") > 0 and four.prefill["steps"] == 8
+    # the masked-tail skip needs several streams and a wrapped ring (4096 > 1024 + 512 cells)
+    for b, fewer in ((1, False), (2, True)):
+        skip = {s: est("google/gemma-3-4b-it", runtime="llamacpp-cuda", batch=b, prompt=4096, kv_skip_masked_tail=s)
+                for s in (True, False)}  # fmt: skip
+        assert (decode(skip[True], "bytes") < decode(skip[False], "bytes")) == fewer
+    assert not est("google/gemma-3-4b-it", runtime="llamacpp-cuda", flash_attention=False).plan["kv_skip_masked_tail"]
     # the run's -ub is the chunk, and the sliding-window ring follows it
     ub = est("google/gemma-3-4b-it", runtime="llamacpp-cuda", chunk=1024)
     assert ub.plan["swa_cache_extra"] == 1024 and ub.prefill["steps"] == 1
-    assert set(ub.plan["from_runtime"]) == {"swa_cache_extra", "kv_pad", "decode_graphs"}
+    assert set(ub.plan["from_runtime"]) == {"swa_cache_extra", "kv_pad", "kv_skip_masked_tail", "decode_graphs"}
     # Metal pads and prefills in ubatches but has no CUDA graphs
     metal = ridgeline.estimate(LLAMA, "M2_ULTRA", prompt=1024, output=64, runtime="llamacpp-metal")
     assert metal.plan["kv_pad"] == 256 and not metal.plan["decode_graphs"] and metal.prefill["steps"] == 2
@@ -196,7 +204,7 @@ def test_a_runtime_runs_the_plan_the_way_its_rows_were_priced():
     assert metal.plan["from_runtime"] == ("chunk", "kv_pad")
     # a value given wins; no runtime, or one that is not llama.cpp, runs the plain plan
     given = est("google/gemma-3-4b-it", runtime="llamacpp-cuda", decode_graphs=False, kv_pad=1, chunk=4096)
-    assert given.plan["from_runtime"] == ("swa_cache_extra",) and given.prefill["steps"] == 1
+    assert given.plan["from_runtime"] == ("swa_cache_extra", "kv_skip_masked_tail") and given.prefill["steps"] == 1
     assert given.decode["time_s"] > one.decode["time_s"]
     for plain in (est(LLAMA), est(LLAMA, runtime="trtllm")):
         p = plain.plan

@@ -51,6 +51,32 @@ def test_sweep_keeps_invalid_rows_with_reasons_and_no_nan():
     assert row["e2e_s"] == e.e2e_s and row["memory_gb"] == e.memory["total_bytes"] / 1e9
 
 
+def test_a_runtime_axis_prices_each_plan_as_estimate_does():
+    # calibration, routing skew and the runtime's way of running (llama.cpp: ubatches, padded KV,
+    # a sliding-window ring of window + n_ubatch, graphs at batch 1) agree with single estimates
+    grid = {"model": ["google/gemma-3-4b-it", "openai/gpt-oss-20b"], "hardware": ["GB10", "RTX_4090"],
+            "batch": [1, 4], "prompt": [4096], "output": [64],
+            "runtime": ["llamacpp-cuda", "trtllm", "None"]}  # fmt: skip
+    df = sweep(grid)
+    assert df.height == 2 * 2 * 2 * 3 and df.columns == list(SWEEP_COLUMNS)
+    for chunked in (False, True):
+        # a chunk axis is llama.cpp's n_ubatch (-ub): the prompt step and the ring's extra cells
+        rows = sweep({**grid, "chunk": [512, 1024]} if chunked else grid).filter(pl.col("error").is_null())
+        assert rows.height >= 2 * 2 * 3
+        for row in rows.iter_rows(named=True):
+            kw = {"chunk": row["chunk"]} if chunked else {}
+            e = ridgeline.estimate(row["model"], row["hardware"], batch=row["batch"], prompt=4096, output=64,
+                                   runtime=row["runtime"], calibrated=row["runtime"] is not None, allow_no_fit=True,
+                                   **kw)  # fmt: skip
+            assert (row["ttft_s"], row["tpot_s"], row["calibration"]) == (e.ttft_s, e.tpot_s, e.calibration), row
+            if not chunked:
+                assert row["chunk"] == (512 if row["runtime"] == "llamacpp-cuda" else 0)
+    labels = set(df["calibration"])
+    assert "uncalibrated" in labels and any(x.startswith("calibrated (GB10, llamacpp-cuda") for x in labels)
+    with pytest.raises(PlanError, match="runtime"):
+        sweep({**grid, "runtime": "vlm"})
+
+
 def test_same_bytes_whatever_the_thread_count(tmp_path):
     outs = []
     for threads in (1, 2):
@@ -91,3 +117,14 @@ def test_cli_sweep_with_a_grid_file(tmp_path):
     assert r.returncode == 3 and "unknown model" in r.stderr
     r = _cli("sweep", "-m", "meta-llama/Llama-3.2-1B", "-H", "L4", "--batch", "0", cwd=tmp_path)
     assert r.returncode == 2 and "batch" in r.stderr
+    # the CLI prices with the runtime estimate picks, says so, and --uncalibrated gives the bound
+    args = ("sweep", "-m", "meta-llama/Llama-3.2-1B", "-H", "L4", "--out")
+    r = _cli(*args, "d.csv", cwd=tmp_path)
+    assert r.returncode == 0 and "best-covered runtime" in r.stderr
+    r = _cli(*args, "u.csv", "--uncalibrated", cwd=tmp_path)
+    assert r.returncode == 0
+    d, u = (pl.read_csv(tmp_path / f) for f in ("d.csv", "u.csv"))
+    assert d["calibration"][0].startswith("runtime-profile") and u["calibration"][0] == "uncalibrated"
+    assert d["tpot_s"][0] > u["tpot_s"][0]
+    r = _cli(*args, "x.csv", "--uncalibrated", "--runtime", "trtllm", cwd=tmp_path)
+    assert r.returncode == 2 and "--uncalibrated" in r.stderr

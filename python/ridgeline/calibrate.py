@@ -107,7 +107,7 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int, cat: Catalog) -> tuple[dic
     # the runtime's execution (prompt ubatches, KV reads, decode graphs), with the run's own
     # n_ubatch where it states one: the same derivation a plain estimate for the runtime uses
     ub = n_ubatch(r, int(cat.constant("llamacpp_n_ubatch"))) if llamacpp else None
-    kw.update(runtime_execution(r["runtime"], cat, batch=b, flash_attention=kw["flash_attention"], ubatch=ub))
+    kw.update(runtime_execution(r["runtime"], cat, flash_attention=kw["flash_attention"], ubatch=ub))
     m = r["metric"]
     limit = max_len
     if m == "decode_tok_s":
@@ -165,8 +165,7 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
         row=r, compute=df["compute_s"].to_numpy() * scale, memory=df["memory_s"].to_numpy() * scale,
         expert=df["grouped"].to_numpy(), quant=df["quantized"].to_numpy(), fmt=df["format"].fill_null("").to_numpy(),
         fixed=float(df["comm_s"].sum()) * scale, steps=steps * scale,
-        launches=float(df.filter(df["phase"] != "decode")["launches"].sum() if kw.get("decode_graphs")
-                       else df["launches"].sum()) * scale,
+        launches=float(df["launches"].sum()) * scale,
         work=work,
         kind="time_ms" if r["metric"] == "ttft_ms" else "rate", **moe,
     )  # fmt: skip

@@ -99,14 +99,14 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
 @click.option(
     "--kv-skip-masked-tail/--no-kv-skip-masked-tail",
     default=None,
-    help="Decode skips trailing KV tiles with no attended cell (llama.cpp CUDA flash attention, "
-    "several sequences): a wrapped sliding-window ring is read up to its newest cell. Default: the runtime's.",
+    help="With several sequences, decode skips trailing KV tiles with no attended cell (llama.cpp CUDA flash "
+    "attention): a wrapped sliding-window ring is read up to its newest cell. Default: the runtime's.",
 )
 @click.option(
     "--decode-graphs/--no-decode-graphs",
     default=None,
-    help="Decode steps are replayed from a captured CUDA graph: no per-kernel launch overhead in decode "
-    "(llama.cpp CUDA at batch 1). Default: the runtime's.",
+    help="One-token decode steps (batch 1) are replayed from a captured CUDA graph: no per-kernel launch "
+    "overhead (llama.cpp CUDA). Default: the runtime's.",
 )
 @click.option("--breakdown", is_flag=True, help="Print the per-operator breakdown.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (stable keys).")
@@ -238,8 +238,8 @@ def _execution_text(e: Any) -> str:
         "chunk": f"prompt in {p['chunk']}-token steps",
         "kv_pad": f"decode reads the KV cache padded to {p['kv_pad']} cells",
         "swa_cache_extra": f"sliding-window cache window + {p['swa_cache_extra']} cells",
-        "kv_skip_masked_tail": "trailing masked KV tiles skipped",
-        "decode_graphs": "decode replayed from a CUDA graph, no launch overhead",
+        "kv_skip_masked_tail": "over several sequences trailing masked KV tiles skipped",
+        "decode_graphs": "one-token decode steps replayed from a CUDA graph",
     }
     parts = [said[k] for k in p["from_runtime"]]
     return f"{p['runtime']}: {', '.join(parts)}; a flag given overrides"
@@ -330,6 +330,13 @@ def collective(
 @click.option("--dtype", multiple=True, help="Activation dtypes.")
 @click.option("--weight-dtype", multiple=True, help="Weight formats (see estimate --help).")
 @click.option("--kv-dtype", multiple=True, help="KV-cache dtypes.")
+@click.option(
+    "--runtime",
+    multiple=True,
+    help="Runtime(s) whose calibration and way of running price the plans (as estimate --runtime). "
+    "Default: the one estimate picks (vllm where fitted, else the best-covered runtime).",
+)
+@click.option("--uncalibrated", is_flag=True, help="No runtime: the efficiency-1 bound.")
 @click.option("--grid", "grid_file", type=click.Path(exists=True, dir_okay=False), help="A YAML or JSON grid file.")
 @click.option("--out", default=None, help="results.parquet, results.csv or results.duckdb:table.")
 @click.option("--threads", type=int, default=0, show_default=True, help="Threads (0: all cores).")
@@ -349,6 +356,8 @@ def sweep(
     dtype: tuple[str, ...],
     weight_dtype: tuple[str, ...],
     kv_dtype: tuple[str, ...],
+    runtime: tuple[str, ...],
+    uncalibrated: bool,
     grid_file: Optional[str],
     out: Optional[str],
     threads: int,
@@ -371,6 +380,18 @@ def sweep(
              "pp": pp, "ep": ep, "dp": dp, "chunk": chunk, "dtype": dtype, "weight_dtype": weight_dtype,
              "kv_dtype": kv_dtype}  # fmt: skip
     grid.update({k: list(v) for k, v in flags.items() if v})
+    if uncalibrated:
+        if runtime or grid.get("runtime"):
+            raise click.UsageError("--uncalibrated prices without a runtime: drop --runtime (or the grid's runtime)")
+        grid["runtime"] = [None]
+    elif runtime:
+        grid["runtime"] = list(runtime)
+    elif grid.get("runtime") is None:
+        from .calibrate import default_runtime
+
+        rt, why = default_runtime()
+        grid["runtime"] = [rt]
+        click.echo(f"runtime: {rt}: {why}; --runtime chooses, --uncalibrated gives the bound" if rt else why, err=True)
     if chunk_size < 1:
         raise click.BadParameter("must be >= 1", param_hint="--chunk-size")
     total = grid_size(grid)

@@ -30,7 +30,7 @@ BREAKDOWN_COLUMNS = {
     "phase": "prefill or decode",
     "op": "operator name",
     "layer_group": "which layers (or 'model' for embedding/head)",
-    "launches": "kernel launches over the phase",
+    "launches": "kernel launches from the host over the phase (none where a captured CUDA graph replays the step)",
     "flops": "floating-point operations over the phase (2 per MAC)",
     "bytes": "bytes moved to or from device memory over the phase",
     "compute_s": "time at the compute roof (s)",
@@ -228,11 +228,12 @@ def estimate(
             n_swa + n_ubatch per sequence, filled as a ring); 0: exactly the window is read.
         kv_pad: decode reads the KV cache in multiples of this many cells (llama.cpp pads its
             n_kv to 256); 1: exactly the cells used.
-        kv_skip_masked_tail: decode skips each sequence's trailing ``kv_pad``-cell tiles that
-            hold no attended cell (llama.cpp's CUDA flash attention over several sequences), so
-            a wrapped sliding-window ring is read up to its newest cell.
-        decode_graphs: decode steps are replayed from a captured CUDA graph, so no per-kernel
-            launch overhead is paid in decode (llama.cpp CUDA at batch 1).
+        kv_skip_masked_tail: with several sequences, decode skips each one's trailing
+            ``kv_pad``-cell tiles that hold no attended cell (llama.cpp's CUDA flash attention
+            over one KV stream per sequence), so a wrapped sliding-window ring is read up to its
+            newest cell; one sequence reads its whole view.
+        decode_graphs: one-token decode steps (batch 1) are replayed from a captured CUDA graph,
+            so no per-kernel launch overhead is paid there (llama.cpp CUDA); larger batches launch.
             These four and ``chunk`` default to how ``runtime`` runs the plan
             (``runtime_execution``: llama.cpp's from its source; any other runtime, or none,
             reads exactly the cells used, prefills in one step and launches every kernel);
@@ -275,7 +276,7 @@ def estimate(
         raise PlanError(f"flash_attention: must be True or False, got {flash_attention!r}")
     given = {"chunk": chunk, "swa_cache_extra": swa_cache_extra, "kv_pad": kv_pad,
              "kv_skip_masked_tail": kv_skip_masked_tail, "decode_graphs": decode_graphs}  # fmt: skip
-    ex = runtime_execution(runtime, cat, batch=_positive_int("batch", batch), flash_attention=flash_attention,
+    ex = runtime_execution(runtime, cat, flash_attention=flash_attention,
                            ubatch=None if chunk is None else _positive_int("chunk", chunk))  # fmt: skip
     # what the plan took from the runtime (a sliding-window cache only where the model has one)
     windowed = any((g.get("attention") or {}).get("window") for g in m.layer_groups)
@@ -389,7 +390,7 @@ _NO_RUNTIME_EXECUTION: Mapping[str, Any] = {
 
 
 def runtime_execution(
-    runtime: Optional[str], cat: Catalog, *, batch: int, flash_attention: bool, ubatch: Optional[int] = None
+    runtime: Optional[str], cat: Catalog, *, flash_attention: bool, ubatch: Optional[int] = None
 ) -> dict[str, Any]:
     """How ``runtime`` runs the parts of a plan the engine leaves open: the prompt's step size
     (``chunk``), the KV cells a decode step reads (``swa_cache_extra``, ``kv_pad``,
@@ -411,10 +412,11 @@ def runtime_execution(
         "kv_pad": int(cat.constant("llamacpp_kv_pad")),
         # CUDA flash attention over several sequences (one KV stream each: llama-batched-bench's
         # default, not unified) stops each stream's read at its last tile holding an attended cell
-        "kv_skip_masked_tail": cuda and flash_attention and batch > 1,
+        # (the engine applies it at batch > 1)
+        "kv_skip_masked_tail": cuda and flash_attention,
         # ggml-cuda replays a one-token step from a CUDA graph (it disables graphs when a node has
-        # batch > 1): one sequence's decode launches no kernel from the host
-        "decode_graphs": cuda and batch == 1,
+        # batch > 1; the engine applies it at batch 1): one sequence's decode launches no kernel
+        "decode_graphs": cuda,
     }
 
 

@@ -1,6 +1,6 @@
 """Sweeps: a grid of plans evaluated in the Rust core across all cores.
 
-Categorical axes (model, hardware, dtypes, weight formats) are looped here; the
+Categorical axes (model, hardware, dtypes, weight formats, runtime) are looped here; the
 numeric axes (tp, pp, ep, dp, chunk, batch, prompt, output) are expanded and
 evaluated inside Rust in chunks, so memory stays bounded and the result does
 not depend on the thread count. Invalid combinations are kept as rows with
@@ -27,10 +27,10 @@ from .estimate import _UNCALIBRATED_EFF, UNCALIBRATED
 from .models import Model
 
 NUMERIC_AXES = ("tp", "pp", "ep", "dp", "chunk", "batch", "prompt", "output")
-CATEGORICAL_AXES = ("model", "hardware", "dtype", "weight_dtype", "kv_dtype")
+CATEGORICAL_AXES = ("model", "hardware", "dtype", "weight_dtype", "kv_dtype", "runtime")
 DEFAULTS: dict[str, list[Any]] = {
     "tp": [1], "pp": [1], "ep": [1], "dp": [1], "chunk": [0], "batch": [1], "prompt": [1024], "output": [256],
-    "dtype": ["bf16"], "weight_dtype": [None], "kv_dtype": [None],
+    "dtype": ["bf16"], "weight_dtype": [None], "kv_dtype": [None], "runtime": [None],
 }  # fmt: skip
 
 #: Every output column, with its unit.
@@ -40,11 +40,15 @@ SWEEP_COLUMNS = {
     "dtype": "activation dtype",
     "weights": "weight format label (quantisation or dtype)",
     "kv_dtype": "KV-cache dtype",
+    "runtime": "runtime whose calibration and way of running price the plan (null: none, the efficiency-1 bound)",
     "tp": "tensor-parallel degree",
     "pp": "pipeline stages",
     "ep": "expert-parallel degree",
     "dp": "data-parallel replicas",
-    "chunk": "chunked-prefill budget in tokens (0: one prefill step)",
+    "chunk": (
+        "chunked-prefill budget in tokens (0: one prefill step); without a chunk axis the runtime's, llama.cpp's "
+        "n_ubatch, and with one, llama.cpp's -ub (its sliding-window ring holds that many cells more)"
+    ),
     "batch": "concurrent sequences",
     "prompt": "prompt tokens per sequence",
     "output": "output tokens per sequence",
@@ -58,7 +62,9 @@ SWEEP_COLUMNS = {
     "fits": "whether the plan fits in device memory x gpu_memory_utilization",
     "mfu_prefill": "prefill FLOP/s over the dense peak (<= 1)",
     "mbu_decode": "decode bytes/s over the memory bandwidth (<= 1)",
-    "calibration": "calibration label (uncalibrated: an optimistic bound)",
+    "calibration": (
+        "calibration label: the device's own fit, the runtime's profile, or uncalibrated (an optimistic bound)"
+    ),
     "estimated": "true when the device row is not vendor-verified",
     "error": "why the plan cannot be priced (null when it can)",
 }
@@ -152,34 +158,69 @@ def iter_sweep(
     catalog: Optional[Catalog] = None,
     progress: Optional[Callable[[int], None]] = None,
 ) -> Iterator[Any]:
-    """Yields the sweep as Polars DataFrames of at most ``chunk_size`` rows, in grid order."""
+    """Yields the sweep as Polars DataFrames of at most ``chunk_size`` rows, in grid order.
+
+    A ``runtime`` prices each plan as ``estimate(..., runtime=...)`` does: with the shipped
+    calibration the lookup picks (the device's own fit, else the runtime's profile, else none,
+    said in ``calibration``) and run the way that runtime runs it (``runtime_execution``: for
+    llama.cpp the prompt in n_ubatch steps unless the grid has a ``chunk`` axis, which is then
+    its n_ubatch, padded KV reads, one-token decode steps replayed from a CUDA graph)."""
     import polars as pl
+
+    from .calibrate import efficiency_json, lookup
+    from .estimate import _check_runtime, runtime_execution
 
     cat = catalog or default_catalog()
     g = normalise_grid(grid)
+    runtimes = [None if rt in (None, "None", "none") else str(rt) for rt in g["runtime"]]
+    for rt in runtimes:
+        if rt is not None:
+            _check_runtime(rt, cat)
     tp, pp, ep, dp, chunk, batch, prompt, output = (np.asarray(g[k], dtype=np.int64) for k in NUMERIC_AXES)
     n_numeric = int(np.prod([len(g[k]) for k in NUMERIC_AXES]))
     proto = _protocol_json(cat)
     models = {name: Model.from_config(name) for name in g["model"]}
     devices = {name: cat.get(name) for name in g["hardware"]}
     mem_util = cat.constant("gpu_memory_utilization")
-    for name, hw, dtype, wdt, kvdt in itertools.product(
-        g["model"], g["hardware"], g["dtype"], g["weight_dtype"], g["kv_dtype"]
+    for name, hw, dtype, wdt, kvdt, rt in itertools.product(
+        g["model"], g["hardware"], g["dtype"], g["weight_dtype"], g["kv_dtype"], runtimes
     ):
         m, dev = models[name], devices[hw]
-        weights = quant.resolve(m, str(dtype).lower(), None if wdt in (None, "None") else wdt)
+        weights = quant.resolve(m, str(dtype).lower(), None if wdt in (None, "None") else wdt, rt)
         kv = None if kvdt in (None, "None") else kvdt
+        label, fit_row = lookup(dev.name, rt, cat) if rt else (UNCALIBRATED, None)
+        eff = _UNCALIBRATED_EFF if fit_row is None else efficiency_json(fit_row, weights.format_names())
         base = {
             "batch": 1, "prompt": 1, "output": 1, "dtype": dtype, "kv_dtype": kv, "weights": weights.core(),
             "topology": resolve_topology(dev).core(), "gpu_memory_utilization": mem_util,
+            "routing_skew": float(fit_row.get("routing_skew") or 0.0) if fit_row else 0.0,
         }  # fmt: skip
-        base_json = json.dumps({k: v for k, v in base.items() if v is not None})
+        # the runtime's own prompt step where the grid does not sweep one
+        own = runtime_execution(rt, cat, flash_attention=True)["chunk"]
+        chunks = chunk if own is None or grid.get("chunk") is not None else np.asarray([own], dtype=np.int64)
+        # how the runtime runs a plan can depend on its prompt step (llama.cpp's sliding-window
+        # ring holds n_ubatch cells more): each distinct way is evaluated over the grid, and every
+        # plan takes its own
+        ways: dict[str, list[int]] = {}
+        for c in chunks.tolist():
+            ex = runtime_execution(rt, cat, flash_attention=True, ubatch=c or None)
+            del ex["chunk"]
+            ways.setdefault(json.dumps({**base, **ex}), []).append(c)
         for start in range(0, n_numeric, chunk_size):
             stop = min(start + chunk_size, n_numeric)
-            r = _core.sweep_grid(
-                m._core, dev.core, tp, pp, ep, dp, chunk, batch, prompt, output,
-                base_json, _UNCALIBRATED_EFF, proto, threads, start, stop,
-            )  # fmt: skip
+            r: dict[str, Any] = {}
+            for base_json, members in ways.items():
+                part = _core.sweep_grid(
+                    m._core, dev.core, tp, pp, ep, dp, chunks, batch, prompt, output,
+                    base_json, eff, proto, threads, start, stop,
+                )  # fmt: skip
+                if not r:
+                    r = part
+                    continue
+                mine = np.isin(part["chunk"], members)
+                for k, v in part.items():
+                    r[k] = (np.where(mine, v, r[k]) if isinstance(v, np.ndarray)
+                            else [x if o else y for x, y, o in zip(v, r[k], mine)])  # fmt: skip
             n = stop - start
             cols: dict[str, Any] = {
                 "model": pl.Series("model", [m.name] * n, dtype=pl.Utf8),
@@ -187,6 +228,7 @@ def iter_sweep(
                 "dtype": pl.Series("dtype", [str(dtype)] * n, dtype=pl.Utf8),
                 "weights": pl.Series("weights", [weights.label] * n, dtype=pl.Utf8),
                 "kv_dtype": pl.Series("kv_dtype", [kv or str(dtype)] * n, dtype=pl.Utf8),
+                "runtime": pl.Series("runtime", [rt] * n, dtype=pl.Utf8),
             }
             for k in NUMERIC_AXES:
                 cols[k] = r[k]
@@ -197,7 +239,7 @@ def iter_sweep(
             cols["fits"] = r["fits"]
             cols["mfu_prefill"] = r["mfu_prefill"]
             cols["mbu_decode"] = r["mbu_decode"]
-            cols["calibration"] = pl.Series("calibration", [UNCALIBRATED] * n, dtype=pl.Utf8)
+            cols["calibration"] = pl.Series("calibration", [label] * n, dtype=pl.Utf8)
             cols["estimated"] = pl.Series("estimated", [not dev.verified] * n, dtype=pl.Boolean)
             cols["error"] = pl.Series("error", r["error"], dtype=pl.Utf8)
             if progress:

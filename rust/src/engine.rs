@@ -210,7 +210,7 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
                 window: None,
                 cache_extra: plan.swa_cache_extra,
                 pad: plan.kv_pad,
-                skip_masked_tail: plan.kv_skip_masked_tail,
+                skip_masked_tail: plan.kv_skip_masked_tail && plan.batch > 1,
             },
             act_b: act.bytes(),
             kv_b: plan.kv_dtype().bytes(),
@@ -572,14 +572,15 @@ fn run_phases(ctx: &BuildCtx, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64
         let ctx0 = plan.prefix + plan.prompt;
         let (lo, hi) = (ctx0 + 1, ctx0 + plan.output - 1);
         build_step(ctx, &Geometry::Decode { batch }, &mut ops);
-        // a replayed CUDA graph launches no kernel from the host
-        let deff = Efficiency {
-            t_launch_s: if plan.decode_graphs { 0.0 } else { eff.t_launch_s },
-            ..*eff
-        };
         for op in &ops {
+            // a replayed CUDA graph (one-token steps) launches no kernel from the host
+            let op = if plan.decode_graphs && batch == 1 {
+                Op { launches: 0.0, ..*op }
+            } else {
+                *op
+            };
             workspace = workspace.max(op.act_bytes);
-            dec.add(op.kind, op.group, op.flags(), price_range(op, lo, hi, bw, &deff));
+            dec.add(op.kind, op.group, op.flags(), price_range(&op, lo, hi, bw, eff));
         }
         dec.overhead(layers, plan.output - 1, eff);
     }

@@ -43,14 +43,15 @@ pub struct Plan {
     /// 1 (default): exactly the cells used.
     #[serde(default = "one")]
     pub kv_pad: u64,
-    /// Decode skips each sequence's trailing `kv_pad`-cell tiles that hold no attended cell
-    /// (llama.cpp's CUDA flash attention over several sequences' streams): a sliding-window
-    /// ring that has wrapped is read up to its newest cell (`attention::DecodeKeys`).
+    /// With several sequences (batch > 1, one KV stream each), decode skips each sequence's
+    /// trailing `kv_pad`-cell tiles that hold no attended cell (llama.cpp's CUDA flash attention:
+    /// its pre-pass runs over several streams only): a sliding-window ring that has wrapped is
+    /// read up to its newest cell (`attention::DecodeKeys`). One sequence reads its whole view.
     #[serde(default)]
     pub kv_skip_masked_tail: bool,
-    /// Decode steps are replayed from a captured CUDA graph: the host launches no kernel, so
-    /// the per-kernel launch overhead (`t_launch_s`) is not paid in decode (llama.cpp CUDA
-    /// does so for one-token steps only; ggml-cuda disables graphs when a node has batch > 1).
+    /// One-token decode steps (batch 1) are replayed from a captured CUDA graph: the host
+    /// launches no kernel, so no per-kernel launch overhead (`t_launch_s`) is paid (llama.cpp
+    /// CUDA; ggml-cuda disables graphs when a node has batch > 1, so larger batches launch).
     #[serde(default)]
     pub decode_graphs: bool,
     #[serde(default = "one")]
