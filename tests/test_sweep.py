@@ -117,14 +117,13 @@ def test_cli_sweep_with_a_grid_file(tmp_path):
     assert r.returncode == 3 and "unknown model" in r.stderr
     r = _cli("sweep", "-m", "meta-llama/Llama-3.2-1B", "-H", "L4", "--batch", "0", cwd=tmp_path)
     assert r.returncode == 2 and "batch" in r.stderr
-    # the CLI prices with the runtime estimate picks, says so, and --uncalibrated gives the bound
+    # without --runtime the bound, with it the runtime's calibration
     args = ("sweep", "-m", "meta-llama/Llama-3.2-1B", "-H", "L4", "--out")
-    r = _cli(*args, "d.csv", cwd=tmp_path)
-    assert r.returncode == 0 and "best-covered runtime" in r.stderr
-    r = _cli(*args, "u.csv", "--uncalibrated", cwd=tmp_path)
-    assert r.returncode == 0
-    d, u = (pl.read_csv(tmp_path / f) for f in ("d.csv", "u.csv"))
-    assert d["calibration"][0].startswith("runtime-profile") and u["calibration"][0] == "uncalibrated"
-    assert d["tpot_s"][0] > u["tpot_s"][0]
-    r = _cli(*args, "x.csv", "--uncalibrated", "--runtime", "trtllm", cwd=tmp_path)
-    assert r.returncode == 2 and "--uncalibrated" in r.stderr
+    assert _cli(*args, "u.csv", cwd=tmp_path).returncode == 0
+    assert _cli(*args, "r.csv", "--runtime", "llamacpp-cuda", "--runtime", "trtllm", cwd=tmp_path).returncode == 0
+    u, r = (pl.read_csv(tmp_path / f) for f in ("u.csv", "r.csv"))
+    assert u["calibration"].to_list() == ["uncalibrated"] and u["runtime"].null_count() == 1
+    assert r["runtime"].to_list() == ["llamacpp-cuda", "trtllm"]
+    assert all(c.startswith("runtime-profile") for c in r["calibration"]) and min(r["tpot_s"]) > u["tpot_s"][0]
+    r = _cli("sweep", "-m", "meta-llama/Llama-3.2-1B", "-H", "L4", "--runtime", "vlm", cwd=tmp_path)
+    assert r.returncode == 2 and "unknown runtime" in r.stderr

@@ -333,10 +333,10 @@ def collective(
 @click.option(
     "--runtime",
     multiple=True,
-    help="Runtime(s) whose calibration and way of running price the plans (as estimate --runtime). "
-    "Default: the one estimate picks (vllm where fitted, else the best-covered runtime).",
+    help="Runtime(s) whose calibration and way of running price the plans, as estimate --runtime does "
+    "(llama.cpp prices every n_ubatch prompt step: slower on large batch x prompt grids). "
+    "Default: none, the efficiency-1 bound (the calibration column says so).",
 )
-@click.option("--uncalibrated", is_flag=True, help="No runtime: the efficiency-1 bound.")
 @click.option("--grid", "grid_file", type=click.Path(exists=True, dir_okay=False), help="A YAML or JSON grid file.")
 @click.option("--out", default=None, help="results.parquet, results.csv or results.duckdb:table.")
 @click.option("--threads", type=int, default=0, show_default=True, help="Threads (0: all cores).")
@@ -357,7 +357,6 @@ def sweep(
     weight_dtype: tuple[str, ...],
     kv_dtype: tuple[str, ...],
     runtime: tuple[str, ...],
-    uncalibrated: bool,
     grid_file: Optional[str],
     out: Optional[str],
     threads: int,
@@ -380,18 +379,8 @@ def sweep(
              "pp": pp, "ep": ep, "dp": dp, "chunk": chunk, "dtype": dtype, "weight_dtype": weight_dtype,
              "kv_dtype": kv_dtype}  # fmt: skip
     grid.update({k: list(v) for k, v in flags.items() if v})
-    if uncalibrated:
-        if runtime or grid.get("runtime"):
-            raise click.UsageError("--uncalibrated prices without a runtime: drop --runtime (or the grid's runtime)")
-        grid["runtime"] = [None]
-    elif runtime:
+    if runtime:
         grid["runtime"] = list(runtime)
-    elif grid.get("runtime") is None:
-        from .calibrate import default_runtime
-
-        rt, why = default_runtime()
-        grid["runtime"] = [rt]
-        click.echo(f"runtime: {rt}: {why}; --runtime chooses, --uncalibrated gives the bound" if rt else why, err=True)
     if chunk_size < 1:
         raise click.BadParameter("must be >= 1", param_hint="--chunk-size")
     total = grid_size(grid)

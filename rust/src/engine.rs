@@ -13,6 +13,7 @@ use crate::plan::{Efficiency, Plan};
 use crate::roofline::{price, price_range, Cost};
 use crate::weights::{Role, N_ROLES};
 use serde::Serialize;
+use std::collections::hash_map::{Entry, HashMap};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -558,11 +559,25 @@ fn run_phases(ctx: &BuildCtx, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64
     let mut pre = Acc::new(Phase::Prefill, breakdown);
     let mut workspace = 0.0f64;
     let steps = prefill_steps(batch, plan.prompt, plan.prefix, plan.chunk);
+    // steps holding the same segments cost the same (every sequence's k-th prompt chunk, when
+    // chunks do not straddle sequences): each distinct step is built and priced once, counted
+    // as often as it occurs, in first-seen order
+    let mut distinct: Vec<(&[Segment], u64)> = Vec::new();
+    let mut index: HashMap<&[Segment], usize> = HashMap::new();
     for segs in &steps {
+        match index.entry(segs) {
+            Entry::Occupied(e) => distinct[*e.get()].1 += 1,
+            Entry::Vacant(e) => {
+                e.insert(distinct.len());
+                distinct.push((segs, 1));
+            }
+        }
+    }
+    for (segs, n) in distinct {
         build_step(ctx, &Geometry::Segments(segs), &mut ops);
         for op in &ops {
             workspace = workspace.max(op.act_bytes);
-            pre.add(op.kind, op.group, op.flags(), price(op, 0.0, bw, eff));
+            pre.add(op.kind, op.group, op.flags(), price(op, 0.0, bw, eff).scaled(n as f64));
         }
     }
     pre.overhead(layers, steps.len() as u64, eff);

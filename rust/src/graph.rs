@@ -149,7 +149,7 @@ pub struct Op {
 
 /// Tokens of one kind in a step: `count` sequences, each adding `new`
 /// tokens on top of `prefix` cached ones; `samples` when they emit a token.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Segment {
     pub count: u64,
     pub new: u64,

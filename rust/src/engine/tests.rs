@@ -573,3 +573,33 @@ fn padded_kv_reads_and_replayed_decode_graphs() {
     let one = |skip: bool| row(&run_at(1, 256, false, skip), Phase::Decode, OpKind::Attention).bytes;
     assert_eq!(one(true), one(false));
 }
+
+#[test]
+fn repeated_prefill_steps_are_priced_once_and_counted() {
+    // The prefill of every chunked plan equals the sum of its steps priced one by one: chunks
+    // that repeat (8 x 1024 in 512-token steps) and chunks that straddle sequences (1100).
+    let m = llama31_8b();
+    let eff = Efficiency {
+        t_launch_s: 5e-6,
+        ..Efficiency::uncalibrated()
+    };
+    for (batch, prompt, chunk) in [(8, 1024, 512), (8, 1100, 512), (3, 700, 256), (1, 5000, 1000)] {
+        let mut p = plan(batch, prompt, 2);
+        p.chunk = Some(chunk);
+        let e = estimate(&m, &h100(), &p, &eff, proto(), false).unwrap();
+        let r = resolve(&m, &h100(), &p, proto()).unwrap();
+        let mut ops = Vec::new();
+        let (mut time, mut flops, mut bytes) = (0.0, 0.0, 0.0);
+        for segs in prefill_steps(batch, prompt, 0, Some(chunk)) {
+            build_step(&r.ctx, &Geometry::Segments(&segs), &mut ops);
+            for op in &ops {
+                let c = price(op, 0.0, h100().memory_bw(), &eff);
+                (time, flops, bytes) = (time + c.time_s, flops + c.flops, bytes + c.bytes);
+            }
+        }
+        let rel = |a: f64, b: f64| (a - b).abs() / b;
+        assert!(rel(e.prefill.flops, flops) < 1e-12 && rel(e.prefill.bytes, bytes) < 1e-12);
+        // the step-by-step time plus the per-step and per-layer overheads (0 here)
+        assert!(rel(e.prefill.time_s, time) < 1e-12, "{batch} x {prompt} / {chunk}");
+    }
+}
