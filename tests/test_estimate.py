@@ -231,7 +231,7 @@ def test_a_plain_estimate_for_a_measured_row_is_priced_as_the_calibration_priced
         seen.add(key)
         plain = {k: v for k, v in kw.items() if k not in fields}
         if "n_ubatch=" in (r["notes"] or ""):
-            plain["chunk"] = n_ubatch(r, 0)
+            plain["chunk"] = n_ubatch(r)
         a, b = (ridgeline.estimate(r["model"], r["hardware"], breakdown=False, **x) for x in (kw, plain))
         assert a.plan == b.plan | {"from_runtime": a.plan["from_runtime"]}, r["id"]
         assert (a.prefill["time_s"], a.decode["time_s"]) == (b.prefill["time_s"], b.decode["time_s"]), r["id"]

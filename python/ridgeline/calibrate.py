@@ -78,10 +78,10 @@ def has_flag(r: dict[str, Any], flag: str) -> bool:
     return flag in (r["flags"] or "").split(",")
 
 
-def n_ubatch(r: dict[str, Any], default: int) -> int:
-    """llama.cpp's physical batch for a row: the run's stated n_ubatch, else the default."""
+def n_ubatch(r: dict[str, Any]) -> Optional[int]:
+    """llama.cpp's physical batch as the row's run states it (None: the run used the default)."""
     m = re.search(r"n_ubatch=(\d+)", r["notes"] or "")
-    return int(m.group(1)) if m else default
+    return int(m.group(1)) if m else None
 
 
 def _estimate_kwargs(r: dict[str, Any], max_len: int, cat: Catalog) -> tuple[dict[str, Any], str]:
@@ -106,8 +106,7 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int, cat: Catalog) -> tuple[dic
     }  # fmt: skip
     # the runtime's execution (prompt ubatches, KV reads, decode graphs), with the run's own
     # n_ubatch where it states one: the same derivation a plain estimate for the runtime uses
-    ub = n_ubatch(r, int(cat.constant("llamacpp_n_ubatch"))) if llamacpp else None
-    kw.update(runtime_execution(r["runtime"], cat, flash_attention=kw["flash_attention"], ubatch=ub))
+    kw.update(runtime_execution(r["runtime"], cat, flash_attention=kw["flash_attention"], ubatch=n_ubatch(r)))
     m = r["metric"]
     limit = max_len
     if m == "decode_tok_s":
