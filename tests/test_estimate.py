@@ -257,3 +257,29 @@ def test_llamacpp_kv_padding_and_replayed_decode_graphs():
     assert launch > 0 and e[True].breakdown.filter(e[True].breakdown["phase"] == "decode")["launch_s"].sum() == 0
     assert e[False].decode["time_s"] - e[True].decode["time_s"] == pytest.approx(launch, rel=1e-9)
     assert e[False].prefill["time_s"] == e[True].prefill["time_s"]
+
+
+def test_a_runtime_prices_only_the_devices_it_runs_on():
+    from ridgeline.calibrate import default_runtime, shipped_fits
+    from ridgeline.estimate import known_runtimes, runs_on, runtime_platforms
+
+    cat = default_catalog()
+    # every runtime ridgeline has data for says where it runs, and every measured or fitted
+    # device of a runtime is one it runs on
+    assert set(known_runtimes(cat)) <= set(runtime_platforms())
+    q = "SELECT DISTINCT runtime, hardware FROM benchmarks WHERE model IS NOT NULL AND hardware IS NOT NULL"
+    measured = cat.sql(q)
+    pairs = list(measured.iter_rows()) + [(f["runtime"], f["hardware"]) for f in shipped_fits() if f["hardware"] != "*"]
+    assert len(pairs) > 50 and all(runs_on(rt, cat.get(hw)) for rt, hw in pairs)
+    # without --runtime the CLI describes a runtime that runs on the device, or the bound
+    assert default_runtime(device=cat.get("M2_ULTRA"))[0] == "llamacpp-metal"
+    assert default_runtime(device=cat.get("GB10"))[0] == "llamacpp-cuda"
+    for dev in ("MI300X", "EPYC_9654", "TPU_V5E"):
+        rt, why = default_runtime(device=cat.get(dev))
+        assert rt is None and dev in why and "bound" in why
+    # naming a runtime that does not run there is refused with the ones that do
+    said = r"llamacpp-cuda does not run on M2_ULTRA \(Apple apple_soc\); runtimes that do: llamacpp-metal"
+    with pytest.raises(PlanError, match=said):
+        ridgeline.estimate("meta-llama/Llama-3.1-8B", "M2_ULTRA", runtime="llamacpp-cuda")
+    with pytest.raises(PlanError, match="trtllm does not run on MI300X"):
+        ridgeline.estimate("meta-llama/Llama-3.1-8B", "MI300X", runtime="trtllm")

@@ -75,6 +75,8 @@ def test_a_runtime_axis_prices_each_plan_as_estimate_does():
     assert "uncalibrated" in labels and any(x.startswith("calibrated (GB10, llamacpp-cuda") for x in labels)
     with pytest.raises(PlanError, match="runtime"):
         sweep({**grid, "runtime": "vlm"})
+    with pytest.raises(PlanError, match="llamacpp-cuda does not run on M2_ULTRA"):
+        sweep({**grid, "hardware": ["RTX_4090", "M2_ULTRA"]})
 
 
 def test_same_bytes_whatever_the_thread_count(tmp_path):

@@ -34,7 +34,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import __version__, _data
-from .catalog import Catalog, default_catalog
+from .catalog import Catalog, Device, default_catalog
 from .errors import CatalogError, PlanError
 
 PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us", "eta_moe", "eta_compute_quant", "routing_skew",
@@ -573,17 +573,31 @@ def lookup(
     return "uncalibrated", None
 
 
-def default_runtime(fits: Optional[Sequence[dict[str, Any]]] = None) -> tuple[Optional[str], str]:
-    """The runtime an estimate describes when none is named (spec 50): vllm where it has a
-    fitted profile, else the runtime whose profile rests on the most measured rows."""
+def default_runtime(
+    fits: Optional[Sequence[dict[str, Any]]] = None, device: Optional[Device] = None
+) -> tuple[Optional[str], str]:
+    """The runtime an estimate describes when none is named (spec 50): among the runtimes that
+    run on ``device`` (runtime_platforms.csv; any device when None), vllm where it has a fitted
+    profile, else the one whose profile rests on the most measured rows; None (the bound) when
+    no calibrated runtime runs there."""
+    from .estimate import runs_on
+
     profiles = [f for f in (shipped_fits() if fits is None else fits)
                 if f["hardware"] == "*" and f["memory"] == "*" and f["precision"] == "*"]  # fmt: skip
     if not profiles:
         return None, "no runtime has a shipped calibration"
+    if device is not None:
+        profiles = [f for f in profiles if runs_on(f["runtime"], device)]
+        if not profiles:
+            return None, (
+                f"no runtime with a shipped calibration runs on {device.name} ({device.vendor} {device.kind}): "
+                f"the efficiency-1 bound"
+            )
     if any(f["runtime"] == "vllm" for f in profiles):
         return "vllm", "the default runtime"
     best = max(profiles, key=lambda f: (int(f["n_rows"]), f["runtime"]))
-    return best["runtime"], f"the best-covered runtime ({best['n_rows']} measured rows; vllm has no fit yet)"
+    where = f" of those that run on {device.vendor} {device.kind} devices" if device is not None else ""
+    return best["runtime"], f"the best-covered runtime{where} ({best['n_rows']} measured rows; vllm has no fit yet)"
 
 
 def params_of(fit_row: Optional[dict[str, Any]]) -> np.ndarray:

@@ -69,7 +69,8 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
     "--runtime",
     default=None,
     help="Runtime whose calibration prices the plan (llamacpp-cuda, llamacpp-metal, trtllm, vllm, ...). "
-    "Default: vllm where fitted, else the best-covered runtime (the output says which).",
+    "Default: of the runtimes that run on the device, vllm where fitted, else the best-covered one; "
+    "none (the bound) where no calibrated runtime runs there. The output says which.",
 )
 @click.option(
     "--routing-skew",
@@ -145,11 +146,12 @@ def estimate(
 ) -> None:
     """Estimate one plan: TTFT, TPOT, throughput, memory fit."""
     from .calibrate import default_runtime
+    from .catalog import default_catalog
     from .estimate import estimate as run
 
     runtime_note = None
     if runtime is None and not uncalibrated:
-        runtime, why = default_runtime()
+        runtime, why = default_runtime(device=default_catalog().get(hardware))
         runtime_note = f"{runtime}: {why}; --runtime chooses, --uncalibrated gives the bound" if runtime else why
 
     e = run(

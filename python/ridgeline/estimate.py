@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional, TypeVar
 
-from . import _core, quant
+from . import _core, _data, quant
 from .catalog import Catalog, Device, default_catalog
 from .collectives import _protocol_json, resolve_topology
 from .errors import DoesNotFitError, PlanError
@@ -271,7 +273,7 @@ def estimate(
     m = model if isinstance(model, Model) else Model.from_config(model)
     dev = hardware if isinstance(hardware, Device) else cat.get(hardware)
     if runtime is not None:
-        _check_runtime(runtime, cat)
+        _check_runtime(runtime, cat, dev)
     if not isinstance(flash_attention, bool):
         raise PlanError(f"flash_attention: must be True or False, got {flash_attention!r}")
     given = {"chunk": chunk, "swa_cache_extra": swa_cache_extra, "kv_pad": kv_pad,
@@ -430,10 +432,31 @@ def known_runtimes(cat: Catalog) -> list[str]:
     return sorted(measured | paths | {f["runtime"] for f in shipped_fits()})
 
 
-def _check_runtime(runtime: Any, cat: Catalog) -> None:
+@functools.lru_cache(maxsize=1)
+def runtime_platforms() -> dict[str, frozenset[tuple[str, str]]]:
+    """runtime -> the (vendor, kind) of devices it runs on, from data/calibration/runtime_platforms.csv."""
+    out: dict[str, set[tuple[str, str]]] = {}
+    for r in csv.DictReader(_data.read_text("data/calibration/runtime_platforms.csv").splitlines()):
+        out.setdefault(r["runtime"], set()).add((r["vendor"], r["kind"]))
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def runs_on(runtime: str, dev: Device) -> bool:
+    """Whether ``runtime`` runs on ``dev`` (its vendor and kind: CUDA on NVIDIA GPUs, Metal on Apple)."""
+    return (dev.vendor, dev.kind) in runtime_platforms().get(runtime, frozenset())
+
+
+def _check_runtime(runtime: Any, cat: Catalog, dev: Optional[Device] = None) -> None:
     known = _per_catalog(_KNOWN_RUNTIMES, cat, known_runtimes)
     if runtime not in known:
         raise PlanError(f"runtime: unknown runtime {runtime!r}; ridgeline has data for {', '.join(known)}")
+    if dev is not None and not runs_on(runtime, dev):
+        others = [r for r in known if runs_on(r, dev)]
+        which = f"runtimes that do: {', '.join(others)}" if others else "no runtime ridgeline knows runs on it"
+        raise PlanError(
+            f"runtime: {runtime} does not run on {dev.name} ({dev.vendor} {dev.kind}); {which} "
+            f"(data/calibration/runtime_platforms.csv)"
+        )
 
 
 _KNOWN_RUNTIMES: dict[int, list[str]] = {}

@@ -186,6 +186,8 @@ def iter_sweep(
         g["model"], g["hardware"], g["dtype"], g["weight_dtype"], g["kv_dtype"], runtimes
     ):
         m, dev = models[name], devices[hw]
+        if rt is not None:
+            _check_runtime(rt, cat, dev)
         weights = quant.resolve(m, str(dtype).lower(), None if wdt in (None, "None") else wdt, rt)
         kv = None if kvdt in (None, "None") else kvdt
         label, fit_row = lookup(dev.name, rt, cat) if rt else (UNCALIBRATED, None)
