@@ -55,13 +55,19 @@ CREATE TABLE link_measurements (
 );
 
 -- Binned parts: the same die with GPU cores fused off. Their compute is the parent's
--- scaled by the core count (audit_bin_derivations checks it); memory is unchanged.
+-- scaled by the core count and their bandwidth the parent's scaled by the memory bus
+-- they keep (audit_bin_derivations checks both).
 CREATE TABLE hardware_bins (
     name             VARCHAR PRIMARY KEY,
     parent           VARCHAR NOT NULL,
     gpu_cores        INTEGER NOT NULL CHECK (gpu_cores > 0),
     parent_gpu_cores INTEGER NOT NULL CHECK (parent_gpu_cores > gpu_cores),
-    source           VARCHAR NOT NULL
+    -- a bin that also fuses off memory controllers names both bus widths; its bandwidth is
+    -- the parent's scaled by them (NULL: the parent's memory interface)
+    memory_bus_bits        INTEGER CHECK (memory_bus_bits > 0),
+    parent_memory_bus_bits INTEGER CHECK (parent_memory_bus_bits >= memory_bus_bits),
+    source           VARCHAR NOT NULL,
+    CHECK ((memory_bus_bits IS NULL) = (parent_memory_bus_bits IS NULL))
 );
 
 CREATE TABLE arch_ratios (

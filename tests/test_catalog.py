@@ -142,6 +142,16 @@ def test_binned_parts_scale_their_parent_by_core_count(cat, tmp_path):
     assert res["audit_bin_derivations"]["name"].to_list() == ["M2_MAX_30C"]
 
 
+def test_a_bin_with_a_narrower_memory_bus_scales_its_bandwidth(cat, tmp_path):
+    # M3 Max: 40-core GPU on a 512-bit bus, 400 GB/s; the 30-core bin keeps 384 bits: 300 GB/s (Apple, Oct 2023).
+    row = cat.sql("SELECT tflops_fp32, memory_bw_gbs FROM hardware WHERE name = 'M3_MAX_30C'").row(0)
+    assert row == pytest.approx((14.32 * 30 / 40, 400.0 * 384 / 512))
+    # the same bin holding its parent's full-bus bandwidth is caught
+    p = _extra(tmp_path, ["M3_MAX_30C,Apple,apple_gpu,apple_max,apple_soc,2023,,,10.74,96,400,false,test row"])
+    res = {n: df for n, _, _, df in Catalog(path=tmp_path / "bus.duckdb", extra=[p]).audit()}
+    assert res["audit_bin_derivations"]["name"].to_list() == ["M3_MAX_30C"]
+
+
 def test_constraints_name_the_bad_row(tmp_path):
     p = _extra(tmp_path, ["BROKEN,X,hopper,f,gpu,2024,100,,10,80,-5,false,x"])
     with pytest.raises(CatalogError, match=r"extra\.csv:2 \(BROKEN\)"):
