@@ -5,7 +5,7 @@ import math
 import pytest
 import ridgeline
 from ridgeline import DoesNotFitError, Model, ModelConfigError, PlanError, UnknownNameError
-from ridgeline.catalog import default_catalog
+from ridgeline.catalog import Catalog, default_catalog
 from ridgeline.models import bundled_names
 
 LLAMA = "meta-llama/Llama-3.1-8B"
@@ -259,7 +259,7 @@ def test_llamacpp_kv_padding_and_replayed_decode_graphs():
     assert e[False].prefill["time_s"] == e[True].prefill["time_s"]
 
 
-def test_a_runtime_prices_only_the_devices_it_runs_on():
+def test_a_runtime_prices_only_the_devices_it_runs_on(tmp_path):
     from ridgeline.calibrate import default_runtime, shipped_fits
     from ridgeline.estimate import known_runtimes, runs_on, runtime_platforms
 
@@ -283,3 +283,10 @@ def test_a_runtime_prices_only_the_devices_it_runs_on():
         ridgeline.estimate("meta-llama/Llama-3.1-8B", "M2_ULTRA", runtime="llamacpp-cuda")
     with pytest.raises(PlanError, match="trtllm does not run on MI300X"):
         ridgeline.estimate("meta-llama/Llama-3.1-8B", "MI300X", runtime="trtllm")
+    # a user's own device matches by vendor in any case
+    p = tmp_path / "mine.csv"
+    p.write_text("name,vendor,arch,family,kind,year,tflops_bf16,tflops_fp32,memory_gb,memory_bw_gbs,verified,source\n"
+                 "MY_ADA,nvidia,ada,mine,gpu,2024,160,40,24,1000,false,test row\n")  # fmt: skip
+    mine = Catalog(path=tmp_path / "mine.duckdb", extra=[p])
+    e = ridgeline.estimate("meta-llama/Llama-3.1-8B", "MY_ADA", runtime="llamacpp-cuda", catalog=mine)
+    assert e.calibration.startswith("runtime-profile (llamacpp-cuda")

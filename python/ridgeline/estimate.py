@@ -437,13 +437,14 @@ def runtime_platforms() -> dict[str, frozenset[tuple[str, str]]]:
     """runtime -> the (vendor, kind) of devices it runs on, from data/calibration/runtime_platforms.csv."""
     out: dict[str, set[tuple[str, str]]] = {}
     for r in csv.DictReader(_data.read_text("data/calibration/runtime_platforms.csv").splitlines()):
-        out.setdefault(r["runtime"], set()).add((r["vendor"], r["kind"]))
+        out.setdefault(r["runtime"], set()).add((r["vendor"].lower(), r["kind"].lower()))
     return {k: frozenset(v) for k, v in out.items()}
 
 
 def runs_on(runtime: str, dev: Device) -> bool:
-    """Whether ``runtime`` runs on ``dev`` (its vendor and kind: CUDA on NVIDIA GPUs, Metal on Apple)."""
-    return (dev.vendor, dev.kind) in runtime_platforms().get(runtime, frozenset())
+    """Whether ``runtime`` runs on ``dev`` (its vendor, in any case, and kind: CUDA on NVIDIA GPUs,
+    Metal on Apple)."""
+    return (dev.vendor.lower(), dev.kind.lower()) in runtime_platforms().get(runtime, frozenset())
 
 
 def _check_runtime(runtime: Any, cat: Catalog, dev: Optional[Device] = None) -> None:
