@@ -116,6 +116,29 @@ def test_validate_rows_matches_the_in_sample_path(checked):
         assert x["observed"] / x["predicted"] == pytest.approx(speed_in_sample, rel=1e-9)
 
 
+def test_validate_rows_lists_every_row_of_a_users_file(tmp_path):
+    # a user's llama-bench scoreboard: one row on a device the curated map does not list (matched by
+    # name), one of a model without a bundled config, one whose runtime does not run on its device
+    src = _data.read_text("data/benchmarks/llamacpp_gpu_scoreboards.csv").splitlines()
+    row = next(x for x in src if x.startswith("NVIDIA RTX 3090,Llama-2-7B,Q4_0,4.5,CUDA,0,tg128,"))
+    mine = [row.replace("NVIDIA RTX 3090,", "NVIDIA GeForce RTX 4080,"),
+            row.replace("NVIDIA RTX 3090,Llama-2-7B", "NVIDIA RTX 3090,Mistral-7B"),
+            row.replace("NVIDIA RTX 3090,", "Apple M2 Ultra,")]  # fmt: skip
+    p = tmp_path / "mine.csv"
+    p.write_text("\n".join([src[0], *mine]) + "\n")
+    exe = Path(sys.executable).with_name("ridgeline")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "ridgeline.cli"]
+    r = subprocess.run([*cmd, "validate", "--rows", str(p), "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [x["id"] for x in out] == ["mine:2", "mine:3", "mine:4"]
+    assert out[0]["hardware"] == "RTX_4080" and out[0]["predicted"] > 0
+    assert out[0]["calibration"].startswith("runtime-profile (llamacpp-cuda, gddr")
+    assert out[1]["predicted"] is None and "Mistral-7B" in out[1]["reason"]
+    assert out[2]["predicted"] is None and "does not run on M2_ULTRA" in out[2]["reason"]
+    assert all(x["observed"] == float(row.split(",")[11]) for x in out)
+
+
 def test_envelope_is_reported_per_phase(checked):
     recs = checked["rows"]
     decode = [r for r in recs if r["phase"] == "decode"]

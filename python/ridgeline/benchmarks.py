@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
 from . import _data, quant
-from .errors import CatalogError
+from .errors import CatalogError, UnknownNameError
 
 COLUMNS = (
     "id", "source", "file", "file_hardware", "hardware", "runtime", "runtime_version", "model", "weight_quant",
@@ -286,6 +286,45 @@ def import_file(path: str, text: Optional[str] = None) -> list[Row]:
                     r["not_priced"] = f"hardware '{r['file_hardware']}' is not mapped to a catalog device"
             return rows
     raise CatalogError(f"{path}: unrecognised benchmark format (header: {', '.join(sorted(header))})")
+
+
+# brand words a file's device name may open with before the catalog name ("NVIDIA GeForce RTX 4080")
+_BRAND_WORDS = frozenset({"NVIDIA", "GEFORCE", "TESLA", "AMD", "RADEON", "INTEL", "APPLE"})
+
+
+def catalog_name(file_hardware: str, cat: Any) -> Optional[str]:
+    """The catalog device a file's hardware name names exactly, else None: its words as a
+    catalog name or alias once leading brand words are dropped ("NVIDIA GeForce RTX 4080" ->
+    RTX_4080), and a trailing memory size dropped only where it is the device's own ("RTX 4090
+    24GB"). Never a closest match: a wrong device would price the row silently."""
+    words = [w for w in re.split(r"[^A-Z0-9]+", file_hardware.upper()) if w]
+    while words:
+        for cut in (words, words[:-1]):
+            if not cut:
+                continue
+            try:
+                name = str(cat.resolve("_".join(cut)))
+            except UnknownNameError:
+                continue
+            size = re.fullmatch(r"(\d+)GB", words[-1])
+            if cut is words or (size and float(size.group(1)) == float(cat.get(name).memory_gb)):
+                return name
+        if words[0] not in _BRAND_WORDS:
+            return None
+        words = words[1:]
+    return None
+
+
+def match_hardware(rows: Iterable[Row], cat: Any) -> None:
+    """Gives a user's rows whose hardware hardware_map.csv does not list the catalog device
+    their name names exactly (``catalog_name``), said in the row's notes."""
+    for r in rows:
+        if r["hardware"] is None and str(r["not_priced"] or "").startswith("hardware '"):
+            name = catalog_name(str(r["file_hardware"]), cat)
+            if name is not None:
+                r["hardware"], r["not_priced"] = name, None
+                said = f"hardware '{r['file_hardware']}' matched by name to {name}"
+                r["notes"] = "; ".join(x for x in (r["notes"], said) if x)
 
 
 @functools.lru_cache(maxsize=1)

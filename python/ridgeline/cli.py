@@ -493,19 +493,27 @@ def _validate_models(as_json: bool, per_row: bool, plot_dir: Optional[str]) -> N
 
 
 def _validate_rows(path: str, as_json: bool) -> None:
-    from .benchmarks import import_file
+    from .benchmarks import import_file, match_hardware
     from .calibrate import decompose, predict_shipped
     from .catalog import default_catalog
 
     cat = default_catalog()
-    rows = [r for r in import_file(path, Path(path).read_text()) if not r["not_priced"]]
+    rows = import_file(path, Path(path).read_text())
+    match_hardware(rows, cat)
     dec, out = [], []
     for r in rows:
+        refused = {"id": r["id"], "hardware": r["hardware"] or r["file_hardware"], "runtime": r["runtime"],
+                   "metric": r["metric"], "observed": r["value"], "predicted": None, "unit": r["unit"]}  # fmt: skip
+        if r["not_priced"]:
+            out.append({**refused, "reason": str(r["not_priced"])})
+            continue
         try:
             dec.append(decompose(r, cat))
         except RidgelineError as e:
-            out.append({"id": r["id"], "predicted": None, "reason": str(e)})
-    out = predict_shipped(dec, cat) + out
+            out.append({**refused, "reason": str(e)})
+    # every row of the file, in its order: priced ones with the calibration, the others with why not
+    order = {r["id"]: i for i, r in enumerate(rows)}
+    out = sorted(predict_shipped(dec, cat) + out, key=lambda o: order[o["id"]])
     if as_json:
         click.echo(json.dumps(out, indent=2, default=str))
     else:
