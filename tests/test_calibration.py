@@ -116,6 +116,33 @@ def test_validate_rows_matches_the_in_sample_path(checked):
         assert x["observed"] / x["predicted"] == pytest.approx(speed_in_sample, rel=1e-9)
 
 
+def test_validate_rows_takes_the_unified_schema(checked, tmp_path):
+    # the benchmarks table written out as CSV (the unified schema) predicts as the in-sample path
+    import csv
+
+    from ridgeline.benchmarks import COLUMNS
+
+    v = {r["id"]: r for r in checked["rows"]}
+    df = default_catalog().sql(f"SELECT {', '.join(COLUMNS)} FROM benchmarks WHERE hardware IN ('GB10', 'M2_ULTRA')")
+    p = tmp_path / "unified.csv"
+    with open(p, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(COLUMNS)
+        w.writerows([["" if x is None else x for x in row] for row in df.iter_rows()])
+    exe = Path(sys.executable).with_name("ridgeline")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "ridgeline.cli"]
+    r = subprocess.run([*cmd, "validate", "--rows", str(p), "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [x["id"] for x in out] == df["id"].to_list()  # every row, the file's ids kept
+    priced = [x for x in out if x["predicted"] is not None]
+    assert len(priced) == len([i for i in df["id"] if i in v]) > 200
+    for x in priced:
+        assert x["observed"] / x["predicted"] == pytest.approx(v[x["id"]]["in_sample"], rel=1e-9)
+    # the rows the table does not price keep their reason
+    assert all(x["reason"] for x in out if x["predicted"] is None)
+
+
 def test_validate_rows_lists_every_row_of_a_users_file(tmp_path):
     # a user's llama-bench scoreboard: one row on a device the curated map does not list (matched by
     # name), one of a model without a bundled config, one whose runtime does not run on its device

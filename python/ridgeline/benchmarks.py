@@ -259,6 +259,39 @@ def _memory_link(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
         yield out
 
 
+_INT_COLUMNS = frozenset({"tp", "pp", "ep", "batch", "prompt_tokens", "output_tokens", "depth", "ranks", "nodes",
+                          "devices_per_node", "gemm_m", "gemm_n", "gemm_k"})  # fmt: skip
+
+
+def _unified(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
+    """Rows already in the unified schema (``COLUMNS``; the ``benchmarks`` table written out, or
+    a user's own): ``hardware`` a catalog name or alias (``match_hardware`` resolves it), ``model``
+    a bundled model; a row's own ``id`` and ``not_priced`` are kept."""
+    for i, r in enumerate(rows, start=2):
+        out: Row = {c: None for c in COLUMNS}
+        for c in COLUMNS:
+            v = (r.get(c) or "").strip()
+            if v == "":
+                continue
+            if c in _INT_COLUMNS:
+                out[c] = _int(v)
+                if out[c] is None:
+                    out["not_priced"] = f"{c}: '{v}' is not a whole number"
+            elif c in ("value", "size_bytes"):
+                try:
+                    out[c] = float(v)
+                except ValueError:
+                    out["not_priced"] = f"{c}: '{v}' is not a number"
+            else:
+                out[c] = v
+        out["id"] = out["id"] or f"{file.rsplit('/', 1)[-1].rsplit('.', 1)[0]}:{i}"
+        out["file"] = file
+        out["file_hardware"] = out["file_hardware"] or out["hardware"]
+        if out["value"] is None and not out["not_priced"]:
+            out["not_priced"] = "no value"
+        yield out
+
+
 # Header fingerprints -> importer.
 FORMATS: dict[frozenset[str], Callable[[str, Iterable[dict[str, str]]], Iterable[Row]]] = {
     frozenset({"num_gpus", "num_nodes", "busbw_GBps", "size_bytes"}): _allreduce,
@@ -270,6 +303,8 @@ FORMATS: dict[frozenset[str], Callable[[str, Iterable[dict[str, str]]], Iterable
     frozenset({"trtllm_version", "ep_note", "scenario"}): _trtllm_throughput,
     frozenset({"vllm_version", "concurrency_or_batch", "request_rate"}): _vllm,
     frozenset({"M", "N", "K", "achieved_TFLOPS"}): _gemm,
+    # last: the source formats above share some of these names, none has all of them
+    frozenset({"hardware", "runtime", "model", "metric", "value", "unit", "phase"}): _unified,
 }
 
 
@@ -316,15 +351,32 @@ def catalog_name(file_hardware: str, cat: Any) -> Optional[str]:
 
 
 def match_hardware(rows: Iterable[Row], cat: Any) -> None:
-    """Gives a user's rows whose hardware hardware_map.csv does not list the catalog device
-    their name names exactly (``catalog_name``), said in the row's notes."""
+    """Resolves the devices of a user's rows: a catalog name or alias to its canonical name, and
+    a name neither hardware_map.csv nor the catalog lists to the device it names exactly
+    (``catalog_name``, said in the row's notes); a name that names none leaves the row
+    unpriced with the reason."""
     for r in rows:
-        if r["hardware"] is None and str(r["not_priced"] or "").startswith("hardware '"):
-            name = catalog_name(str(r["file_hardware"]), cat)
-            if name is not None:
-                r["hardware"], r["not_priced"] = name, None
-                said = f"hardware '{r['file_hardware']}' matched by name to {name}"
-                r["notes"] = "; ".join(x for x in (r["notes"], said) if x)
+        given = r["hardware"]
+        if given is not None:
+            try:
+                r["hardware"] = cat.resolve(str(given))
+                continue
+            except UnknownNameError:
+                pass
+        elif not str(r["not_priced"] or "").startswith("hardware '"):
+            continue
+        name = catalog_name(str(given or r["file_hardware"]), cat)
+        if name is None:
+            r["hardware"] = None
+            r["not_priced"] = (
+                r["not_priced"] or f"hardware '{given}' is not a catalog device (see `ridgeline catalog list`)"
+            )
+            continue
+        r["hardware"] = name
+        if str(r["not_priced"] or "").startswith("hardware '"):
+            r["not_priced"] = None
+        said = f"hardware '{given or r['file_hardware']}' matched by name to {name}"
+        r["notes"] = "; ".join(x for x in (r["notes"], said) if x)
 
 
 @functools.lru_cache(maxsize=1)
