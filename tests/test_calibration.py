@@ -116,6 +116,27 @@ def test_validate_rows_matches_the_in_sample_path(checked):
         assert x["observed"] / x["predicted"] == pytest.approx(speed_in_sample, rel=1e-9)
 
 
+def test_shipped_held_out_ranges_are_the_fresh_leave_one_device_out(checked):
+    from ridgeline.calibrate import HOLDOUT_FILE, holdout, holdout_csv
+
+    fresh = holdout(checked["rows"])
+    assert holdout_csv(fresh) == _data.read_text(HOLDOUT_FILE)  # refit and validate agree byte for byte
+    by = {(h["runtime"], h["phase"]): h for h in fresh}
+    # the llama.cpp CUDA decode percentiles are those of its held-out rows, which the envelope reports
+    lodo = np.array([r["lodo"] for r in checked["rows"] if r["runtime"] == "llamacpp-cuda" and r["phase"] == "decode"])
+    h = by[("llamacpp-cuda", "decode")]
+    assert h["n_rows"] == len(lodo) > 300
+    assert (h["q10"], h["q50"], h["q90"]) == pytest.approx(tuple(np.quantile(lodo, [0.1, 0.5, 0.9])), rel=1e-5)
+    assert np.mean((lodo >= h["q10"]) & (lodo <= h["q90"])) == pytest.approx(0.8, abs=0.01)
+    # an estimate quotes them as the range of its times
+    e = ridgeline.estimate("meta-llama/Llama-3.1-8B", "RTX_4090", runtime="llamacpp-cuda")
+    ttft, tpot = e.held_out["prefill"]["ttft_s"], e.held_out["decode"]["tpot_s"]
+    assert tpot == pytest.approx([e.tpot_s / h["q90"], e.tpot_s / h["q10"]], rel=1e-12)
+    p = by[("llamacpp-cuda", "prefill")]
+    assert ttft == pytest.approx([e.ttft_s / p["q90"], e.ttft_s / p["q10"]], rel=1e-12)
+    assert ridgeline.estimate("meta-llama/Llama-3.1-8B", "RTX_4090").held_out == {}  # the bound has no range
+
+
 def test_validate_rows_takes_the_unified_schema(checked, tmp_path):
     # the benchmarks table written out as CSV (the unified schema) predicts as the in-sample path
     import csv

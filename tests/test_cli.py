@@ -28,10 +28,11 @@ def test_readme_command_prints_the_headline(tmp_path):
     r = run("estimate", "--model", "meta-llama/Llama-3.1-8B", "--hardware", "H100_SXM", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     # no --runtime: the best-covered runtime's calibration, said in the output
-    for word in ("TTFT", "TPOT", "throughput", "fits", "yes", "best-covered runtime", "runtime-profile", "verified"):
+    for word in ("TTFT", "TPOT", "throughput", "fits", "yes", "best-covered runtime", "runtime-profile", "verified",
+                 "held out"):  # fmt: skip
         assert word in r.stdout
     bound = run("estimate", "-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--uncalibrated", cwd=tmp_path)
-    assert "uncalibrated" in bound.stdout and "optimistic bound" in bound.stdout
+    assert "uncalibrated" in bound.stdout and "optimistic bound" in bound.stdout and "held out" not in bound.stdout
     tpot = [float(ln.split()[1]) for out in (r.stdout, bound.stdout) for ln in out.splitlines()
             if ln.strip().startswith("TPOT")]  # fmt: skip
     assert tpot[0] > tpot[1]  # the calibration is slower than the bound

@@ -44,6 +44,8 @@ SKEW = PARAMS.index("routing_skew")
 EXPERT_WEIGHT_OPS = ("expert_up", "expert_down")
 MODEL_METRICS = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "throughput_tok_s")
 CALIBRATION_FILE = "data/calibration/fits.csv"
+HOLDOUT_FILE = "data/calibration/holdout.csv"
+HOLDOUT_COLUMNS = ("runtime", "phase", "n_rows", "n_devices", "q10", "q50", "q90", "data_hash", "source")
 FIT_COLUMNS = (
     "hardware", "runtime", "memory", "precision", "phase", *PARAMS, "t_layer_us", "n_rows", "rms_log", "pinned",
     "structure_version", "data_hash", "fitted_at", "source",
@@ -658,15 +660,16 @@ def _bound_explanation(r: dict[str, Any]) -> Optional[str]:
     return None
 
 
-def validation(catalog: Optional[Catalog] = None) -> dict[str, Any]:
-    """In-sample and leave-one-device-out predictions of every priced model row."""
+def validation(catalog: Optional[Catalog] = None, fits: Optional[Sequence[dict[str, Any]]] = None) -> dict[str, Any]:
+    """In-sample (with ``fits``, default the shipped calibration) and leave-one-device-out
+    predictions of every priced model row."""
     cat = catalog or default_catalog()
     rows, refused = decompose_all(cat)
     rows = [d for d in rows if d.row["metric"] in MODEL_METRICS]
     by_rt: dict[str, list[Decomposed]] = {}
     for d in rows:
         by_rt.setdefault(d.row["runtime"], []).append(d)
-    fits = shipped_fits()
+    fits = shipped_fits() if fits is None else fits
     records = []
     for rt, rs in sorted(by_rt.items()):
         devices = sorted({d.row["hardware"] for d in rs})
@@ -696,6 +699,49 @@ def validation(catalog: Optional[Catalog] = None) -> dict[str, Any]:
                     "batch": int(r["batch"] or 1), "flags": r["flags"],
                 })  # fmt: skip
     return {"rows": records, "refused": refused}
+
+
+def holdout(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """How far devices a runtime's fit never saw land from its predictions: per (runtime, phase)
+    with 5+ rows (spec 50's groups), the 10th, 50th and 90th percentiles of the leave-one-device-out
+    observed/predicted speed. An estimate divides its times by them to give the range 80% of
+    held-out rows fell in."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        if math.isfinite(r["lodo"]):
+            groups.setdefault((str(r["runtime"]), str(r["phase"])), []).append(r)
+    out = []
+    for (rt, phase), g in sorted(groups.items()):
+        if len(g) < 5:
+            continue
+        q10, q50, q90 = np.quantile(np.array([r["lodo"] for r in g]), [0.1, 0.5, 0.9])
+        h = hashlib.sha256("".join(f"{r['id']} {r['observed']!r}\n" for r in sorted(g, key=lambda r: r["id"])).encode())
+        devices = len({r["hardware"] for r in g})
+        out.append({
+            "runtime": rt, "phase": phase, "n_rows": len(g), "n_devices": devices,
+            "q10": float(f"{q10:.6g}"), "q50": float(f"{q50:.6g}"), "q90": float(f"{q90:.6g}"),
+            "data_hash": h.hexdigest()[:16],
+            "source": f"ridgeline calibrate: leave-one-device-out predictions of {len(g)} {phase} rows on {devices} "
+                      f"devices, each device's rows predicted by the {rt} profile refitted without them",
+        })  # fmt: skip
+    return out
+
+
+def holdout_csv(rows: Sequence[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=HOLDOUT_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_holdout() -> dict[tuple[str, str], dict[str, Any]]:
+    """(runtime, phase) -> the shipped held-out percentiles (data/calibration/holdout.csv)."""
+    if HOLDOUT_FILE not in _data.list_files("data/calibration/"):
+        return {}
+    rows = csv.DictReader(io.StringIO(_data.read_text(HOLDOUT_FILE)))
+    return {(r["runtime"], r["phase"]): r for r in rows}
 
 
 def group_summaries(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:

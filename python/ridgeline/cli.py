@@ -223,6 +223,7 @@ def estimate(
         *([("runtime", runtime_note)] if runtime_note else []),
         *([("execution", _execution_text(e))] if e.plan["from_runtime"] else []),
         ("calibration", f"{e.calibration}: {e.calibration_note}"),
+        *([("held out", _held_out_text(e.held_out))] if e.held_out else []),
         ("catalog", "verified" if e.verified else "verified = false (estimated: true)"),
     ]
     click.echo(_table(rows))
@@ -231,6 +232,19 @@ def estimate(
     if breakdown:
         click.echo("")
         click.echo(_breakdown_text(e.breakdown_rows()))
+
+
+def _held_out_text(held: Any) -> str:
+    """The TTFT and TPOT ranges 80% of the runtime's held-out rows fell in."""
+    parts, counts = [], []
+    for phase, key, name in (("prefill", "ttft_s", "TTFT"), ("decode", "tpot_s", "TPOT")):
+        if phase in held:
+            lo, hi = held[phase][key]
+            parts.append(f"{name} {lo * 1e3:,.3f}-{hi * 1e3:,.3f} ms")
+            counts.append(f"{held[phase]['rows']} {phase} rows on {held[phase]['devices']} devices")
+    runtime = next(iter(held.values()))["runtime"]
+    return (f"{', '.join(parts)}: where 80% of {runtime}'s measured rows fell on devices left out of its fit "
+            f"({', '.join(counts)}; data/calibration/holdout.csv)")  # fmt: skip
 
 
 def _execution_text(e: Any) -> str:
@@ -411,17 +425,26 @@ def sweep(
 
 
 @cli.command()
-@click.option("--out", default="data/calibration/fits.csv", show_default=True, help="Where to write the fitted rows.")
+@click.option(
+    "--out",
+    default="data/calibration/fits.csv",
+    show_default=True,
+    help="Where to write the fitted rows (holdout.csv, the held-out ranges, goes beside it).",
+)
 def calibrate(out: str) -> None:
     """Fit efficiencies per runtime profile and per device to the measured rows (deterministic)."""
     from .calibrate import calibrate as run
-    from .calibrate import to_csv
+    from .calibrate import holdout, holdout_csv, to_csv, validation
 
-    fits = run()
     path = Path(out)
     if not path.parent.is_dir():
         raise click.UsageError(f"{path.parent} not found (run from the repository root, or pass --out)")
+    fits = run()
     path.write_text(to_csv(fits))
+    # how far held-out devices land from the fit: the range an estimate quotes beside its numbers
+    held = holdout(validation(fits=fits)["rows"])
+    held_path = path.with_name("holdout.csv")
+    held_path.write_text(holdout_csv(held))
     for f in fits:
         click.echo(
             f"  {f['runtime']:<15} {f['hardware']:<17} {f['memory']:<6} {f['precision']:<6} "
@@ -433,7 +456,12 @@ def calibrate(out: str) -> None:
             f"rows {f['n_rows']:<4} "
             f"rms_log {f['rms_log']:.3f}" + (f"  PINNED: {f['pinned']}" if f["pinned"] else "")
         )
-    click.echo(f"wrote {len(fits)} rows to {path}")
+    for h in held:
+        click.echo(
+            f"  held out: {h['runtime']:<15} {h['phase']:<8} {h['n_rows']:>4} rows on {h['n_devices']:>2} devices: "
+            f"observed/predicted p10 {h['q10']:.3f}, median {h['q50']:.3f}, p90 {h['q90']:.3f}"
+        )
+    click.echo(f"wrote {len(fits)} rows to {path} and {len(held)} held-out ranges to {held_path}")
 
 
 @cli.command()

@@ -85,6 +85,10 @@ class Estimate:
     fits: bool
     calibration: str
     calibration_note: str
+    #: Where the calibrated runtime's held-out rows fell: per phase (prefill, decode) the 10th-90th
+    #: percentile of observed/predicted speed on devices its fit never saw, with the TTFT or TPOT
+    #: range that gives; empty for the bound.
+    held_out: Mapping[str, Any]
     verified: bool
     estimated: bool
     gemm_dtype: str
@@ -369,6 +373,7 @@ def estimate(
         fits=bool(mem["fits"]),
         calibration=label,
         calibration_note=UNCALIBRATED_NOTE if fit_row is None else _calibrated_note(fit_row),
+        held_out=_held_out(runtime if fit_row is not None else None, r["ttft_s"], r["tpot_s"]),
         verified=dev.verified,
         estimated=not dev.verified,
         gemm_dtype=r["gemm_dtype"],
@@ -461,6 +466,23 @@ def _check_runtime(runtime: Any, cat: Catalog, dev: Optional[Device] = None) -> 
 
 
 _KNOWN_RUNTIMES: dict[int, list[str]] = {}
+
+
+def _held_out(runtime: Optional[str], ttft_s: float, tpot_s: Optional[float]) -> dict[str, Any]:
+    """The range 80% of ``runtime``'s held-out rows put around this estimate's TTFT and TPOT
+    (data/calibration/holdout.csv, written by ``ridgeline calibrate``)."""
+    from .calibrate import shipped_holdout
+
+    out: dict[str, Any] = {}
+    for phase, key, t in (("prefill", "ttft_s", ttft_s), ("decode", "tpot_s", tpot_s)):
+        h = shipped_holdout().get((str(runtime), phase)) if runtime else None
+        if h is None or t is None:
+            continue
+        q10, q50, q90 = float(h["q10"]), float(h["q50"]), float(h["q90"])
+        # a row q times as fast as predicted took t / q
+        out[phase] = {"runtime": runtime, "rows": int(h["n_rows"]), "devices": int(h["n_devices"]),
+                      "q10": q10, "q50": q50, "q90": q90, key: [t / q90, t / q10]}  # fmt: skip
+    return out
 
 
 def _calibrated_note(f: Mapping[str, Any]) -> str:
