@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
 from . import _data, quant
-from .errors import CatalogError, UnknownNameError
+from .errors import CatalogError
 
 COLUMNS = (
     "id", "source", "file", "file_hardware", "hardware", "runtime", "runtime_version", "model", "weight_quant",
@@ -318,9 +318,14 @@ def import_file(path: str, text: Optional[str] = None) -> list[Row]:
             rows = list(importer(path, reader))
             for r in rows:
                 if r["hardware"] is None and not r["not_priced"]:
-                    r["not_priced"] = f"hardware '{r['file_hardware']}' is not mapped to a catalog device"
+                    r["not_priced"] = _unmapped(r)
             return rows
     raise CatalogError(f"{path}: unrecognised benchmark format (header: {', '.join(sorted(header))})")
+
+
+def _unmapped(r: Row) -> str:
+    """Why a row whose device hardware_map.csv does not list is not priced."""
+    return f"hardware '{r['file_hardware']}' is not mapped to a catalog device"
 
 
 # brand words a file's device name may open with before the catalog name ("NVIDIA GeForce RTX 4080")
@@ -335,15 +340,12 @@ def catalog_name(file_hardware: str, cat: Any) -> Optional[str]:
     words = [w for w in re.split(r"[^A-Z0-9]+", file_hardware.upper()) if w]
     while words:
         for cut in (words, words[:-1]):
-            if not cut:
-                continue
-            try:
-                name = str(cat.resolve("_".join(cut)))
-            except UnknownNameError:
+            name = cat.find("_".join(cut)) if cut else None
+            if name is None:
                 continue
             size = re.fullmatch(r"(\d+)GB", words[-1])
             if cut is words or (size and float(size.group(1)) == float(cat.get(name).memory_gb)):
-                return name
+                return str(name)
         if words[0] not in _BRAND_WORDS:
             return None
         words = words[1:]
@@ -358,12 +360,11 @@ def match_hardware(rows: Iterable[Row], cat: Any) -> None:
     for r in rows:
         given = r["hardware"]
         if given is not None:
-            try:
-                r["hardware"] = cat.resolve(str(given))
+            found = cat.find(str(given))
+            if found is not None:
+                r["hardware"] = found
                 continue
-            except UnknownNameError:
-                pass
-        elif not str(r["not_priced"] or "").startswith("hardware '"):
+        elif r["not_priced"] != _unmapped(r):
             continue
         name = catalog_name(str(given or r["file_hardware"]), cat)
         if name is None:
@@ -372,9 +373,9 @@ def match_hardware(rows: Iterable[Row], cat: Any) -> None:
                 r["not_priced"] or f"hardware '{given}' is not a catalog device (see `ridgeline catalog list`)"
             )
             continue
-        r["hardware"] = name
-        if str(r["not_priced"] or "").startswith("hardware '"):
+        if r["not_priced"] == _unmapped(r):
             r["not_priced"] = None
+        r["hardware"] = name
         said = f"hardware '{given or r['file_hardware']}' matched by name to {name}"
         r["notes"] = "; ".join(x for x in (r["notes"], said) if x)
 

@@ -28,7 +28,7 @@ import hashlib
 import io
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
 
 import numpy as np
@@ -408,11 +408,16 @@ def _own_formats(batch: Batch, cat: Catalog) -> list[str]:
     return own if len(own) >= 2 else []  # one format: eta_compute_quant is already its efficiency
 
 
-def data_hash(rows: Sequence[Decomposed]) -> str:
+def _digest(rows: Iterable[tuple[Any, Any]]) -> str:
+    """A short fingerprint of measured rows: their ids and values, in order."""
     h = hashlib.sha256()
-    for d in rows:
-        h.update(f"{d.row['id']} {d.row['value']!r}".encode())
+    for rid, value in rows:
+        h.update(f"{rid} {value!r}".encode())
     return h.hexdigest()[:16]
+
+
+def data_hash(rows: Sequence[Decomposed]) -> str:
+    return _digest((d.row["id"], d.row["value"]) for d in rows)
 
 
 def memory_technology(memory_type: Optional[str]) -> str:
@@ -712,15 +717,14 @@ def holdout(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             groups.setdefault((str(r["runtime"]), str(r["phase"])), []).append(r)
     out = []
     for (rt, phase), g in sorted(groups.items()):
-        if len(g) < 5:
+        if len(g) < GROUP_MIN_ROWS:
             continue
         q10, q50, q90 = np.quantile(np.array([r["lodo"] for r in g]), [0.1, 0.5, 0.9])
-        h = hashlib.sha256("".join(f"{r['id']} {r['observed']!r}\n" for r in sorted(g, key=lambda r: r["id"])).encode())
         devices = len({r["hardware"] for r in g})
         out.append({
             "runtime": rt, "phase": phase, "n_rows": len(g), "n_devices": devices,
             "q10": float(f"{q10:.6g}"), "q50": float(f"{q50:.6g}"), "q90": float(f"{q90:.6g}"),
-            "data_hash": h.hexdigest()[:16],
+            "data_hash": _digest((r["id"], r["observed"]) for r in g),
             "source": f"ridgeline calibrate: leave-one-device-out predictions of {len(g)} {phase} rows on {devices} "
                       f"devices, each device's rows predicted by the {rt} profile refitted without them",
         })  # fmt: skip

@@ -192,14 +192,21 @@ class Catalog:
     def names(self) -> list[str]:
         return sorted(self._devices)
 
-    def resolve(self, name: str) -> str:
-        """Canonical device name for a name or alias; unknown names list the closest."""
+    def find(self, name: str) -> Optional[str]:
+        """Canonical device name for a name or alias, else None (no closest match)."""
         key = _normalise_name(name)
         if key in self._devices:
             return key
+        alias = self._export["aliases"].get(key)
+        return None if alias is None else str(alias)
+
+    def resolve(self, name: str) -> str:
+        """Canonical device name for a name or alias; unknown names list the closest."""
+        found = self.find(name)
+        if found is not None:
+            return found
+        key = _normalise_name(name)
         aliases = self._export["aliases"]
-        if key in aliases:
-            return str(aliases[key])
         pool = self.names() + sorted(aliases)
         close = difflib.get_close_matches(key, pool, n=3, cutoff=0.5)
         if not close:

@@ -173,9 +173,6 @@ def iter_sweep(
     cat = catalog or default_catalog()
     g = normalise_grid(grid)
     runtimes = [None if rt in (None, "None", "none") else str(rt) for rt in g["runtime"]]
-    for rt in runtimes:
-        if rt is not None:
-            _check_runtime(rt, cat)
     tp, pp, ep, dp, chunk, batch, prompt, output = (np.asarray(g[k], dtype=np.int64) for k in NUMERIC_AXES)
     n_numeric = int(np.prod([len(g[k]) for k in NUMERIC_AXES]))
     proto = _protocol_json(cat)
