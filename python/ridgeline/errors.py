@@ -8,6 +8,7 @@ from ._core import (
     CatalogError,
     DoesNotFitError,
     HardwareError,
+    InternalError,
     ModelConfigError,
     PlanError,
     RidgelineError,
@@ -21,12 +22,13 @@ EXIT_CODES: dict[type, int] = {
     CatalogError: 2,
     UnknownNameError: 3,
     DoesNotFitError: 4,
+    InternalError: 70,
     RidgelineError: 2,
 }
 
 
 def exit_code(e: BaseException) -> int:
-    """The CLI exit code of an error: 2 usage, 3 unknown name, 4 does not fit."""
+    """The CLI exit code of an error: 2 usage, 3 unknown name, 4 does not fit, 70 a bug (InternalError)."""
     for cls in type(e).__mro__:
         if cls in EXIT_CODES:
             return EXIT_CODES[cls]
@@ -38,6 +40,7 @@ __all__ = [
     "CatalogError",
     "DoesNotFitError",
     "HardwareError",
+    "InternalError",
     "ModelConfigError",
     "PlanError",
     "RidgelineError",

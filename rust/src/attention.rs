@@ -112,7 +112,7 @@ impl DecodeKeys {
     /// The cells a sliding-window layer's cache ring holds per sequence, `w + cache_extra`
     /// (prefill computes each query against them too); `None` for full attention.
     pub fn ring(&self) -> Option<u64> {
-        self.window.map(|w| w + self.cache_extra)
+        self.window.map(|w| w.saturating_add(self.cache_extra))
     }
 
     /// Whether a wrapped ring of `s` cells is read only up to its newest cell: the pre-pass

@@ -68,6 +68,11 @@ impl DType {
         })
     }
 
+    /// A format values are stored in (tf32 and fp16acc16 are compute paths on fp32 and fp16).
+    pub fn is_storage_format(self) -> bool {
+        !matches!(self, DType::Tf32 | DType::Fp16Acc16)
+    }
+
     /// Activations are kept in a 16- or 32-bit float format.
     pub fn is_activation_format(self) -> bool {
         matches!(self, DType::Fp32 | DType::Tf32 | DType::Bf16 | DType::Fp16)

@@ -13,7 +13,6 @@ use crate::plan::{Efficiency, Plan};
 use crate::roofline::{price, price_range, Cost};
 use crate::weights::{Role, N_ROLES};
 use serde::Serialize;
-use std::collections::hash_map::{Entry, HashMap};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -101,6 +100,8 @@ pub struct Estimate {
     pub params: ParamCounts,
     pub gemm_dtype: DType,
     pub attention_dtype: DType,
+    /// The KV cache's storage format (`Plan::kv_dtype`: tf32 compute stores fp32).
+    pub kv_dtype: DType,
     pub peak_flops: f64,
     pub memory_bw: f64,
     pub parallel: Parallel,
@@ -289,53 +290,144 @@ fn topology(dev: &Device, plan: &Plan, warnings: &mut Vec<String>) -> Result<Opt
     Ok(Some(topo))
 }
 
-/// The prefill schedule: `batch` prompts of `prompt` tokens, in steps of at
-/// most `chunk` tokens taken in arrival order (vLLM chunked prefill). At most
-/// three segments a step: the rest of a started prompt, whole prompts, and
-/// the start of the next.
+/// The segments of the prefill step that starts `off` tokens into a prompt and takes `budget`
+/// tokens, in arrival order (vLLM chunked prefill). At most three segments: the rest of a
+/// started prompt, whole prompts, and the start of the next.
+fn step_segments(off: u64, budget: u64, prompt: u64, prefix: u64) -> Vec<Segment> {
+    let mut budget = budget;
+    let mut segs = Vec::with_capacity(3);
+    if off > 0 {
+        let n = budget.min(prompt - off);
+        segs.push(Segment {
+            count: 1,
+            new: n,
+            prefix: prefix + off,
+            samples: off + n == prompt,
+        });
+        budget -= n;
+    }
+    let whole = budget / prompt;
+    if whole > 0 {
+        segs.push(Segment {
+            count: whole,
+            new: prompt,
+            prefix,
+            samples: true,
+        });
+        budget -= whole * prompt;
+    }
+    if budget > 0 {
+        segs.push(Segment {
+            count: 1,
+            new: budget,
+            prefix,
+            samples: budget == prompt,
+        });
+    }
+    segs
+}
+
+/// The prefill schedule step by step: `batch` prompts of `prompt` tokens, in steps of at most
+/// `chunk` tokens taken in arrival order. One entry a step: the reference `PrefillSchedule`
+/// is tested against (it is never built for an estimate).
+#[cfg(test)]
 pub fn prefill_steps(batch: u64, prompt: u64, prefix: u64, chunk: Option<u64>) -> Vec<Vec<Segment>> {
     let total = batch * prompt;
     let c = chunk.unwrap_or(total).max(1);
-    let mut steps = Vec::with_capacity(total.div_ceil(c) as usize);
-    let mut pos = 0u64;
-    while pos < total {
-        let mut budget = c.min(total - pos);
-        let mut segs = Vec::with_capacity(3);
-        let off = pos % prompt;
-        if off > 0 {
-            let n = budget.min(prompt - off);
-            segs.push(Segment {
-                count: 1,
-                new: n,
-                prefix: prefix + off,
-                samples: off + n == prompt,
-            });
-            budget -= n;
-            pos += n;
+    (0..total.div_ceil(c))
+        .map(|k| step_segments((k * c) % prompt, c.min(total - k * c), prompt, prefix))
+        .collect()
+}
+
+/// The prefill schedule in closed form: the distinct steps and how often each occurs, without
+/// listing the steps. Step `k` starts `k c` tokens into the batch's `batch x prompt` tokens, so
+/// its segments follow from its offset into a prompt, `(k c) mod prompt`, and its budget (`c`
+/// but for the last step). The offsets repeat with period `prompt / gcd(c, prompt)`: the steps
+/// before the last take at most that many distinct shapes, each priced once and counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefillSchedule {
+    pub batch: u64,
+    pub prompt: u64,
+    pub prefix: u64,
+    /// Tokens per step (the whole batch when unchunked).
+    pub chunk: u64,
+}
+
+impl PrefillSchedule {
+    pub fn new(batch: u64, prompt: u64, prefix: u64, chunk: Option<u64>) -> PrefillSchedule {
+        let total = batch.saturating_mul(prompt);
+        PrefillSchedule {
+            batch,
+            prompt,
+            prefix,
+            chunk: chunk.unwrap_or(total).clamp(1, total.max(1)),
         }
-        let whole = budget / prompt;
-        if whole > 0 {
-            segs.push(Segment {
-                count: whole,
-                new: prompt,
-                prefix,
-                samples: true,
-            });
-            budget -= whole * prompt;
-            pos += whole * prompt;
-        }
-        if budget > 0 {
-            segs.push(Segment {
-                count: 1,
-                new: budget,
-                prefix,
-                samples: budget == prompt,
-            });
-            pos += budget;
-        }
-        steps.push(segs);
     }
-    steps
+
+    fn total(&self) -> u64 {
+        self.batch * self.prompt
+    }
+
+    /// Steps in the schedule.
+    pub fn steps(&self) -> u64 {
+        self.total().div_ceil(self.chunk)
+    }
+
+    /// Distinct shapes among the steps before the last: one per offset of the period.
+    fn period(&self) -> u64 {
+        if self.prompt == 0 {
+            return 1;
+        }
+        let (mut a, mut b) = (self.chunk % self.prompt, self.prompt);
+        while a > 0 {
+            (a, b) = (b % a, a);
+        }
+        self.prompt / b
+    }
+
+    /// How many distinct steps `for_each` visits (at most the period + 1).
+    pub fn distinct(&self) -> u64 {
+        if self.total() == 0 {
+            return 0;
+        }
+        (self.steps() - 1).min(self.period()) + u64::from(self.merged().is_none())
+    }
+
+    /// The last step's tokens: `chunk`, or what is left.
+    fn last_budget(&self) -> u64 {
+        self.total() - (self.steps() - 1) * self.chunk
+    }
+
+    /// The earlier shape the last step repeats, if any: it also takes `chunk` tokens at an
+    /// offset seen before, and offsets repeat with the period, so it is step (k mod period)'s.
+    fn merged(&self) -> Option<u64> {
+        let (full, period) = (self.steps() - 1, self.period());
+        (self.last_budget() == self.chunk && full >= period).then_some(full % period)
+    }
+
+    fn offset(&self, k: u64) -> u64 {
+        ((k as u128 * self.chunk as u128) % self.prompt as u128) as u64
+    }
+
+    /// Calls `f(segments, count)` once per distinct step, in the order the steps first occur
+    /// (the order a step-by-step loop would price them); the counts sum to `steps()`.
+    pub fn for_each(&self, mut f: impl FnMut(&[Segment], u64)) {
+        if self.total() == 0 {
+            return;
+        }
+        let (c, p) = (self.chunk, self.prompt);
+        let full = self.steps() - 1; // every step but the last takes exactly c tokens
+        let period = self.period();
+        let (laps, rest) = (full / period, full % period);
+        let merged = self.merged();
+        for j in 0..full.min(period) {
+            let n = laps + u64::from(j < rest) + u64::from(merged == Some(j));
+            f(&step_segments(self.offset(j), c, p, self.prefix), n);
+        }
+        if merged.is_none() {
+            f(&step_segments(self.offset(full), self.last_budget(), p, self.prefix), 1);
+        }
+    }
 }
 
 struct Acc {
@@ -383,7 +475,7 @@ impl Acc {
 
     fn overhead(&mut self, layers: u64, steps: u64, eff: &Efficiency) {
         self.steps += steps;
-        let per_layer = (layers * steps) as f64 * eff.t_layer_s;
+        let per_layer = layers as f64 * steps as f64 * eff.t_layer_s;
         let per_step = steps as f64 * eff.t_step_s;
         if per_layer > 0.0 {
             self.add(
@@ -541,7 +633,7 @@ fn kv_bytes_per_rank(ctx: &BuildCtx, seqs: u64, tokens: u64) -> f64 {
         .into_iter()
         .map(|(count, values, window)| {
             let held = window.map_or(tokens, |w| tokens.min(w));
-            (count * seqs * held * values) as f64 * ctx.kv_b
+            count as f64 * seqs as f64 * held as f64 * values as f64 * ctx.kv_b
         })
         .sum()
 }
@@ -558,29 +650,18 @@ fn run_phases(ctx: &BuildCtx, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64
     let mut ops: Vec<Op> = Vec::with_capacity(48);
     let mut pre = Acc::new(Phase::Prefill, breakdown);
     let mut workspace = 0.0f64;
-    let steps = prefill_steps(batch, plan.prompt, plan.prefix, plan.chunk);
     // steps holding the same segments cost the same (every sequence's k-th prompt chunk, when
     // chunks do not straddle sequences): each distinct step is built and priced once, counted
     // as often as it occurs, in first-seen order
-    let mut distinct: Vec<(&[Segment], u64)> = Vec::new();
-    let mut index: HashMap<&[Segment], usize> = HashMap::new();
-    for segs in &steps {
-        match index.entry(segs) {
-            Entry::Occupied(e) => distinct[*e.get()].1 += 1,
-            Entry::Vacant(e) => {
-                e.insert(distinct.len());
-                distinct.push((segs, 1));
-            }
-        }
-    }
-    for (segs, n) in distinct {
+    let schedule = PrefillSchedule::new(batch, plan.prompt, plan.prefix, plan.chunk);
+    schedule.for_each(|segs, n| {
         build_step(ctx, &Geometry::Segments(segs), &mut ops);
         for op in &ops {
             workspace = workspace.max(op.act_bytes);
             pre.add(op.kind, op.group, op.flags(), price(op, 0.0, bw, eff).scaled(n as f64));
         }
-    }
-    pre.overhead(layers, steps.len() as u64, eff);
+    });
+    pre.overhead(layers, schedule.steps(), eff);
     // Decode: contexts prompt+1 ..= prompt+output-1, every step, in closed form.
     let mut dec = Acc::new(Phase::Decode, breakdown);
     if plan.output > 1 {
@@ -684,6 +765,7 @@ pub fn estimate(
         params: params::count(m),
         gemm_dtype: r.gemm_dtype,
         attention_dtype: r.attn_dtype,
+        kv_dtype: plan.kv_dtype(),
         peak_flops: r.peak_max,
         memory_bw: bw,
         parallel: Parallel {
@@ -704,16 +786,53 @@ pub fn estimate(
 /// A NaN or infinity is a bug in the physics or an input that slipped
 /// validation; it never reaches the user as a number.
 fn check_finite(e: &Estimate) -> Result<()> {
-    let vals = [
+    let phase = |p: &PhaseTotals| {
+        [
+            p.flops,
+            p.bytes,
+            p.compute_s,
+            p.memory_s,
+            p.comm_s,
+            p.overhead_s,
+            p.time_s,
+            p.mfu,
+            p.mbu,
+        ]
+    };
+    let m = &e.memory;
+    let scalars = [
         ("ttft_s", e.ttft_s),
         ("e2e_s", e.e2e_s),
         ("throughput_tok_s", e.throughput_tok_s),
+        ("prefill_tok_s", e.prefill_tok_s),
         ("tpot_s", e.tpot_s.unwrap_or(0.0)),
-        ("memory.total_bytes", e.memory.total_bytes),
-        ("prefill.mfu", e.prefill.mfu),
-        ("decode.mfu", e.decode.mfu),
+        ("memory.weights_bytes", m.weights_bytes),
+        ("memory.kv_bytes", m.kv_bytes),
+        ("memory.activation_bytes", m.activation_bytes),
+        ("memory.total_bytes", m.total_bytes),
+        ("memory.shortfall_bytes", m.shortfall_bytes),
+        ("parallel.stage_s", e.parallel.stage_s),
+        ("parallel.round_s", e.parallel.round_s),
     ];
-    for (name, v) in vals {
+    let phases = phase(&e.prefill)
+        .into_iter()
+        .map(|v| ("prefill", v))
+        .chain(phase(&e.decode).into_iter().map(|v| ("decode", v)));
+    let rows = e.breakdown.iter().flat_map(|r| {
+        let c = r.cost;
+        [
+            c.flops,
+            c.bytes,
+            c.compute_s,
+            c.memory_s,
+            c.comm_s,
+            c.launch_s,
+            c.time_s,
+        ]
+        .into_iter()
+        .map(|v| ("breakdown", v))
+    });
+    for (name, v) in scalars.into_iter().chain(phases).chain(rows) {
         if !v.is_finite() || v < 0.0 {
             return Err(Error::Input(format!(
                 "{name} evaluated to {v}; the inputs are out of range"

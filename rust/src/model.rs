@@ -242,6 +242,15 @@ impl Model {
         pos("hidden_size", self.hidden_size)?;
         pos("vocab_size", self.vocab_size)?;
         pos("max_model_len", self.max_model_len)?;
+        if self.max_model_len > crate::plan::MAX_EXACT {
+            return Err(Error::model(
+                "max_position_embeddings",
+                format!(
+                    "{} positions is more than the 2^53 the engine counts exactly",
+                    self.max_model_len
+                ),
+            ));
+        }
         if self.layer_groups.is_empty() {
             return Err(Error::model("num_hidden_layers", "the model has no layers"));
         }
@@ -306,6 +315,13 @@ impl Model {
                     }
                 }
             }
+        }
+        if !crate::params::fits_u64(self) {
+            return Err(Error::model(
+                "hidden_size",
+                "the model's dimensions give more than 2^63 parameters (check hidden_size, vocab_size, \
+                 intermediate_size, the expert and layer counts)",
+            ));
         }
         Ok(())
     }

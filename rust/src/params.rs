@@ -27,36 +27,61 @@ pub struct ParamCounts {
     pub active_non_embedding: u64,
 }
 
+/// The arithmetic a count is done in: exact `u64` for the counts, and `f64` for the check that
+/// they fit in a `u64` at all (`fits_u64`), both from the one set of formulas below.
+pub trait Num: Copy + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> + std::ops::AddAssign {
+    fn of(v: u64) -> Self;
+}
+
+impl Num for u64 {
+    fn of(v: u64) -> Self {
+        v
+    }
+}
+
+impl Num for f64 {
+    fn of(v: u64) -> Self {
+        v as f64
+    }
+}
+
+fn norm_params<T: Num>(norm: NormKind, n: u64) -> T {
+    match norm {
+        NormKind::Rms => T::of(n),
+        NormKind::Layer => T::of(2) * T::of(n),
+    }
+}
+
 /// Parameters of one attention block (projections, biases, q/k norms, sinks,
 /// MLA low-rank projections and their norms).
-pub fn attention_params(d: u64, a: &Attention, norm: NormKind) -> u64 {
-    let h = a.heads;
+pub fn attention_params<T: Num>(d: u64, a: &Attention, norm: NormKind) -> T {
+    let (d, h) = (T::of(d), T::of(a.heads));
     let mut n = match &a.mla {
         None => {
-            let q = h * a.head_dim;
-            let kv = a.kv_heads * a.head_dim;
-            let mut n = d * q + 2 * d * kv + q * d;
+            let q = h * T::of(a.head_dim);
+            let kv = T::of(a.kv_heads) * T::of(a.head_dim);
+            let mut n = d * q + T::of(2) * d * kv + q * d;
             if a.qkv_bias {
-                n += q + 2 * kv;
+                n += q + T::of(2) * kv;
             }
             n
         }
         Some(m) => {
-            let qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+            let qk = T::of(m.qk_nope_head_dim) + T::of(m.qk_rope_head_dim);
             let q = match m.q_lora_rank {
-                Some(r) => d * r + norm.params(r) + r * h * qk,
+                Some(r) => d * T::of(r) + norm_params(norm, r) + T::of(r) * h * qk,
                 None => d * h * qk,
             };
-            let kv_a = d * m.cache_width() + norm.params(m.kv_lora_rank);
-            let kv_b = m.kv_lora_rank * h * (m.qk_nope_head_dim + m.v_head_dim);
-            q + kv_a + kv_b + h * m.v_head_dim * d
+            let kv_a = d * (T::of(m.kv_lora_rank) + T::of(m.qk_rope_head_dim)) + norm_params(norm, m.kv_lora_rank);
+            let kv_b = T::of(m.kv_lora_rank) * h * (T::of(m.qk_nope_head_dim) + T::of(m.v_head_dim));
+            q + kv_a + kv_b + h * T::of(m.v_head_dim) * d
         }
     };
     if a.o_bias {
         n += d;
     }
     if a.qk_norm {
-        n += 2 * a.head_dim;
+        n += T::of(2) * T::of(a.head_dim);
     }
     if a.sinks {
         n += h;
@@ -65,53 +90,95 @@ pub fn attention_params(d: u64, a: &Attention, norm: NormKind) -> u64 {
 }
 
 /// Parameters of one Mamba2 mixer (HF Mamba2Mixer / NemotronH).
-pub fn mamba_params(d: u64, m: &Mamba2) -> u64 {
-    let in_proj = d * (m.inner() + m.conv_dim() + m.num_heads);
-    let conv = m.conv_dim() * m.conv_kernel + if m.conv_bias { m.conv_dim() } else { 0 };
-    let heads = 3 * m.num_heads; // dt_bias, A_log, D
-    let norm = m.inner(); // gated RMSNorm weight
-    let out_proj = m.inner() * d;
+pub fn mamba_params<T: Num>(d: u64, m: &Mamba2) -> T {
+    let (d, heads) = (T::of(d), T::of(m.num_heads));
+    let inner = T::of(m.num_heads) * T::of(m.head_dim);
+    let conv_dim = inner + T::of(2) * T::of(m.n_groups) * T::of(m.state_size);
+    let in_proj = d * (inner + conv_dim + heads);
+    let conv = conv_dim * T::of(m.conv_kernel) + if m.conv_bias { conv_dim } else { T::of(0) };
+    let dt_a_d = T::of(3) * heads; // dt_bias, A_log, D
+    let norm = inner; // gated RMSNorm weight
+    let out_proj = inner * d;
     let bias = if m.proj_bias {
-        m.inner() + m.conv_dim() + m.num_heads + d
+        inner + conv_dim + heads + d
     } else {
-        0
+        T::of(0)
     };
-    in_proj + conv + heads + norm + out_proj + bias
+    in_proj + conv + dt_a_d + norm + out_proj + bias
 }
 
 /// Parameters of one feed-forward block of width `f` (gate+up+down or up+down).
-pub fn mlp_params(d: u64, f: u64, gated: bool, bias: bool) -> u64 {
-    let mats = if gated { 3 } else { 2 };
+pub fn mlp_params<T: Num>(d: u64, f: u64, gated: bool, bias: bool) -> T {
+    let (d, f) = (T::of(d), T::of(f));
+    let mats = T::of(if gated { 3 } else { 2 });
     let mut n = mats * d * f;
     if bias {
-        n += if gated { 2 * f } else { f } + d;
+        n += if gated { T::of(2) * f } else { f } + d;
     }
     n
 }
 
-pub fn count(m: &Model) -> ParamCounts {
+/// The counts by class in the arithmetic `T` (`ParamCounts` without its sums).
+struct Classes<T> {
+    embedding: T,
+    position_embedding: T,
+    attention: T,
+    mamba: T,
+    norms: T,
+    ffn: T,
+    router: T,
+    experts: T,
+    experts_active: T,
+    shared_experts: T,
+    lm_head: T,
+}
+
+impl<T: Num> Classes<T> {
+    /// Everything but the routed experts (which `total` counts whole and `active` top-k of E).
+    fn common(&self) -> T {
+        self.embedding
+            + self.position_embedding
+            + self.attention
+            + self.mamba
+            + self.norms
+            + self.ffn
+            + self.router
+            + self.shared_experts
+            + self.lm_head
+    }
+}
+
+fn classes<T: Num>(m: &Model) -> Classes<T> {
     let d = m.hidden_size;
-    let mut c = ParamCounts {
-        embedding: m.vocab_size * d,
-        position_embedding: m.position_embeddings * d,
-        norms: m.norm.params(d), // final norm
-        ..Default::default()
+    let zero = T::of(0);
+    let mut c = Classes {
+        embedding: T::of(m.vocab_size) * T::of(d),
+        position_embedding: T::of(m.position_embeddings) * T::of(d),
+        attention: zero,
+        mamba: zero,
+        norms: norm_params(m.norm, d), // final norm
+        ffn: zero,
+        router: zero,
+        experts: zero,
+        experts_active: zero,
+        shared_experts: zero,
+        lm_head: zero,
     };
     if !m.tie_word_embeddings {
-        c.lm_head = m.vocab_size * d;
+        c.lm_head += T::of(m.vocab_size) * T::of(d);
     }
     if m.lm_head_bias {
-        c.lm_head += m.vocab_size;
+        c.lm_head += T::of(m.vocab_size);
     }
     for g in &m.layer_groups {
-        let n = g.count;
+        let n = T::of(g.count);
         if let Some(a) = &g.attention {
-            c.attention += n * attention_params(d, a, m.norm);
+            c.attention += n * attention_params::<T>(d, a, m.norm);
         }
         if let Some(mb) = &g.mamba {
-            c.mamba += n * mamba_params(d, mb);
+            c.mamba += n * mamba_params::<T>(d, mb);
         }
-        c.norms += n * g.norms * m.norm.params(d);
+        c.norms += n * T::of(g.norms) * norm_params(m.norm, d);
         match &g.ffn {
             Ffn::None => {}
             Ffn::Dense {
@@ -120,7 +187,7 @@ pub fn count(m: &Model) -> ParamCounts {
                 bias,
                 ..
             } => {
-                c.ffn += n * mlp_params(d, *intermediate_size, *gated, *bias);
+                c.ffn += n * mlp_params::<T>(d, *intermediate_size, *gated, *bias);
             }
             Ffn::Moe {
                 num_experts,
@@ -132,29 +199,48 @@ pub fn count(m: &Model) -> ParamCounts {
                 router_bias,
                 ..
             } => {
-                let one = mlp_params(d, *expert_intermediate_size, *gated, *bias);
-                c.experts += n * num_experts * one;
-                c.experts_active += n * top_k * one;
+                let one = mlp_params::<T>(d, *expert_intermediate_size, *gated, *bias);
+                c.experts += n * T::of(*num_experts) * one;
+                c.experts_active += n * T::of(*top_k) * one;
                 if *shared_intermediate_size > 0 {
-                    c.shared_experts += n * mlp_params(d, *shared_intermediate_size, *gated, *bias);
+                    c.shared_experts += n * mlp_params::<T>(d, *shared_intermediate_size, *gated, *bias);
                 }
-                c.router += n * (d * num_experts + if *router_bias { *num_experts } else { 0 });
+                let bias = if *router_bias { T::of(*num_experts) } else { zero };
+                c.router += n * (T::of(d) * T::of(*num_experts) + bias);
             }
         }
     }
-    let common = c.embedding
-        + c.position_embedding
-        + c.attention
-        + c.mamba
-        + c.norms
-        + c.ffn
-        + c.router
-        + c.shared_experts
-        + c.lm_head;
-    c.total = common + c.experts;
-    c.active = common + c.experts_active;
-    c.active_non_embedding = c.active - c.embedding - c.position_embedding;
     c
+}
+
+/// Whether every count of `m` (the total above all) fits in a `u64`: the same formulas in f64,
+/// whose rounding is far below the margin to 2^64 kept here (the total under 2^63).
+pub fn fits_u64(m: &Model) -> bool {
+    let c = classes::<f64>(m);
+    let total = c.common() + c.experts;
+    total.is_finite() && total < 2f64.powi(63)
+}
+
+/// The counts of a model `Model::validate` accepted (`fits_u64`).
+pub fn count(m: &Model) -> ParamCounts {
+    let c = classes::<u64>(m);
+    let active = c.common() + c.experts_active;
+    ParamCounts {
+        embedding: c.embedding,
+        position_embedding: c.position_embedding,
+        attention: c.attention,
+        mamba: c.mamba,
+        norms: c.norms,
+        ffn: c.ffn,
+        router: c.router,
+        experts: c.experts,
+        experts_active: c.experts_active,
+        shared_experts: c.shared_experts,
+        lm_head: c.lm_head,
+        total: c.common() + c.experts,
+        active,
+        active_non_embedding: active - c.embedding - c.position_embedding,
+    }
 }
 
 #[cfg(test)]

@@ -91,6 +91,15 @@ fn one() -> u64 {
     1
 }
 
+/// The largest integer every f64 holds exactly (2^53): token, device and step counts stay
+/// below it so that no count the engine forms rounds or wraps. A representation limit.
+pub const MAX_EXACT: u64 = 1 << 53;
+
+/// Distinct prefill step shapes one estimate builds and prices (each a pass over the model's
+/// operators, about a microsecond): a work bound that keeps one call within seconds, not a
+/// physical limit. Real schedules take a handful (a chunk dividing the prompt: prompt / chunk).
+pub const MAX_DISTINCT_STEPS: u64 = 1 << 20;
+
 /// Devices per node and the per-device scale-out link (NIC line rate per
 /// direction), as the caller resolved them.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -236,13 +245,25 @@ impl Plan {
         }
     }
 
+    /// The KV cache's storage format: `kv_dtype`, else the activations' storage format (tf32
+    /// is a compute mode on fp32 values, so its activations and cache are stored as fp32).
     pub fn kv_dtype(&self) -> DType {
-        self.kv_dtype.unwrap_or(self.dtype)
+        self.kv_dtype.unwrap_or(match self.dtype {
+            DType::Tf32 => DType::Fp32,
+            d => d,
+        })
     }
 
-    /// Devices the plan occupies: TP x PP x DP (EP spreads experts over the TP group).
+    /// Devices the plan occupies: TP x PP x DP (EP spreads experts over the TP group);
+    /// `validate` bounds the product.
     pub fn devices(&self) -> u64 {
-        self.tp * self.pp * self.dp
+        self.tp.saturating_mul(self.pp).saturating_mul(self.dp)
+    }
+
+    /// Tokens one sequence holds at the end of the request: cached prefix + prompt + output
+    /// (None past u64).
+    pub fn context(&self) -> Option<u64> {
+        self.prefix.checked_add(self.prompt)?.checked_add(self.output)
     }
 
     /// Micro-batches per pipeline round: `microbatches`, else `pp`, never more than `batch`.
@@ -305,17 +326,32 @@ impl Plan {
             positive("chunk", c)?;
         }
         if !self.dtype.is_activation_format() {
+            // a storage format is a weight (or KV) dtype; fp16acc16 is a GEMM path, not a format
+            let hint = if self.dtype.is_storage_format() {
+                format!(
+                    "; for {} weights use --weight-dtype {} (weight_dtype=)",
+                    self.dtype.name(),
+                    self.dtype.name()
+                )
+            } else {
+                String::new()
+            };
             return Err(Error::plan(
                 "dtype",
                 format!(
-                    "activations are computed in fp32, tf32, bf16 or fp16, not {}; use --weight-dtype {} for quantised weights",
-                    self.dtype.name(),
+                    "activations are computed in fp32, tf32, bf16 or fp16, not {}{hint}",
                     self.dtype.name()
                 ),
             ));
         }
-        if matches!(self.kv_dtype(), DType::Tf32) {
-            return Err(Error::plan("kv_dtype", "tf32 is a compute mode, not a storage format"));
+        if !self.kv_dtype().is_storage_format() {
+            return Err(Error::plan(
+                "kv_dtype",
+                format!(
+                    "{} is a compute mode, not a storage format; accepted: fp32, bf16, fp16, fp8, int8",
+                    self.kv_dtype().name()
+                ),
+            ));
         }
         let u = self.gpu_memory_utilization;
         if !(u.is_finite() && u > 0.0 && u <= 1.0) {
@@ -332,12 +368,12 @@ impl Plan {
             ));
         }
         check_routing_skew(self.routing_skew)?;
-        let ctx = self.prefix + self.prompt + self.output;
-        if ctx > m.max_model_len {
-            return Err(Error::plan(
+        let ctx = self.context().filter(|c| *c <= m.max_model_len).ok_or_else(|| {
+            let sum = self.prefix as u128 + self.prompt as u128 + self.output as u128;
+            Error::plan(
                 "prompt+output",
                 format!(
-                    "{}{} + {} = {ctx} tokens exceeds the model's max_model_len {}",
+                    "{}{} + {} = {sum} tokens exceeds the model's max_model_len {}",
                     if self.prefix > 0 {
                         format!("{} cached + ", self.prefix)
                     } else {
@@ -346,6 +382,51 @@ impl Plan {
                     self.prompt,
                     self.output,
                     m.max_model_len
+                ),
+            )
+        })?;
+        // every count the engine forms is exact in f64: the batch's tokens and the devices
+        let tokens = self.batch as u128 * ctx as u128;
+        if tokens > MAX_EXACT as u128 {
+            return Err(Error::plan(
+                "batch",
+                format!(
+                    "{} sequences of {ctx} tokens hold {tokens} tokens, more than the 2^53 the engine counts exactly",
+                    self.batch
+                ),
+            ));
+        }
+        let devices = self.tp as u128 * self.pp as u128 * self.dp as u128;
+        if devices > MAX_EXACT as u128 {
+            return Err(Error::plan(
+                "dp",
+                format!(
+                    "TP {} x PP {} x DP {} = {devices} devices, more than the 2^53 the engine counts exactly",
+                    self.tp, self.pp, self.dp
+                ),
+            ));
+        }
+        // a KV view padded, or a sliding-window ring grown, past the longest context the model
+        // takes holds cells no request reaches
+        for (name, v) in [("kv_pad", self.kv_pad), ("swa_cache_extra", self.swa_cache_extra)] {
+            if v > m.max_model_len {
+                return Err(Error::plan(
+                    name,
+                    format!("must be at most the model's max_model_len {}, got {v}", m.max_model_len),
+                ));
+            }
+        }
+        let schedule = crate::engine::PrefillSchedule::new(self.batch, self.prompt, self.prefix, self.chunk);
+        if schedule.distinct() > MAX_DISTINCT_STEPS {
+            return Err(Error::plan(
+                "chunk",
+                format!(
+                    "{}-token steps over {}-token prompts take {} distinct prefill shapes, more than the {} one \
+                     estimate prices (a larger chunk, or one dividing the prompt, takes fewer)",
+                    schedule.chunk,
+                    self.prompt,
+                    schedule.distinct(),
+                    MAX_DISTINCT_STEPS
                 ),
             ));
         }

@@ -59,6 +59,27 @@ create_exception!(
     RidgelineError,
     "The catalog data violates a constraint (exit code 2)."
 );
+create_exception!(
+    ridgeline.errors,
+    InternalError,
+    RidgelineError,
+    "A bug in ridgeline (a panic in the core): please report it (exit code 70)."
+);
+
+/// Runs `f`, turning a panic in the core into a typed `InternalError` (still a
+/// RidgelineError) instead of a PanicException that escapes `except ValueError`.
+fn guarded<T>(what: &str, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(InternalError::new_err(format!(
+            "internal error in {what} (please report it): {msg}"
+        )))
+    })
+}
 
 impl From<Error> for PyErr {
     fn from(e: Error) -> PyErr {
@@ -94,14 +115,16 @@ pub struct CoreModel {
 impl CoreModel {
     #[new]
     fn new(json: &str) -> PyResult<Self> {
-        Ok(CoreModel {
-            inner: Model::from_json(json)?,
+        guarded("the model structure", || {
+            Ok(CoreModel {
+                inner: Model::from_json(json)?,
+            })
         })
     }
 
     /// Parameter counts by tensor class, with `total` and `active`.
     fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let c = params::count(&self.inner);
+        let c = guarded("the parameter count", || Ok(params::count(&self.inner)))?;
         let d = PyDict::new(py);
         for (k, v) in [
             ("embedding", c.embedding),
@@ -134,7 +157,7 @@ impl CoreModel {
         if tp == 0 {
             return Err(Error::plan("tp", "must be a positive integer (>= 1)").into());
         }
-        Ok(self.inner.kv_layers(tp))
+        guarded("the KV layers", || Ok(self.inner.kv_layers(tp)))
     }
 }
 
@@ -148,9 +171,11 @@ pub struct CoreDevice {
 impl CoreDevice {
     #[new]
     fn new(json: &str) -> PyResult<Self> {
-        let d: Device = from_json("device", json)?;
-        d.validate()?;
-        Ok(CoreDevice { inner: d })
+        guarded("the device row", || {
+            let d: Device = from_json("device", json)?;
+            d.validate()?;
+            Ok(CoreDevice { inner: d })
+        })
     }
 
     #[getter]
@@ -193,6 +218,7 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
     d.set_item("memory", mem)?;
     d.set_item("gemm_dtype", e.gemm_dtype.name())?;
     d.set_item("attention_dtype", e.attention_dtype.name())?;
+    d.set_item("kv_dtype", e.kv_dtype.name())?;
     d.set_item("peak_flops", e.peak_flops)?;
     d.set_item("memory_bw", e.memory_bw)?;
     let par = PyDict::new(py);
@@ -277,7 +303,9 @@ fn estimate<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let (plan, eff, proto) = priced_inputs(plan_json, efficiency_json, protocol_json)?;
     let (m, d) = (&model.inner, &device.inner);
-    let e = py.detach(|| engine::estimate(m, d, &plan, &eff, proto, breakdown))?;
+    let e = guarded("the estimate", || {
+        Ok(py.detach(|| engine::estimate(m, d, &plan, &eff, proto, breakdown))?)
+    })?;
     cost_dict(py, &e)
 }
 
@@ -327,7 +355,9 @@ fn estimate_many<'py>(
         })
         .collect();
     let (m, d) = (&model.inner, &device.inner);
-    let results = py.detach(|| sweep::evaluate(m, d, &plans, &eff, proto, threads));
+    let results = guarded("the plans", || {
+        Ok(py.detach(|| sweep::evaluate(m, d, &plans, &eff, proto, threads)))
+    })?;
     summaries(py, results)
 }
 
@@ -432,7 +462,9 @@ fn sweep_grid<'py>(
     let stop = stop.unwrap_or(axes.len()).min(axes.len());
     let start = start.min(stop);
     let (m, d) = (&model.inner, &device.inner);
-    let results = py.detach(|| sweep::grid(m, d, &axes, &base, &eff, proto, threads, start, stop));
+    let results = guarded("the sweep", || {
+        Ok(py.detach(|| sweep::grid(m, d, &axes, &base, &eff, proto, threads, start, stop)))
+    })?;
     let out = summaries(py, results)?;
     let mut vals: [Vec<i64>; 8] = Default::default();
     for i in start..stop {
@@ -520,7 +552,9 @@ fn collective<'py>(
     if let Some(bad) = sizes.iter().find(|m| !(m.is_finite() && **m > 0.0)) {
         return Err(Error::plan("size", format!("message sizes must be > 0 bytes, got {bad}")).into());
     }
-    let results: Vec<_> = sizes.iter().map(|&m| topo.time(op, ranks, m, &proto)).collect();
+    let results: Vec<_> = guarded("the collective", || {
+        Ok(sizes.iter().map(|&m| topo.time(op, ranks, m, &proto)).collect())
+    })?;
     let d = PyDict::new(py);
     d.set_item(
         "time_s",
@@ -551,11 +585,19 @@ fn distinct_experts<'py>(
     if let Some(bad) = t.iter().find(|x| !(x.is_finite() && **x >= 0.0)) {
         return Err(Error::Input(format!("tokens must be finite and >= 0, got {bad}")).into());
     }
-    let out: Vec<f64> = t
-        .iter()
-        .map(|&x| graph::distinct_experts(num_experts, top_k, x, skew))
-        .collect();
+    let out: Vec<f64> = guarded("the expert count", || {
+        Ok(t.iter()
+            .map(|&x| graph::distinct_experts(num_experts, top_k, x, skew))
+            .collect())
+    })?;
     Ok(PyArray1::from_vec(py, out))
+}
+
+/// The canonical name of a dtype as users write it (`bfloat16`, `half`, `F16`, ` bf16`), the
+/// one alias table every entry point resolves dtypes through; a PlanError naming `field` else.
+#[pyfunction]
+fn parse_dtype(field: &str, name: &str) -> PyResult<&'static str> {
+    Ok(crate::dtype::DType::parse(field, name)?.name())
 }
 
 /// Paths of the data files compiled into the extension.
@@ -588,6 +630,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collective, m)?)?;
     m.add_function(wrap_pyfunction!(sweep_grid, m)?)?;
     m.add_function(wrap_pyfunction!(distinct_experts, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_dtype, m)?)?;
     m.add_function(wrap_pyfunction!(data_files, m)?)?;
     m.add_function(wrap_pyfunction!(data_file, m)?)?;
     m.add_function(wrap_pyfunction!(data_hash, m)?)?;
@@ -598,6 +641,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("UnknownNameError", py.get_type::<UnknownNameError>())?;
     m.add("DoesNotFitError", py.get_type::<DoesNotFitError>())?;
     m.add("CatalogError", py.get_type::<CatalogError>())?;
+    m.add("InternalError", py.get_type::<InternalError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

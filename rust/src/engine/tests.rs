@@ -603,3 +603,170 @@ fn repeated_prefill_steps_are_priced_once_and_counted() {
         assert!(rel(e.prefill.time_s, time) < 1e-12, "{batch} x {prompt} / {chunk}");
     }
 }
+
+/// The step-by-step schedule with identical steps merged in first-seen order: what the closed
+/// form must reproduce.
+fn merged_reference(batch: u64, prompt: u64, prefix: u64, chunk: Option<u64>) -> Vec<(Vec<Segment>, u64)> {
+    let mut out: Vec<(Vec<Segment>, u64)> = Vec::new();
+    for s in prefill_steps(batch, prompt, prefix, chunk) {
+        match out.iter_mut().find(|(x, _)| *x == s) {
+            Some(e) => e.1 += 1,
+            None => out.push((s, 1)),
+        }
+    }
+    out
+}
+
+proptest! {
+    #[test]
+    fn the_closed_form_schedule_is_the_step_by_step_one(batch in 1u64..40, prompt in 1u64..300,
+                                                        prefix in 0u64..50, chunk in 1u64..1000,
+                                                        unchunked in any::<bool>()) {
+        let chunk = (!unchunked).then_some(chunk);
+        let s = PrefillSchedule::new(batch, prompt, prefix, chunk);
+        let mut got = Vec::new();
+        s.for_each(|segs, n| got.push((segs.to_vec(), n)));
+        let want = merged_reference(batch, prompt, prefix, chunk);
+        prop_assert_eq!(s.distinct(), want.len() as u64);
+        prop_assert_eq!(s.steps(), want.iter().map(|x| x.1).sum::<u64>());
+        prop_assert_eq!(got, want);
+    }
+}
+
+#[test]
+fn a_huge_batch_is_priced_in_closed_form() {
+    // 2^40 sequences in 512-token steps: 2^41 steps of two shapes, priced twice (the old
+    // schedule listed every step: 52 TB). Exact counts: steps and prompt tokens.
+    let mut p = plan(1 << 40, 1024, 256);
+    p.chunk = Some(512);
+    let e = estimate(&llama31_8b(), &h100(), &p, &Efficiency::uncalibrated(), proto(), false).unwrap();
+    assert_eq!(e.prefill.steps, 1 << 41);
+    assert!(!e.memory.fits);
+    let one = {
+        let mut q = plan(1, 1024, 256);
+        q.chunk = Some(512);
+        estimate(&llama31_8b(), &h100(), &q, &Efficiency::uncalibrated(), proto(), false).unwrap()
+    };
+    // every sequence's two steps cost what one sequence's do: TTFT scales with the batch exactly
+    let rel = (e.ttft_s / one.ttft_s - (1u64 << 40) as f64).abs() / (1u64 << 40) as f64;
+    assert!(rel < 1e-9, "{rel}");
+}
+
+#[test]
+fn counts_past_what_the_engine_holds_exactly_are_refused() {
+    let m = llama31_8b();
+    let eff = Efficiency::uncalibrated();
+    let field = |p: &Plan| match estimate(&m, &h100(), p, &eff, proto(), false) {
+        Err(Error::Plan { field, .. }) => field,
+        other => panic!("expected a plan error, got {other:?}"),
+    };
+    // batch x context past 2^53 tokens
+    assert_eq!(field(&plan(1 << 50, 1024, 256)), "batch");
+    assert_eq!(field(&plan(1 << 62, 1024, 256)), "batch");
+    // a sum that wraps u64 is past max_model_len, not a short request
+    assert_eq!(field(&plan(1, 1024, u64::MAX)), "prompt+output");
+    assert_eq!(field(&plan(1, u64::MAX, 256)), "prompt+output");
+    let mut p = plan(1, 1024, 256);
+    p.prefix = u64::MAX - 1000;
+    assert_eq!(field(&p), "prompt+output");
+    // devices past 2^53
+    let mut p = plan(1, 1024, 256);
+    p.dp = 1 << 62;
+    assert_eq!(field(&p), "dp");
+    // a KV view padded past the model's context
+    let mut p = plan(1, 1024, 256);
+    p.kv_pad = u64::MAX - 255;
+    assert_eq!(field(&p), "kv_pad");
+    let mut p = plan(1, 1024, 256);
+    p.swa_cache_extra = u64::MAX;
+    assert_eq!(field(&p), "swa_cache_extra");
+}
+
+#[test]
+fn a_model_whose_counts_pass_u64_is_refused() {
+    let mut m = llama31_8b();
+    m.vocab_size = 1 << 62;
+    assert!(matches!(m.validate(), Err(Error::ModelConfig { .. })));
+    let mut m = llama31_8b();
+    m.max_model_len = u64::MAX;
+    assert!(matches!(m.validate(), Err(Error::ModelConfig { .. })));
+    assert!(llama31_8b().validate().is_ok());
+}
+
+proptest! {
+    /// Every plan at the extremes gives a finite, non-negative result or a typed error: never a
+    /// panic, NaN, infinity or a wrapped count.
+    #[test]
+    fn extremes_give_finite_results_or_errors(
+        batch in prop::sample::select(vec![1u64, 2, 255, 1 << 20, 1 << 33, 1 << 43, (1 << 53) / 1280, u64::MAX]),
+        prompt in prop::sample::select(vec![1u64, 2, 511, 512, 1000, 131_071, 131_072, u64::MAX]),
+        output in prop::sample::select(vec![1u64, 2, 256, 130_000, u64::MAX - 1]),
+        chunk in prop::sample::select(vec![None, Some(1u64), Some(7), Some(512), Some(1 << 40), Some(u64::MAX)]),
+        tp in prop::sample::select(vec![1u64, 2, 8, 1 << 40, u64::MAX]),
+        dp in prop::sample::select(vec![1u64, 3, 1 << 52, u64::MAX]),
+        kv_pad in prop::sample::select(vec![1u64, 256, 131_072, u64::MAX]),
+    ) {
+        let mut p = plan(batch, prompt, output);
+        (p.chunk, p.tp, p.dp, p.kv_pad) = (chunk, tp, dp, kv_pad);
+        let eff = Efficiency { t_launch_s: 2e-6, t_step_s: 1e-4, ..Efficiency::uncalibrated() };
+        match estimate(&llama31_8b(), &h100(), &p, &eff, proto(), false) {
+            Ok(e) => {
+                let n = p.batch as f64;
+                let decode_mbu = if p.output > 1 { e.decode.mbu } else { 1.0 };
+                for v in [e.ttft_s, e.e2e_s, e.throughput_tok_s, e.prefill_tok_s, e.memory.total_bytes,
+                          e.prefill.mfu, decode_mbu, e.tpot_s.unwrap_or(1.0)] {
+                    prop_assert!(v.is_finite() && v > 0.0, "{v} for {p:?}");
+                }
+                prop_assert!(e.parallel.devices >= p.tp && e.prefill.steps >= 1);
+                // each prefill step reads every decoder weight (bf16; the head only where it samples):
+                // no count wrapped to zero
+                let read = e.memory.weights_bytes - 2.0 * (e.params.embedding + e.params.lm_head) as f64;
+                prop_assert!(e.prefill.bytes >= read * e.prefill.steps as f64 * (1.0 - 1e-12));
+                prop_assert!(e.prefill_tok_s <= n * p.prompt as f64 / e.ttft_s * (1.0 + 1e-12));
+            }
+            Err(Error::Plan { .. }) => {}
+            Err(other) => prop_assert!(false, "unexpected error {other:?}"),
+        }
+    }
+}
+
+/// Every numeric field of a model's JSON, the core's entry point, set to a hostile value.
+fn hostile_model_json(field: usize, value: u64) -> String {
+    let mut v = serde_json::to_value(llama31_8b()).unwrap();
+    let mut slots: Vec<&mut serde_json::Value> = Vec::new();
+    fn walk<'a>(v: &'a mut serde_json::Value, out: &mut Vec<&'a mut serde_json::Value>) {
+        match v {
+            serde_json::Value::Number(_) => out.push(v),
+            serde_json::Value::Array(a) => a.iter_mut().for_each(|x| walk(x, out)),
+            serde_json::Value::Object(o) => o.values_mut().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    walk(&mut v, &mut slots);
+    let n = slots.len();
+    *slots[field % n] = serde_json::Value::from(value);
+    v.to_string()
+}
+
+proptest! {
+    /// The model JSON entry of the core: any value in any numeric field gives a validated model
+    /// whose estimate is finite, or a typed error; never a panic or a wrapped count.
+    #[test]
+    fn any_model_json_gives_a_model_or_an_error(
+        field in 0usize..64,
+        value in prop::sample::select(vec![0u64, 1, 2, 3, 7, 4096, 1 << 20, 1 << 32, 1 << 40, 1 << 53,
+                                            (1 << 53) + 1, 1 << 62, u64::MAX]),
+    ) {
+        let json = hostile_model_json(field, value);
+        let Ok(m) = Model::from_json(&json) else { return Ok(()) };
+        let p = plan(2, 100, 20);
+        match estimate(&m, &h100(), &p, &Efficiency::uncalibrated(), proto(), false) {
+            Ok(e) => {
+                prop_assert!(e.ttft_s.is_finite() && e.ttft_s > 0.0 && e.memory.total_bytes.is_finite());
+                prop_assert!(e.params.total >= e.params.active && e.params.total > 0);
+            }
+            Err(Error::Plan { .. } | Error::ModelConfig { .. }) => {}
+            Err(other) => prop_assert!(false, "unexpected {other:?}"),
+        }
+    }
+}
