@@ -107,10 +107,10 @@ def test_shipped_audits_pass(cat):
     assert failing == {}
 
 
-def _extra(tmp_path, rows):
+def _extra(tmp_path, rows, override=False):
     header = (
         "name,vendor,arch,family,kind,year,tflops_bf16,tflops_fp8,tflops_fp32,memory_gb,memory_bw_gbs,verified,source"
-    )
+    ) + (",override" if override else "")
     p = tmp_path / "extra.csv"
     p.write_text(header + "\n" + "\n".join(rows) + "\n")
     return p
@@ -137,7 +137,10 @@ def test_binned_parts_scale_their_parent_by_core_count(cat, tmp_path):
     row = cat.sql("SELECT tflops_fp32, memory_bw_gbs FROM hardware WHERE name = 'M1_MAX_24C'").row(0)
     assert row == pytest.approx((10.4 * 24 / 32, 400.0))
     # A bin that copies its parent's top-bin figure is caught.
-    p = _extra(tmp_path, ["M2_MAX_30C,Apple,apple_gpu,apple_max,apple_soc,2023,,,13.6,64,400,false,test row"])
+    # replacing a shipped bin's row takes an explicit override
+    p = _extra(
+        tmp_path, ["M2_MAX_30C,Apple,apple_gpu,apple_max,apple_soc,2023,,,13.6,64,400,false,test row,true"], True
+    )
     res = {n: df for n, _, _, df in Catalog(path=tmp_path / "bins.duckdb", extra=[p]).audit()}
     assert res["audit_bin_derivations"]["name"].to_list() == ["M2_MAX_30C"]
 
@@ -147,7 +150,9 @@ def test_a_bin_with_a_narrower_memory_bus_scales_its_bandwidth(cat, tmp_path):
     row = cat.sql("SELECT tflops_fp32, memory_bw_gbs FROM hardware WHERE name = 'M3_MAX_30C'").row(0)
     assert row == pytest.approx((14.32 * 30 / 40, 400.0 * 384 / 512))
     # the same bin holding its parent's full-bus bandwidth is caught
-    p = _extra(tmp_path, ["M3_MAX_30C,Apple,apple_gpu,apple_max,apple_soc,2023,,,10.74,96,400,false,test row"])
+    p = _extra(
+        tmp_path, ["M3_MAX_30C,Apple,apple_gpu,apple_max,apple_soc,2023,,,10.74,96,400,false,test row,true"], True
+    )
     res = {n: df for n, _, _, df in Catalog(path=tmp_path / "bus.duckdb", extra=[p]).audit()}
     assert res["audit_bin_derivations"]["name"].to_list() == ["M3_MAX_30C"]
 

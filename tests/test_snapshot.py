@@ -35,8 +35,8 @@ def test_a_changed_constant_fails_the_diff_until_declared(tmp_path):
 def test_structure_version_ignores_catalog_numbers(tmp_path):
     extra = tmp_path / "h.csv"
     extra.write_text(
-        "name,vendor,arch,family,kind,year,tflops_bf16,tflops_fp32,memory_gb,memory_bw_gbs,verified,source\n"
-        "H100_SXM,NVIDIA,hopper,nvidia_dc_sxm,gpu,2022,800,60,80,3000,false,what-if\n"
+        "name,vendor,arch,family,kind,year,tflops_bf16,tflops_fp32,memory_gb,memory_bw_gbs,verified,source,override\n"
+        "H100_SXM,NVIDIA,hopper,nvidia_dc_sxm,gpu,2022,800,60,80,3000,false,what-if,true\n"
     )
     a = structure_version()
     b = structure_version(Catalog(path=tmp_path / "x.duckdb", extra=[extra]))

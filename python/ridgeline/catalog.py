@@ -4,7 +4,9 @@ The database is built on first use into a cache folder (or a path the user
 names) and rebuilt whenever the shipped data or a user's extra CSV changes.
 It is the single source of truth: the engine reads its device rows through a
 JSON export written beside the database at build time, so an estimate does
-not pay for opening DuckDB.
+not pay for opening DuckDB. Either file found damaged (truncated, garbled,
+empty, lacking a table or a key) is rebuilt from the embedded text where it
+is opened; a build leaves no temp file, and removes those of killed builds.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ import functools
 import hashlib
 import io
 import json
+import math
 import os
 import re
+import shutil
+import socket
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -40,6 +45,18 @@ _OPTIONAL_FILES = {
     "link_measurements": "data/hardware/link_measurements.csv",
     "calibration": "data/calibration/fits.csv",
 }
+# Every table of data/schema.sql: a catalog database that lacks one is damaged.
+_TABLES = frozenset({*_TABLE_FILES, *_OPTIONAL_FILES, "benchmarks"})
+# What a JSON export must hold (and of which type) to be used rather than rebuilt.
+_EXPORT_KEYS: dict[str, type] = {"devices": list, "aliases": dict, "constants": dict, "overridden": dict}
+_HARDWARE_FILE = "expected a CSV with the devices.csv columns"
+_CONSTANTS_FILE = "expected name,value,unit,source,note rows"
+# Temp files of a build carry the builder's pid and host (`.catalog-<pid>-<host>-XXXX.duckdb`,
+# `.bench-<pid>-<host>-XXXX/`) so that a later build can remove the leftovers of a builder that
+# was killed (its pid gone on this host) and never touch a live one's, on this host or another
+# that shares the cache folder.
+_HOST = re.sub(r"[^A-Za-z0-9]+", "_", socket.gethostname()).strip("_") or "host"
+_TEMP_NAME = re.compile(r"\.(?:catalog|bench)-(\d+)-([A-Za-z0-9_]+)-")
 
 
 def cache_dir() -> Path:
@@ -109,19 +126,22 @@ class Catalog:
         constants: Optional[str | Path] = None,
     ) -> None:
         env_extra = [p for p in os.environ.get("RIDGELINE_HARDWARE", "").split(os.pathsep) if p]
-        self.extra = tuple(Path(p) for p in (*env_extra, *extra))
-        for p in self.extra:
-            if not p.is_file():
-                raise CatalogError(
-                    f"extra hardware file '{p}' does not exist (expected a CSV with the devices.csv columns)"
-                )
+        # The same file named twice (in the variable and as an argument) is one set of rows.
+        unique: dict[str, Path] = {}
+        for p in (Path(p) for p in (*env_extra, *extra)):
+            unique.setdefault(os.path.realpath(p), p)
+        self.extra = tuple(unique.values())
+        # Each user file is read once: the fingerprint and the build see the same bytes.
+        raw = [_read_user_file(p, "extra hardware file", _HARDWARE_FILE) for p in self.extra]
+        self._extra_text = [_user_text(b, str(p), _HARDWARE_FILE) for p, b in zip(self.extra, raw)]
         env_constants = os.environ.get("RIDGELINE_CONSTANTS")
         self.constants_file = Path(constants) if constants else (Path(env_constants) if env_constants else None)
-        if self.constants_file is not None and not self.constants_file.is_file():
-            raise CatalogError(
-                f"constants override '{self.constants_file}' does not exist (expected name,value,unit,source,note rows)"
-            )
-        self.fingerprint = self._fingerprint()
+        self._constants_text: Optional[str] = None
+        if self.constants_file is not None:
+            b = _read_user_file(self.constants_file, "constants override", _CONSTANTS_FILE)
+            self._constants_text = _user_text(b, str(self.constants_file), _CONSTANTS_FILE)
+            raw.append(b)
+        self.fingerprint = self._fingerprint(raw)
         if path is None:
             path = cache_dir() / f"catalog-{self.fingerprint}.duckdb"
         self.path = Path(path)
@@ -129,60 +149,127 @@ class Catalog:
         if not (self.path.exists() and self.export_path.exists()):
             self._build()
 
-    def _fingerprint(self) -> str:
+    def _fingerprint(self, raw: Sequence[bytes]) -> str:
         h = hashlib.sha256(_data.data_hash().encode())
-        for p in (*self.extra, *([self.constants_file] if self.constants_file else [])):
+        for p, b in zip((*self.extra, *([self.constants_file] if self.constants_file else [])), raw):
             h.update(str(p).encode())
-            h.update(p.read_bytes())
+            h.update(b)
         return h.hexdigest()[:16]
 
     # -- building ---------------------------------------------------------
     def _build(self) -> None:
+        """Builds the database and its export into temp files, then moves both into place.
+
+        Many processes may build the same catalog at once: each writes its own temp
+        files and ``os.replace`` makes the move atomic, so a reader sees a whole file.
+        """
         import duckdb
 
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".catalog-", suffix=".duckdb", dir=self.path.parent)
-        os.close(fd)
-        os.unlink(tmp)
+        folder = self.path.parent
+        prefix = f".catalog-{os.getpid()}-{_HOST}-"
+        tmp = tmp_json = ""
         try:
-            con = duckdb.connect(tmp)
-            con.execute(_data.read_text("data/schema.sql"))
-            shipped = set(_data.list_files("data/"))
-            for table, f in {**_TABLE_FILES, **_OPTIONAL_FILES}.items():
-                if f in shipped:
-                    _load_csv(con, table, _data.read_text(f), f)
-            for p in self.extra:
-                _load_csv(con, "hardware", p.read_text(), str(p), replace=True)
-            if self.constants_file:
-                _load_csv(con, "constants", self.constants_file.read_text(), str(self.constants_file), replace=True)
-            with tempfile.TemporaryDirectory(prefix=".bench-", dir=self.path.parent) as work:
-                _load_benchmarks(con, Path(work))
-            rows = con.execute(_data.query("device_for_engine")).fetchall()
-            cols = [d[0] for d in con.description]
-            export = {
-                "devices": [dict(zip(cols, r)) for r in rows],
-                "aliases": dict(con.execute("SELECT alias, name FROM hardware_alias").fetchall()),
-                "constants": {
-                    n: {"value": v, "unit": u, "source": s}
-                    for n, v, u, s in con.execute("SELECT name, value, unit, source FROM constants").fetchall()
-                },
-            }
-            con.close()
-            fd, tmp_json = tempfile.mkstemp(prefix=".catalog-", suffix=".json", dir=self.path.parent)
-            with os.fdopen(fd, "w") as fh:
-                json.dump(export, fh)
-            os.replace(tmp, self.path)
-            os.replace(tmp_json, self.export_path)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                _remove_stale_temps(folder)
+                fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".duckdb", dir=folder)
+                os.close(fd)
+                os.unlink(tmp)
+                con = duckdb.connect(tmp)
+                try:
+                    export = self._fill(con, folder)
+                finally:
+                    con.close()
+                fd, tmp_json = tempfile.mkstemp(prefix=prefix, suffix=".json", dir=folder)
+                with os.fdopen(fd, "w") as fh:
+                    json.dump(export, fh)
+                # A WAL left beside the final path (never written there by a build) would be
+                # replayed onto the new file.
+                stale_wal = Path(f"{self.path}.wal")
+                if stale_wal.exists():
+                    stale_wal.unlink()
+                os.replace(tmp, self.path)
+                os.replace(tmp_json, self.export_path)
+            except (OSError, duckdb.IOException) as e:
+                why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
+                raise CatalogError(
+                    f"cannot write the catalog cache in '{folder}': {why}; set RIDGELINE_CACHE_DIR to a writable folder"
+                ) from None
         finally:
-            for leftover in (tmp, tmp + ".wal"):
-                if os.path.exists(leftover):
+            for leftover in (tmp, f"{tmp}.wal", tmp_json):
+                if leftover and os.path.exists(leftover):
                     os.unlink(leftover)
+
+    def _fill(self, con: Any, folder: Path) -> dict[str, Any]:
+        """Loads the shipped and the user's rows into ``con``; returns the JSON export."""
+        con.execute(_data.read_text("data/schema.sql"))
+        shipped = set(_data.list_files("data/"))
+        for table, f in {**_TABLE_FILES, **_OPTIONAL_FILES}.items():
+            if f in shipped:
+                _load_csv(con, table, _data.read_text(f), f)
+        claims = _Claims(
+            shipped={n for (n,) in con.execute("SELECT name FROM hardware").fetchall()},
+            aliases=dict(con.execute("SELECT alias, name FROM hardware_alias").fetchall()),
+        )
+        for p, text in zip(self.extra, self._extra_text):
+            _load_csv(con, "hardware", text, str(p), user=True, claims=claims)
+        if self.constants_file is not None and self._constants_text is not None:
+            known = {n for (n,) in con.execute("SELECT name FROM constants").fetchall()}
+            _load_csv(
+                con, "constants", self._constants_text, str(self.constants_file), replace=True, user=True, known=known
+            )
+        with tempfile.TemporaryDirectory(prefix=f".bench-{os.getpid()}-{_HOST}-", dir=folder) as work:
+            _load_benchmarks(con, Path(work))
+        rows = con.execute(_data.query("device_for_engine")).fetchall()
+        cols = [d[0] for d in con.description]
+        return {
+            "devices": [dict(zip(cols, r)) for r in rows],
+            "aliases": dict(con.execute("SELECT alias, name FROM hardware_alias").fetchall()),
+            "constants": {
+                n: {"value": v, "unit": u, "source": s}
+                for n, v, u, s in con.execute("SELECT name, value, unit, source FROM constants").fetchall()
+            },
+            "overridden": claims.overridden,
+        }
 
     # -- the engine's fast path -------------------------------------------
     @functools.cached_property
     def _export(self) -> dict[str, Any]:
-        export: dict[str, Any] = json.loads(self.export_path.read_text())
+        export = _read_export(self.export_path)
+        if export is None:
+            # Truncated, garbled, empty or from an older layout: rebuild it from the embedded text.
+            self._build()
+            export = _read_export(self.export_path)
+            if export is None:
+                raise CatalogError(
+                    f"the catalog export '{self.export_path}' is unreadable even after a rebuild; "
+                    "delete it (or set RIDGELINE_CACHE_DIR to another folder) and run again"
+                )
         return export
+
+    @property
+    def overridden(self) -> dict[str, str]:
+        """Shipped device (or alias) names that a user's row replaced, each with the file it came from.
+
+        >>> Catalog().overridden
+        {}
+        """
+        return {str(k): str(v) for k, v in self._export["overridden"].items()}
+
+    def override_note(self, name: str) -> Optional[str]:
+        """A one-line note when ``name`` resolves to a user's row that replaced a shipped one, else None.
+
+        >>> Catalog().override_note("H100_SXM") is None
+        True
+        """
+        overridden = self._export["overridden"]
+        key = _normalise_name(name)
+        if key not in overridden:
+            found = self.find(name)
+            if found is None or found not in overridden:
+                return None
+            key = found
+        return f"{key} is the user's row from {overridden[key]} (override=true), not the shipped one"
 
     @functools.cached_property
     def _devices(self) -> dict[str, Device]:
@@ -226,25 +313,66 @@ class Catalog:
 
     # -- SQL --------------------------------------------------------------
     def connect(self) -> Any:
-        """A read-only DuckDB connection to the catalog database."""
+        """A read-only DuckDB connection to the catalog database (rebuilt first if the file is damaged)."""
+        return self._open({}, check_tables=True)
+
+    def _open(self, config: dict[str, Any], check_tables: bool) -> Any:
+        """A read-only connection; a file DuckDB cannot open (or, checked, lacking a table) is rebuilt once."""
         import duckdb
 
-        return duckdb.connect(str(self.path), read_only=True)
+        for attempt in (1, 2):
+            try:
+                con = duckdb.connect(str(self.path), read_only=True, config=config)
+            except duckdb.ConnectionException as e:
+                # another connection of this process holds the file with other settings: not damage
+                raise CatalogError(f"cannot open the catalog database: {str(e).splitlines()[0]}") from None
+            except duckdb.Error as e:
+                problem: Optional[str] = str(e).splitlines()[0]
+            else:
+                problem = _missing_tables(con) if check_tables else None
+                if problem is None:
+                    return con
+                con.close()
+            if attempt == 1:
+                self._build()
+        raise CatalogError(
+            f"the catalog database '{self.path}' is damaged ({problem}) even after a rebuild; "
+            "delete it (or set RIDGELINE_CACHE_DIR to another folder) and run again"
+        )
 
     def sql(self, query: str, params: Optional[Sequence[Any]] = None) -> Any:
-        """Runs a read-only query and returns a Polars DataFrame."""
-        import duckdb
+        """Runs a read-only, sandboxed query and returns a Polars DataFrame.
 
-        con = duckdb.connect(str(self.path), read_only=True, config={"enable_external_access": False})
+        The result must fit in memory (see ``_memory_limit_bytes``): a larger one is refused
+        before it is fetched, with a CatalogError that asks for a LIMIT or an aggregate.
+
+        >>> Catalog().sql("SELECT name FROM hardware WHERE name = ?", ["H100_SXM"])["name"][0]
+        'H100_SXM'
+        """
+        if not isinstance(query, str):
+            raise CatalogError(f"a query is SQL text, not {type(query).__name__}")
+        budget = _memory_limit_bytes() // 2
+        # DuckDB gets half of its own default limit and the frame the other half, so the two
+        # together stay within what DuckDB alone would take. The settings are locked: a query
+        # cannot SET them (nor re-enable file access).
+        config = {"enable_external_access": False, "memory_limit": f"{budget}B", "lock_configuration": True}
+
+        def run() -> Any:
+            con = self._open(config, check_tables=False)
+            try:
+                return _query_frame(con, query, params, budget, str(self.path))
+            finally:
+                con.close()
+
         try:
-            rel = con.execute(query, params or [])
-            if rel.description is None:
-                raise CatalogError("the query returned no result set")
-            return _frame(rel.fetchall(), [d[0] for d in rel.description])
-        except duckdb.Error as e:
-            raise CatalogError(f"query failed: {str(e).splitlines()[0]}") from None
-        finally:
-            con.close()
+            return run()
+        except _Damaged:
+            self._build()  # once: the file is rebuilt from the embedded text and the query runs again
+        try:
+            return run()
+        except _Damaged as e:
+            # a fresh file fails the same way: the query's own doing (or DuckDB's), not the file's
+            raise CatalogError(f"query failed: {e} (also on a freshly rebuilt catalog)") from None
 
     def audit(self) -> list[tuple[str, str, bool, Any]]:
         """Runs every ``queries/audit_*.sql``: (name, question, must_pass, rows)."""
@@ -255,6 +383,177 @@ class Catalog:
             must = _header(text, "must_pass").lower() == "true"
             out.append((f.rsplit("/", 1)[1][:-4], question, must, self.sql(text)))
         return out
+
+
+class _Damaged(Exception):
+    """A DuckDB error that means the database file is damaged, not that the query is wrong."""
+
+
+# Columns of these DuckDB types cross to Polars through the Arrow C stream (columnar, no
+# pyarrow); the bytes a value takes in the frame, the variable-width ones plus their length.
+_ARROW_BYTES = {
+    "boolean": 1,
+    "tinyint": 8,  # integers and floats are widened to 64 bits (see _widen)
+    "smallint": 8,
+    "integer": 8,
+    "bigint": 8,
+    "utinyint": 8,
+    "usmallint": 8,
+    "uinteger": 8,
+    "ubigint": 8,
+    "hugeint": 16,
+    "float": 8,
+    "double": 8,
+    "decimal": 16,
+    "date": 4,
+    "time": 8,
+    "timestamp": 8,
+    "varchar": 16,
+    "blob": 16,
+    "null": 0,
+}
+# Other types (intervals, UUIDs, enums, nested values) go through Python objects, as before;
+# a Python object and its slot in a row take about this many bytes (CPython: a float is 24,
+# a small str about 50, a pointer 8), plus its text's length.
+_PY_VALUE_BYTES = 64
+
+
+def _query_frame(con: Any, query: str, params: Optional[Sequence[Any]], budget: int, db_path: str) -> Any:
+    """The result of ``query`` as a Polars frame, refused before fetching when over ``budget`` bytes."""
+    import duckdb
+
+    try:
+        empty = not con.extract_statements(query)
+    except duckdb.Error:
+        empty = False  # a syntax error: reported below, by the query itself
+    if empty:
+        raise CatalogError("empty query: the text holds no SQL statement (expected e.g. SELECT name FROM hardware)")
+    try:
+        rel = con.sql(query, params=list(params) if params else None)
+        if rel is None:
+            raise CatalogError("the query returned no result set (expected a SELECT)")
+        cols, ids = list(rel.columns), [t.id for t in rel.types]
+        twice = sorted({c for c in cols if cols.count(c) > 1})
+        if twice:
+            raise CatalogError(f"the query returns more than one column named {', '.join(twice)}; give each an AS name")
+        arrow = all(i in _ARROW_BYTES for i in ids)
+        fixed = sum(_ARROW_BYTES[i] if arrow else _PY_VALUE_BYTES for i in ids)
+        sized = [(c, i) for c, i in zip(cols, ids) if not arrow or i in ("varchar", "blob")]
+        # Rows of the smallest size that fill the budget: no result of more rows can fit.
+        cap = budget // max(fixed, 1)
+        exprs = ["count(*)", *(f"coalesce(sum({_length_sql(c, i)}), 0)" for c, i in sized)]
+        probe = rel.limit(cap + 1).aggregate(", ".join(exprs)).fetchall()[0]
+        n, size = int(probe[0]), int(probe[0]) * fixed + sum(int(v) for v in probe[1:])
+        if n > cap or size > budget:
+            what = f"more than {cap:,} rows" if n > cap else f"{n:,} rows, about {_gib(size)}"
+            raise CatalogError(
+                f"the result does not fit in memory ({what}, over the {_gib(budget)} a result may hold); "
+                "add a LIMIT or aggregate"
+            )
+        if arrow:
+            import polars as pl
+
+            return _widen(pl.DataFrame(rel), ids)
+        return _frame(rel.fetchall(), cols)
+    except (duckdb.OutOfMemoryException, MemoryError):
+        raise CatalogError(
+            f"the result does not fit in memory (the query ran out of the {_gib(budget)} DuckDB may use here); "
+            "add a LIMIT or aggregate"
+        ) from None
+    except duckdb.Error as e:
+        first = str(e).splitlines()[0]
+        if _is_damage(e, db_path):
+            raise _Damaged(first) from None
+        # A missing table is the user's typo unless the file lacks one of its own tables.
+        missing = _missing_tables(con) if isinstance(e, duckdb.CatalogException) else None
+        if missing is not None:
+            raise _Damaged(missing) from None
+        raise CatalogError(f"query failed: {first}") from None
+
+
+def _missing_tables(con: Any) -> Optional[str]:
+    """What is wrong when the database lacks a table of the schema (or cannot list them), else None."""
+    import duckdb
+
+    try:
+        found = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    except duckdb.Error as e:
+        return str(e).splitlines()[0]
+    missing = sorted(_TABLES - found)
+    return f"tables missing: {', '.join(missing)}" if missing else None
+
+
+def _is_damage(e: Exception, db_path: str) -> bool:
+    """Whether a DuckDB error during a query comes from the database file rather than the query.
+
+    File access is disabled for queries, so an I/O error can only be the catalog file's; the
+    serialization and internal errors are what DuckDB raises on blocks that do not decode.
+    """
+    import duckdb
+
+    if isinstance(e, (duckdb.SerializationException, duckdb.InternalException, duckdb.FatalException)):
+        return True
+    return isinstance(e, duckdb.IOException) and (db_path in str(e) or "orrupt" in str(e) or "checksum" in str(e))
+
+
+def _widen(df: Any, ids: Sequence[str]) -> Any:
+    """Integers to Int64, floats to Float64, HUGEINT to Int64 (Int128 when needed): the types
+    the frame had when it was built from Python values, so callers see the same columns."""
+    import polars as pl
+
+    small = {pl.Int8, pl.Int16, pl.Int32, pl.UInt8, pl.UInt16, pl.UInt32}
+    out = []
+    for c, dtype, i in zip(df.columns, df.dtypes, ids):
+        col = df.get_column(c)
+        if dtype in small or dtype == pl.Float32:
+            col = col.cast(pl.Float64 if dtype == pl.Float32 else pl.Int64)
+        elif i in ("hugeint", "ubigint"):
+            try:
+                col = col.cast(pl.Int64, strict=True)
+            except pl.exceptions.PolarsError:
+                col = col.cast(pl.Int128, strict=True) if i == "hugeint" else col
+        out.append(col)
+    return pl.DataFrame(out)
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _length_sql(col: str, type_id: str) -> str:
+    """SQL for the bytes of a value of ``col``: its own for text and blobs, its text's for others."""
+    if type_id == "blob":
+        return f"octet_length({_ident(col)})"
+    return f"strlen({_ident(col) if type_id == 'varchar' else f'CAST({_ident(col)} AS VARCHAR)'})"
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+@functools.lru_cache(maxsize=1)
+def _memory_limit_bytes() -> int:
+    """DuckDB's own default memory limit, in bytes: 80% of the memory it detects (cgroup-aware).
+
+    ``Catalog.sql`` splits it: half for DuckDB's working memory, half for the result frame.
+    """
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        row = con.execute("SELECT current_setting('memory_limit')").fetchone()
+    finally:
+        con.close()
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMGTP]?i?B|bytes)\s*", str(row[0] if row else ""))
+    if m:
+        unit = m.group(2)
+        scale = 1 if unit in ("B", "bytes") else (1024 if "i" in unit else 1000) ** ("KMGTP".index(unit[0]) + 1)
+        return int(float(m.group(1)) * scale)
+    # DuckDB's documented default (80% of physical memory), should its display ever change.
+    try:
+        return int(0.8 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 4 * 2**30  # no way to ask the machine: a small one's worth
 
 
 def _frame(rows: list[tuple[Any, ...]], cols: list[str]) -> Any:
@@ -283,31 +582,275 @@ def _header(sql: str, key: str) -> str:
     return " ".join(out)
 
 
-def _load_csv(con: Any, table: str, text: str, origin: str, replace: bool = False) -> None:
+@dataclasses.dataclass
+class _Claims:
+    """Which device names are taken, and by whom, while a user's hardware files load."""
+
+    shipped: set[str]
+    aliases: dict[str, str]
+    user: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> the user file that added it
+    overridden: dict[str, str] = dataclasses.field(default_factory=dict)  # shipped name -> user file
+
+    def take(self, con: Any, name: str, override: bool, where: str, origin: str) -> None:
+        """Claims ``name`` for a row of ``origin``; a name already taken needs override=true."""
+        replace = "set override=true in that row to replace it"
+        if name in self.user:
+            if not override:
+                raise CatalogError(f"{where}: '{name}' is already a device of {self.user[name]}; {replace}")
+            con.execute("DELETE FROM hardware WHERE name = ?", [name])
+            if name in self.overridden:
+                self.overridden[name] = origin
+        elif name in self.shipped:
+            if not override:
+                raise CatalogError(f"{where}: '{name}' is a shipped device; {replace}")
+            con.execute("DELETE FROM hardware WHERE name = ?", [name])
+            self.overridden[name] = origin
+        elif name in self.aliases:
+            if not override:
+                raise CatalogError(f"{where}: '{name}' is a shipped alias of {self.aliases[name]}; {replace}")
+            con.execute("DELETE FROM hardware_alias WHERE alias = ?", [name])
+            self.overridden[name] = origin
+        self.user[name] = origin
+
+
+def _read_user_file(p: Path, what: str, expected: str) -> bytes:
+    """The bytes of a user's file, or a CatalogError naming it and what is wrong."""
+    try:
+        if p.is_dir():
+            raise CatalogError(f"{what} '{p}' is a directory ({expected})")
+        if not p.exists():
+            raise CatalogError(f"{what} '{p}' does not exist ({expected})")
+        if not p.is_file():
+            raise CatalogError(f"{what} '{p}' is not a regular file ({expected})")
+        return p.read_bytes()
+    except PermissionError:
+        raise CatalogError(f"{what} '{p}' cannot be read: permission denied ({expected})") from None
+    except OSError as e:
+        raise CatalogError(f"{what} '{p}' cannot be read: {e.strerror or e} ({expected})") from None
+    except MemoryError:
+        raise CatalogError(f"{what} '{p}' is too large to read into memory ({expected})") from None
+
+
+def _user_text(data: bytes, origin: str, expected: str) -> str:
+    """A user's CSV as UTF-8 text with a header, rows under it and no ragged row, else a CatalogError.
+
+    A byte-order mark, as spreadsheets write, is dropped. The shape is checked here, before
+    any build, so that a broken file costs no time; the columns are checked as it loads.
+    """
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise CatalogError(
+            f"{origin}:{line}: byte 0x{data[e.start]:02x} is not UTF-8 text; save the file as UTF-8 ({expected})"
+        ) from None
+    if not text.strip():
+        raise CatalogError(f"{origin}: empty file ({expected}, a header row first)")
+    header, rows = _parse_csv(text, origin)
+    if not rows:
+        raise CatalogError(f"{origin}: a header but no rows ({expected} under it)")
+    for line, r in rows:
+        if len(r) != len(header):
+            raise CatalogError(
+                f"{origin}:{line}: {len(r)} fields, the header has {len(header)} (quote a value that holds a comma)"
+            )
+    return text
+
+
+def _read_export(path: Path) -> Optional[dict[str, Any]]:
+    """The JSON export if it parses and holds every key with at least one device, else None."""
+    try:
+        export = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, MemoryError):
+        return None
+    if not isinstance(export, dict) or any(not isinstance(export.get(k), t) for k, t in _EXPORT_KEYS.items()):
+        return None
+    devices = export["devices"]
+    if not devices or not all(isinstance(d, dict) and isinstance(d.get("name"), str) for d in devices):
+        return None
+    return export
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (one we may not signal runs too)."""
+    if pid <= 0 or pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):
+        return True
+    return True
+
+
+def _remove_stale_temps(folder: Path) -> None:
+    """Removes the temp files and folders of builds on this host whose process is gone."""
+    if os.name == "nt":  # os.kill(pid, 0) there would send a console event, not probe
+        return
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        m = _TEMP_NAME.match(entry.name)
+        if m is None or m.group(2) != _HOST or _alive(int(m.group(1))):
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass  # another build removed it first
+
+
+def _parse_csv(text: str, origin: str) -> tuple[list[str], list[tuple[int, list[Optional[str]]]]]:
+    """The header and the (line, fields) of each row; blank lines skipped, quoted newlines kept."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    rows: list[tuple[int, list[Optional[str]]]] = []
+    header: Optional[list[str]] = None
+    last = 0
+    try:
+        for r in reader:
+            start, last = last + 1, reader.line_num
+            if not r:
+                continue
+            if header is None:
+                header = r
+            else:
+                rows.append((start, [None if v == "" else v for v in r]))
+    except csv.Error as e:
+        raise CatalogError(f"{origin}:{reader.line_num}: not readable as CSV ({e})") from None
+    if header is None:
+        raise CatalogError(f"{origin}: empty file (expected a header row)")
+    return header, rows
+
+
+def _load_csv(
+    con: Any,
+    table: str,
+    text: str,
+    origin: str,
+    replace: bool = False,
+    user: bool = False,
+    claims: Optional[_Claims] = None,
+    known: Optional[set[str]] = None,
+) -> None:
+    """Inserts the rows of one CSV into ``table``; every refusal names the file, line and column.
+
+    ``user``: a user's file (a header alone is refused). ``claims``: user hardware rows, whose
+    names must not take a shipped or earlier one without ``override=true`` (a column of the
+    file, not of the table). ``replace``: a row replaces the one of its name, which must be
+    in ``known`` when given.
+    """
     import duckdb
 
-    reader = csv.reader(io.StringIO(text))
-    try:
-        header = next(reader)
-    except StopIteration:
-        raise CatalogError(f"{origin}: empty file (expected a header row)") from None
-    cols = [c for c, _ in con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {table})").fetchall()]
-    unknown = [h for h in header if h not in cols]
+    header, rows = _parse_csv(text, origin)
+    described = con.execute(f'SELECT column_name, column_type, "null" FROM (DESCRIBE {table})').fetchall()
+    types = {c: t for c, t, _ in described}
+    accepted = [*types, *(["override"] if claims is not None else [])]
+    unknown = [h for h in header if h not in accepted]
     if unknown:
-        raise CatalogError(f"{origin}: unknown column(s) {', '.join(unknown)}; accepted: {', '.join(cols)}")
-    rows = [[None if v == "" else v for v in r] for r in reader if r]
-    placeholders = ", ".join(f"CAST(? AS {t})" for t in _types(con, table, header))
-    names = ", ".join(f'"{h}"' for h in header)
-    for i, r in enumerate(rows, start=2):
+        raise CatalogError(f"{origin}:1: unknown column(s) {', '.join(unknown)}; accepted: {', '.join(accepted)}")
+    twice = sorted({h for h in header if header.count(h) > 1})
+    if twice:
+        raise CatalogError(f"{origin}:1: column(s) {', '.join(twice)} appear more than once in the header")
+    required = [c for c, _, null in described if null == "NO" and c not in header]
+    if required:
+        raise CatalogError(f"{origin}:1: missing required column(s) {', '.join(required)}")
+    if user and not rows:
+        raise CatalogError(f"{origin}: a header but no rows (expected at least one row under it)")
+    cols = [h for h in header if h != "override"]
+    pick = [header.index(c) for c in cols]
+    finite = [(j, c) for j, c in enumerate(cols) if types[c] in ("DOUBLE", "FLOAT", "REAL")]
+    placeholders = ", ".join(f"CAST(? AS {types[c]})" for c in cols)
+    names = ", ".join(f'"{c}"' for c in cols)
+    seen: dict[str, int] = {}
+    batch: list[tuple[str, list[Optional[str]]]] = []
+    for line, r in rows:
         if len(r) != len(header):
-            raise CatalogError(f"{origin}:{i}: {len(r)} fields, the header has {len(header)}")
+            raise CatalogError(
+                f"{origin}:{line}: {len(r)} fields, the header has {len(header)} (quote a value that holds a comma)"
+            )
+        values = [r[i] for i in pick]
+        name = r[header.index("name")] if "name" in header else None
+        where = f"{origin}:{line} ({name or r[0] or '?'})"
+        for j, c in finite:
+            v = values[j]
+            if v is not None and _non_finite(v):
+                raise CatalogError(f"{where}: column {c} is '{v}', not a finite number; accepted: a finite number")
+        if name is not None and (claims is not None or known is not None):
+            if name in seen:
+                raise CatalogError(f"{where}: '{name}' is already a row of this file (line {seen[name]}); keep one")
+            seen[name] = line
+        if known is not None and name is not None and name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+            hint = f"; closest: {', '.join(close)}" if close else ""
+            raise CatalogError(f"{where}: '{name}' is not a shipped constant, so nothing would read it{hint}")
+        if claims is None and not replace:
+            batch.append((where, values))
+            continue
         try:
-            if replace and "name" in header:
-                con.execute(f"DELETE FROM {table} WHERE name = ?", [r[header.index("name")]])
-            con.execute(f"INSERT INTO {table} ({names}) VALUES ({placeholders})", r)
+            if claims is not None and name is not None:
+                override = _override(r[header.index("override")] if "override" in header else None, where)
+                claims.take(con, name, override, f"{origin}:{line}", origin)
+            if replace and name is not None:
+                con.execute(f"DELETE FROM {table} WHERE name = ?", [name])
+            con.execute(f"INSERT INTO {table} ({names}) VALUES ({placeholders})", values)
         except duckdb.Error as e:
-            label = r[0] if r else "?"
-            raise CatalogError(f"{origin}:{i} ({label}): {str(e).splitlines()[0]}") from None
+            raise CatalogError(f"{where}: {_explain(con, table, cols, values, e)}") from None
+    if batch:
+        # One statement for a whole file (a row at a time costs milliseconds each); should it
+        # fail, nothing of it is in and the rows go in one by one to name the one at fault.
+        try:
+            rows_sql = ", ".join([f"({placeholders})"] * len(batch))
+            con.execute(f"INSERT INTO {table} ({names}) VALUES {rows_sql}", [v for _, vs in batch for v in vs])
+        except duckdb.Error:
+            for where, values in batch:
+                try:
+                    con.execute(f"INSERT INTO {table} ({names}) VALUES ({placeholders})", values)
+                except duckdb.Error as e:
+                    raise CatalogError(f"{where}: {_explain(con, table, cols, values, e)}") from None
+
+
+def _non_finite(v: str) -> bool:
+    try:
+        return not math.isfinite(float(v))
+    except ValueError:
+        return False  # not a number at all: DuckDB's cast says so, with the column
+
+
+def _override(v: Optional[str], where: str) -> bool:
+    if v is None or v.strip().lower() == "false":
+        return False
+    if v.strip().lower() == "true":
+        return True
+    raise CatalogError(f"{where}: column override is '{v}'; accepted: true, false or empty")
+
+
+def _explain(con: Any, table: str, cols: Sequence[str], values: Sequence[Optional[str]], e: Exception) -> str:
+    """A DuckDB insert error restated with the column(s) and value(s) it is about."""
+    msg = str(e).splitlines()[0]
+    given = dict(zip(cols, values))
+
+    def shown(c: str) -> str:
+        return f"{c} = '{given[c]}'" if given.get(c) is not None else f"{c} empty"
+
+    if "CHECK constraint failed" in msg:
+        q = "SELECT constraint_text, constraint_column_names FROM duckdb_constraints() WHERE table_name = ?"
+        for text, columns in con.execute(q + " AND constraint_type = 'CHECK'", [table]).fetchall():
+            if text in msg:
+                return f"{', '.join(shown(c) for c in dict.fromkeys(columns))} fails {text}"
+    m = re.search(r"NOT NULL constraint failed: \w+\.(\w+)", msg)
+    if m:
+        return f"column {m.group(1)} is empty; it is required"
+    m = re.search(r"Could not convert string '(.*)' to (\w+)", msg)
+    if m:
+        bad = [c for c in cols if given.get(c) == m.group(1)]
+        if bad:
+            return f"column {bad[0]} is '{m.group(1)}', not a {m.group(2)}"
+    return msg
 
 
 def _load_benchmarks(con: Any, workdir: Path) -> None:
@@ -329,11 +872,6 @@ def _load_benchmarks(con: Any, workdir: Path) -> None:
         "nullstr = '\\N', quote = '\"', escape = '\"')",
         [str(path)],
     )
-
-
-def _types(con: Any, table: str, header: Iterable[str]) -> list[str]:
-    types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {table})").fetchall())
-    return [types[h] for h in header]
 
 
 @functools.lru_cache(maxsize=1)
