@@ -134,7 +134,8 @@ def test_shipped_held_out_ranges_are_the_fresh_leave_one_device_out(checked):
     assert tpot == pytest.approx([e.tpot_s / h["q90"], e.tpot_s / h["q10"]], rel=1e-12)
     p = by[("llamacpp-cuda", "prefill")]
     assert ttft == pytest.approx([e.ttft_s / p["q90"], e.ttft_s / p["q10"]], rel=1e-12)
-    assert ridgeline.estimate("meta-llama/Llama-3.1-8B", "RTX_4090").held_out == {}  # the bound has no range
+    # the bound has no range
+    assert ridgeline.estimate("meta-llama/Llama-3.1-8B", "RTX_4090", calibrated=False).held_out == {}
 
 
 def test_validate_rows_takes_the_unified_schema(checked, tmp_path):
@@ -267,7 +268,7 @@ def test_llamacpp_rows_are_priced_with_the_attention_they_ran():
     assert fused["llamacpp_gpu_scoreboards"] == {False, True}
     # unfused, a prefill moves every score of the S x S rectangle: 32 layers x 32 heads x S^2 x 16 B more
     e = {fa: ridgeline.estimate("meta-llama/Meta-Llama-3-8B", "RTX_3090", prompt=8000, output=1,
-                                flash_attention=fa, calibrated=False) for fa in (True, False)}  # fmt: skip
+                                flash_attention=fa, runtime="none") for fa in (True, False)}  # fmt: skip
     attn = {fa: x.breakdown.filter(x.breakdown["op"] == "attention")["bytes"].sum() for fa, x in e.items()}
     assert attn[False] - attn[True] == pytest.approx(32 * 32 * 8000**2 * cat.constant("unfused_attention_score_bytes"))
     assert e[False].ttft_s > e[True].ttft_s

@@ -49,7 +49,9 @@ def test_runtime_execution_line_and_its_flags(tmp_path):
     assert d[()]["decode_graphs"] and not d[("--no-decode-graphs",)]["decode_graphs"]
     assert d[("--kv-pad", "1", "--chunk", "2048")]["kv_pad"] == 1
     assert d[("--kv-pad", "1", "--chunk", "2048")]["swa_cache_extra"] == 2048
-    assert "execution" not in run(*args[:5], "--uncalibrated", cwd=tmp_path).stdout
+    # the bound of the same plan runs it the same way; only runtime none runs the plan as written
+    assert "execution" in run(*args[:5], "--uncalibrated", cwd=tmp_path).stdout
+    assert "execution" not in run(*args[:5], "--runtime", "none", cwd=tmp_path).stdout
 
 
 def test_routing_skew_option(tmp_path):

@@ -12,7 +12,8 @@ LLAMA = "meta-llama/Llama-3.1-8B"
 
 
 def test_default_plan_labels_and_closed_forms():
-    e = ridgeline.estimate(LLAMA, "H100_SXM")
+    e = ridgeline.estimate(LLAMA, "H100_SXM", runtime="none")
+    assert e.runtime_note.startswith("none:")
     assert e.plan["batch"] == 1 and e.plan["prompt"] == 1024 and e.plan["output"] == 256 and e.plan["tp"] == 1
     assert e.calibration == "uncalibrated" and "optimistic bound" in e.calibration_note
     assert e.verified and not e.estimated and e.fits
@@ -44,7 +45,7 @@ def test_breakdown_sums_to_the_phase_times():
 def test_windowed_decode_reads_at_most_the_window():
     # Gemma-2-9B: local layers attend to 4096 keys, global layers to the whole context.
     m = Model.from_config("google/gemma-2-9b")
-    e = ridgeline.estimate(m, "H100_SXM", prompt=8000, output=2, allow_no_fit=True)
+    e = ridgeline.estimate(m, "H100_SXM", prompt=8000, output=2, allow_no_fit=True, runtime="none")
     df = e.breakdown.filter((e.breakdown["phase"] == "decode") & (e.breakdown["op"] == "attention"))
     per_key = 2 * 8 * 256 * 2  # K and V rows of 8 kv heads x 256 in bf16
     by_group = {r["layer_group"]: r["bytes"] for r in df.to_dicts()}
@@ -206,7 +207,7 @@ def test_a_runtime_runs_the_plan_the_way_its_rows_were_priced():
     given = est("google/gemma-3-4b-it", runtime="llamacpp-cuda", decode_graphs=False, kv_pad=1, chunk=4096)
     assert given.plan["from_runtime"] == ("swa_cache_extra", "kv_skip_masked_tail") and given.prefill["steps"] == 1
     assert given.decode["time_s"] > one.decode["time_s"]
-    for plain in (est(LLAMA), est(LLAMA, runtime="trtllm")):
+    for plain in (est(LLAMA, runtime="none"), est(LLAMA, runtime="trtllm")):
         p = plain.plan
         assert (p["chunk"], p["swa_cache_extra"], p["kv_pad"], p["decode_graphs"], p["kv_skip_masked_tail"]) == (
             None, 0, 1, False, False)  # fmt: skip
@@ -243,7 +244,7 @@ def test_llamacpp_kv_padding_and_replayed_decode_graphs():
     # prompt attends 301 keys but reads 512, the same bytes as 512 keys read unpadded; a
     # 255-token prompt (256 keys) fills one tile exactly and reads no padding.
     def decode_attention_bytes(prompt, **kw):
-        b = ridgeline.estimate(LLAMA, "GB10", prompt=prompt, output=2, calibrated=False, **kw).breakdown
+        b = ridgeline.estimate(LLAMA, "GB10", prompt=prompt, output=2, runtime="none", **kw).breakdown
         return b.filter((b["op"] == "attention") & (b["phase"] == "decode"))["bytes"][0]
 
     padded = decode_attention_bytes(300, kv_pad=256)

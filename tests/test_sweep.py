@@ -56,7 +56,7 @@ def test_a_runtime_axis_prices_each_plan_as_estimate_does():
     # a sliding-window ring of window + n_ubatch, graphs at batch 1) agree with single estimates
     grid = {"model": ["google/gemma-3-4b-it", "openai/gpt-oss-20b"], "hardware": ["GB10", "RTX_4090"],
             "batch": [1, 4], "prompt": [4096], "output": [64],
-            "runtime": ["llamacpp-cuda", "trtllm", "None"]}  # fmt: skip
+            "runtime": ["llamacpp-cuda", "trtllm", "none"]}  # fmt: skip
     df = sweep(grid)
     assert df.height == 2 * 2 * 2 * 3 and df.columns == list(SWEEP_COLUMNS)
     for chunked in (False, True):
@@ -66,7 +66,7 @@ def test_a_runtime_axis_prices_each_plan_as_estimate_does():
         for row in rows.iter_rows(named=True):
             kw = {"chunk": row["chunk"]} if chunked else {}
             e = ridgeline.estimate(row["model"], row["hardware"], batch=row["batch"], prompt=4096, output=64,
-                                   runtime=row["runtime"], calibrated=row["runtime"] is not None, allow_no_fit=True,
+                                   runtime=row["runtime"] or "none", allow_no_fit=True,
                                    **kw)  # fmt: skip
             assert (row["ttft_s"], row["tpot_s"], row["calibration"]) == (e.ttft_s, e.tpot_s, e.calibration), row
             if not chunked:
@@ -119,9 +119,9 @@ def test_cli_sweep_with_a_grid_file(tmp_path):
     assert r.returncode == 3 and "unknown model" in r.stderr
     r = _cli("sweep", "-m", "meta-llama/Llama-3.2-1B", "-H", "L4", "--batch", "0", cwd=tmp_path)
     assert r.returncode == 2 and "batch" in r.stderr
-    # without --runtime the bound, with it the runtime's calibration
+    # --runtime none is the bound; without --runtime the device's default; with it the runtime's calibration
     args = ("sweep", "-m", "meta-llama/Llama-3.2-1B", "-H", "L4", "--out")
-    assert _cli(*args, "u.csv", cwd=tmp_path).returncode == 0
+    assert _cli(*args, "u.csv", "--runtime", "none", cwd=tmp_path).returncode == 0
     assert _cli(*args, "r.csv", "--runtime", "llamacpp-cuda", "--runtime", "trtllm", cwd=tmp_path).returncode == 0
     u, r = (pl.read_csv(tmp_path / f) for f in ("u.csv", "r.csv"))
     assert u["calibration"].to_list() == ["uncalibrated"] and u["runtime"].null_count() == 1

@@ -29,7 +29,7 @@ def test_gemma2_decode_at_32k_reads_4096_keys_on_local_layers():
     cfg = json.loads(_data.read_text("data/models/google--gemma-2-9b.json"))
     cfg["max_position_embeddings"] = 65536  # a long-context variant of the same structure
     m = Model.from_dict(cfg, "gemma-2-9b-long")
-    e = ridgeline.estimate(m, "H200_SXM", prompt=32768, output=2)
+    e = ridgeline.estimate(m, "H200_SXM", prompt=32768, output=2, runtime="none")
     rows = {r["layer_group"]: r for r in _row(e, "decode", "attention").to_dicts()}
     per_key = 2 * 8 * 256 * 2
     qo = 2 * 16 * 256 * 2
@@ -42,7 +42,7 @@ def test_gemma2_decode_at_32k_reads_4096_keys_on_local_layers():
 
 def test_mla_decode_reads_the_latent_and_prefill_expands():
     m = Model.from_config("deepseek-ai/DeepSeek-V3")
-    e = ridgeline.estimate(m, "H200_SXM", tp=8, prompt=4000, output=2)
+    e = ridgeline.estimate(m, "H200_SXM", tp=8, prompt=4000, output=2, runtime="none")
     att = _row(e, "decode", "attention")
     h_t = 128 // 8
     # one decode step at context 4001: the 576-value latent of every key, once, shared by the heads
@@ -109,7 +109,7 @@ def test_gpt_oss_mxfp4_on_experts_only():
 )
 def test_weight_formats_from_their_block_layouts(fmt, bits):
     m = Model.from_config("meta-llama/Llama-2-7b-hf")  # 4096 x 11008 FFN: every K divisible by 128
-    e = ridgeline.estimate(m, "RTX_4090", weight_dtype=fmt)
+    e = ridgeline.estimate(m, "RTX_4090", weight_dtype=fmt, runtime="none")
     p = m.params
     linear = p["attention"] + p["ffn"]
     got_linear_bytes = e.memory["weights_bytes"] - p["norms"] * 2

@@ -309,18 +309,62 @@ FORMATS: dict[frozenset[str], Callable[[str, Iterable[dict[str, str]]], Iterable
 
 
 def import_file(path: str, text: Optional[str] = None) -> list[Row]:
-    """Rows of one benchmark file in the unified schema; the format is recognised by its header."""
+    """Rows of one benchmark file in the unified schema; the format is recognised by its header.
+
+    A file that is not a table of rows (empty, a header alone, a row wider or narrower than
+    the header, a cell its importer cannot read) is a CatalogError naming the file and line.
+
+    >>> import_file("mine.csv", "hardware,runtime,model,metric,value,unit,phase\\n")
+    Traceback (most recent call last):
+    ...
+    ridgeline.errors.CatalogError: mine.csv: a header and no rows
+    """
+    from .errors import RidgelineError
+
     text = _data.read_text(path) if text is None else text
+    unified = ", ".join(sorted(next(k for k, f in FORMATS.items() if f is _unified)))
+    if not text.strip():
+        raise CatalogError(f"{path}: empty; a rows file is a CSV whose header has at least {unified}")
     reader = csv.DictReader(io.StringIO(text))
-    header = set(reader.fieldnames or [])
+    try:
+        names = list(reader.fieldnames or [])
+    except csv.Error as e:
+        raise CatalogError(f"{path}: line {reader.line_num}: not CSV ({e})") from None
+    header = set(names)
     for keys, importer in FORMATS.items():
         if keys <= header:
-            rows = list(importer(path, reader))
+            try:
+                rows = list(importer(path, _even_rows(path, reader, len(names))))
+            except RidgelineError:
+                raise
+            except csv.Error as e:
+                raise CatalogError(f"{path}: line {reader.line_num}: not CSV ({e})") from None
+            except KeyError as e:
+                raise CatalogError(f"{path}: line {reader.line_num}: no column {e.args[0]!r}") from None
+            except (ValueError, TypeError, IndexError) as e:
+                raise CatalogError(f"{path}: line {reader.line_num}: cannot read the row ({e})") from None
+            if not rows:
+                raise CatalogError(f"{path}: a header and no rows")
             for r in rows:
                 if r["hardware"] is None and not r["not_priced"]:
                     r["not_priced"] = _unmapped(r)
             return rows
-    raise CatalogError(f"{path}: unrecognised benchmark format (header: {', '.join(sorted(header))})")
+    shown = [repr(h) if not h.isprintable() else h for h in sorted(header)[:20]]
+    more = f", ... ({len(header)} names)" if len(header) > 20 else ""
+    raise CatalogError(
+        f"{path}: unrecognised benchmark format (header: {', '.join(shown)}{more}); a user's rows file "
+        f"has at least the columns {unified} (the unified schema)"
+    )
+
+
+def _even_rows(path: str, reader: Any, width: int) -> Iterable[dict[str, str]]:
+    """The rows of a CSV reader, refusing one with more or fewer fields than the header."""
+    for r in reader:
+        extra = r.get(None)
+        if extra or any(v is None for k, v in r.items() if k is not None):
+            n = width + len(extra) if extra else sum(v is not None for k, v in r.items() if k is not None)
+            raise CatalogError(f"{path}: line {reader.line_num} has {n} fields, the header {width}")
+        yield r
 
 
 def _unmapped(r: Row) -> str:

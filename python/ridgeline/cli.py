@@ -68,9 +68,9 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
 @click.option(
     "--runtime",
     default=None,
-    help="Runtime whose calibration prices the plan (llamacpp-cuda, llamacpp-metal, trtllm, vllm, ...). "
-    "Default: of the runtimes that run on the device, vllm where fitted, else the best-covered one; "
-    "none (the bound) where no calibrated runtime runs there. The output says which.",
+    help="Runtime that runs the plan and whose calibration prices it (llamacpp-cuda, llamacpp-metal, trtllm, "
+    "vllm, ...; 'none': the plan as written at the bound). Default: of the runtimes that run on the device, "
+    "vllm where fitted, else the best-covered one; none where no calibrated runtime runs there. The output says which.",
 )
 @click.option(
     "--routing-skew",
@@ -112,7 +112,11 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
 @click.option("--breakdown", is_flag=True, help="Print the per-operator breakdown.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (stable keys).")
 @click.option("--allow-no-fit", is_flag=True, help="Report a plan that does not fit instead of failing (exit 4).")
-@click.option("--uncalibrated", is_flag=True, help="Ignore the runtime's calibration: the efficiency-1 bound.")
+@click.option(
+    "--uncalibrated",
+    is_flag=True,
+    help="Ignore the runtime's calibration: the efficiency-1 bound of the same plan, run the same way.",
+)
 def estimate(
     model: str,
     hardware: str,
@@ -145,14 +149,7 @@ def estimate(
     uncalibrated: bool,
 ) -> None:
     """Estimate one plan: TTFT, TPOT, throughput, memory fit."""
-    from .calibrate import default_runtime
-    from .catalog import default_catalog
     from .estimate import estimate as run
-
-    runtime_note = None
-    if runtime is None and not uncalibrated:
-        runtime, why = default_runtime(device=default_catalog().get(hardware))
-        runtime_note = f"{runtime}: {why}; --runtime chooses, --uncalibrated gives the bound" if runtime else why
 
     e = run(
         model,
@@ -185,9 +182,7 @@ def estimate(
         breakdown=breakdown,
     )
     if as_json:
-        d = e.to_dict(breakdown=breakdown)
-        d["runtime_note"] = runtime_note
-        click.echo(json.dumps(d, indent=2))
+        click.echo(json.dumps(e.to_dict(breakdown=breakdown), indent=2))
         return
     p = e.plan
     mem = e.memory
@@ -220,7 +215,7 @@ def estimate(
             f"{e.gemm_dtype} GEMMs, {e.attention_dtype} attention; peak {e.peak_tflops:,.1f} TFLOPS, "
             f"{e.memory_bw_gbs:,.0f} GB/s",
         ),
-        *([("runtime", runtime_note)] if runtime_note else []),
+        ("runtime", f"{e.runtime_note}; --runtime chooses, --uncalibrated gives the bound"),
         *([("execution", _execution_text(e))] if e.plan["from_runtime"] else []),
         ("calibration", f"{e.calibration}: {e.calibration_note}"),
         *([("held out", _held_out_text(e.held_out))] if e.held_out else []),
@@ -349,12 +344,14 @@ def collective(
 @click.option(
     "--runtime",
     multiple=True,
-    help="Runtime(s) whose calibration and way of running price the plans, as estimate --runtime does "
-    "(llama.cpp prices every n_ubatch prompt step: slower on large batch x prompt grids). "
-    "Default: none, the efficiency-1 bound (the calibration column says so).",
+    help="Runtime(s) whose way of running and calibration price the plans, as estimate --runtime does "
+    "('none': the plan as written at the bound). Default: the one estimate picks for each device "
+    "(the runtime and calibration columns say which).",
 )
+@click.option("--uncalibrated", is_flag=True, help="The efficiency-1 bound of the same plans, run the same way.")
 @click.option("--grid", "grid_file", type=click.Path(exists=True, dir_okay=False), help="A YAML or JSON grid file.")
 @click.option("--out", default=None, help="results.parquet, results.csv or results.duckdb:table.")
+@click.option("--force", is_flag=True, help="Replace an existing --out file (or DuckDB table).")
 @click.option("--threads", type=int, default=0, show_default=True, help="Threads (0: all cores).")
 @click.option("--chunk-size", type=int, default=1 << 18, show_default=True, help="Plans per Rust call (bounds memory).")
 @click.option("--columns", "show_columns", is_flag=True, help="Print the output columns with their units and exit.")
@@ -373,8 +370,10 @@ def sweep(
     weight_dtype: tuple[str, ...],
     kv_dtype: tuple[str, ...],
     runtime: tuple[str, ...],
+    uncalibrated: bool,
     grid_file: Optional[str],
     out: Optional[str],
+    force: bool,
     threads: int,
     chunk_size: int,
     show_columns: bool,
@@ -406,9 +405,10 @@ def sweep(
         bar = click.progressbar(length=total, label="plans", file=sys.stderr)
         bar.__enter__()
     try:
-        frames = iter_sweep(grid, threads=threads, chunk_size=chunk_size, progress=bar.update if bar else None)
-        if out:
-            rows = write(frames, out)
+        frames = iter_sweep(grid, threads=threads, chunk_size=chunk_size, progress=bar.update if bar else None,
+                            calibrated=not uncalibrated)  # fmt: skip
+        if out is not None:
+            rows = write(frames, out, force=force)
             df = None
         else:
             df = pl.concat(list(frames))
@@ -421,7 +421,7 @@ def sweep(
     if df is not None:
         _frame_out(df, "table")
     click.echo(f"{rows:,} plans in {dt:.2f} s ({rows / dt:,.0f} plans/s), peak RSS {rss_mb:,.0f} MB"
-               + (f", written to {out}" if out else ""), err=True)  # fmt: skip
+               + (f", written to {out}" if out is not None else ""), err=True)  # fmt: skip
 
 
 @cli.command()
@@ -431,20 +431,28 @@ def sweep(
     show_default=True,
     help="Where to write the fitted rows (holdout.csv, the held-out ranges, goes beside it).",
 )
-def calibrate(out: str) -> None:
-    """Fit efficiencies per runtime profile and per device to the measured rows (deterministic)."""
+@click.option("--force", is_flag=True, help="Replace fits.csv and holdout.csv when the fit differs from them.")
+def calibrate(out: str, force: bool) -> None:
+    """Fit efficiencies per runtime profile and per device to the measured rows (deterministic).
+
+    A file that already holds the fit is left alone; one that differs is replaced only with --force."""
+    from ._io import changed_files, check_output, write_files
     from .calibrate import calibrate as run
     from .calibrate import holdout, holdout_csv, to_csv, validation
+    from .errors import PlanError
 
-    path = Path(out)
-    if not path.parent.is_dir():
-        raise click.UsageError(f"{path.parent} not found (run from the repository root, or pass --out)")
+    hint = "run from the repository root, or pass --out"
+    path = check_output(out, force=True, what="--out", hint=hint)  # before the fit: minutes
+    held_path = path.with_name("holdout.csv")
+    if held_path == path:
+        raise PlanError(f"--out: {path} is where the held-out ranges go; name the fits file otherwise")
+    check_output(held_path, force=True, what="--out", hint=hint)
     fits = run()
-    path.write_text(to_csv(fits))
     # how far held-out devices land from the fit: the range an estimate quotes beside its numbers
     held = holdout(validation(fits=fits)["rows"])
-    held_path = path.with_name("holdout.csv")
-    held_path.write_text(holdout_csv(held))
+    texts = {path: to_csv(fits), held_path: holdout_csv(held)}
+    changed = changed_files(texts, force=force, what="calibrate")
+    write_files(changed, what="calibrate")
     for f in fits:
         click.echo(
             f"  {f['runtime']:<15} {f['hardware']:<17} {f['memory']:<6} {f['precision']:<6} "
@@ -461,7 +469,8 @@ def calibrate(out: str) -> None:
             f"  held out: {h['runtime']:<15} {h['phase']:<8} {h['n_rows']:>4} rows on {h['n_devices']:>2} devices: "
             f"observed/predicted p10 {h['q10']:.3f}, median {h['q50']:.3f}, p90 {h['q90']:.3f}"
         )
-    click.echo(f"wrote {len(fits)} rows to {path} and {len(held)} held-out ranges to {held_path}")
+    said = {path: f"{len(fits)} rows", held_path: f"{len(held)} held-out ranges"}
+    click.echo("; ".join(f"{'wrote' if p in changed else 'unchanged'} {said[p]} in {p}" for p in texts))
 
 
 @cli.command()
@@ -521,12 +530,14 @@ def _validate_models(as_json: bool, per_row: bool, plot_dir: Optional[str]) -> N
 
 
 def _validate_rows(path: str, as_json: bool) -> None:
+    from ._io import read_text
     from .benchmarks import import_file, match_hardware
     from .calibrate import decompose, predict_shipped
     from .catalog import default_catalog
+    from .errors import CatalogError
 
     cat = default_catalog()
-    rows = import_file(path, Path(path).read_text())
+    rows = import_file(path, read_text(path, what="rows file", error=CatalogError))
     match_hardware(rows, cat)
     dec, out = [], []
     for r in rows:
@@ -590,21 +601,46 @@ def snapshot() -> None:
 @click.option("--db", default="snapshots.duckdb", show_default=True, help="DuckDB file holding the snapshots table.")
 @click.option("--label", default=None, help="Label (default: ridgeline version + structure version).")
 @click.option("--to-text", is_flag=True, help="Also rewrite data/snapshots/golden.csv (run from the repository root).")
-def snapshot_save(db: str, label: Optional[str], to_text: bool) -> None:
-    """Evaluate the panel and store it."""
+@click.option("--force", is_flag=True, help="Replace a label already in --db, and a golden.csv that differs.")
+def snapshot_save(db: str, label: Optional[str], to_text: bool, force: bool) -> None:
+    """Evaluate the panel and store it; a label already saved is kept unless --force."""
+    import duckdb
+
     from . import __version__
+    from ._io import changed_files, check_output, duckdb_readonly, write_files
+    from .errors import PlanError
     from .snapshot import GOLDEN, evaluate, save, structure_version
     from .snapshot import to_text as as_text
 
     label = label or f"{__version__}+{structure_version()}"
-    n = save(db, label)
+    check_output(db, force=True, what="--db")
+    with duckdb_readonly(db, what="--db") as con:
+        try:
+            saved = con is not None and bool(
+                con.execute(
+                    "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' "
+                    "AND table_name = 'snapshots'"
+                ).fetchall()[0][0]
+                and con.execute("SELECT count(*) FROM snapshots WHERE label = ?", [label]).fetchall()[0][0]
+            )
+        except duckdb.Error as e:
+            raise PlanError(f"--db: {db} holds a snapshots table that is not ridgeline's ({e})") from None
+    if saved and not force:
+        raise PlanError(f"--db: {db} already holds snapshot '{label}'; --force replaces it")
+    # golden.csv is checked before the database changes: a refusal leaves both as they were
+    golden: dict[Path, str] = {}
+    if to_text:
+        path = check_output(GOLDEN, force=True, what="--to-text", hint="run --to-text from the repository root")
+        golden = changed_files({path: as_text(evaluate())}, force=force, what="--to-text")
+    try:
+        n = save(db, label)
+    except duckdb.Error as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise PlanError(f"--db: cannot save to {db} ({first})") from None
     click.echo(f"saved {n} panel rows to {db} as '{label}'")
     if to_text:
-        path = Path(GOLDEN)
-        if not path.parent.is_dir():
-            raise click.UsageError(f"{path.parent} not found: run --to-text from the repository root")
-        path.write_text(as_text(evaluate()))
-        click.echo(f"wrote {path}")
+        write_files(golden, what="--to-text")
+        click.echo(f"{'wrote' if golden else 'unchanged'} {GOLDEN}")
 
 
 @snapshot.command("diff")
@@ -687,12 +723,21 @@ def catalog_show(name: str, as_json: bool) -> None:
 @click.option(
     "--out", type=click.Path(dir_okay=False), default=None, help="Write the offending rows here (parquet needs it)."
 )
-def catalog_audit(fmt: str, out: Optional[str]) -> None:
+@click.option("--force", is_flag=True, help="Replace an existing --out file.")
+def catalog_audit(fmt: str, out: Optional[str], force: bool) -> None:
     """Run every audit query; exit 1 when a must-pass audit returns rows."""
     import polars as pl
 
+    from ._io import atomic_output, check_output
     from .catalog import default_catalog
+    from .errors import PlanError
 
+    if out is not None:
+        if fmt == "summary":
+            raise PlanError("--out: the summary goes to the terminal; --format csv, json or parquet writes the rows")
+        check_output(out, force=force, what="--out")  # before the audits run
+    elif fmt == "parquet":
+        raise click.UsageError("--format parquet needs --out PATH")
     results = default_catalog().audit()
     failed = [n for n, _, must, df in results if must and df.height > 0]
     frames = []
@@ -708,15 +753,14 @@ def catalog_audit(fmt: str, out: Optional[str]) -> None:
         if frames
         else pl.DataFrame({"audit": [], "row": []}, schema={"audit": pl.Utf8, "row": pl.Utf8})
     )
-    if fmt == "parquet":
-        if not out:
-            raise click.UsageError("--format parquet needs --out PATH")
-        allrows.write_parquet(out)
+    if fmt == "parquet" and out is not None:
+        with atomic_output(out, force=force, what="--out") as tmp:
+            allrows.write_parquet(tmp)
     elif fmt in ("csv", "json"):
         text = allrows.write_csv() if fmt == "csv" else json.dumps(allrows.to_dicts(), indent=2)
-        if out:
-            with open(out, "w") as fh:
-                fh.write(text)
+        if out is not None:
+            with atomic_output(out, force=force, what="--out") as tmp:
+                tmp.write_text(text, encoding="utf-8")
         else:
             click.echo(text)
     if failed:
@@ -786,6 +830,12 @@ def model_show(name: str, as_json: bool) -> None:
     click.echo(_table(flat))
 
 
+def _command_path(e: click.UsageError) -> str:
+    """The subcommand a usage error came from ("estimate", "catalog sql"), for its help hint."""
+    path = e.ctx.command_path if e.ctx is not None else ""
+    return path.split(" ", 1)[1] if " " in path else ""
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """Entry point: every error ends as one line on stderr with its exit code."""
     args = sys.argv[1:] if argv is None else argv
@@ -794,8 +844,15 @@ def main(argv: Optional[list[str]] = None) -> None:
         cli.main(args=args, prog_name="ridgeline", standalone_mode=False)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
+    except click.UsageError as e:
+        # one line naming the option and what it takes, not click's usage block
+        if debug:
+            raise
+        hint = " ".join(w for w in ("ridgeline", _command_path(e), "--help") if w)
+        click.echo(f"error: {e.format_message()} (see `{hint}`)", err=True)
+        sys.exit(2)
     except click.ClickException as e:
-        e.show()
+        click.echo(f"error: {e.format_message()}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)

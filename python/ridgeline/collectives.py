@@ -11,6 +11,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _core
+from ._checks import MAX_EXACT, number, whole
 from .catalog import Catalog, Device, default_catalog
 from .errors import PlanError
 
@@ -31,8 +32,8 @@ def parse_size(text: str) -> int:
     if not m or m.group(2).lower() not in _UNITS:
         raise PlanError(f"size: cannot read '{text}'; use bytes or a unit such as 64KiB, 4MiB, 1GiB, 1GB")
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
-    if value < 1:
-        raise PlanError(f"size: must be at least 1 byte, got '{text}'")
+    if not 1 <= value <= MAX_EXACT:
+        raise PlanError(f"size: must be 1 byte to 2^53 bytes, got '{text}'")
     return int(value)
 
 
@@ -138,9 +139,15 @@ def collective(
     """
     cat = catalog or default_catalog()
     dev = hardware if isinstance(hardware, Device) else cat.get(hardware)
-    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
-        raise PlanError(f"ranks: must be a positive integer, got {ranks!r}")
-    size_list = [int(sizes)] if isinstance(sizes, (int, np.integer)) else [int(s) for s in sizes]
+    ranks = whole("ranks", ranks, 1)
+    many = [sizes] if isinstance(sizes, (int, float, np.generic)) else sizes
+    size_list = [whole("size", s.item() if isinstance(s, np.generic) else s, 1) for s in many]
+    if devices_per_node is not None:
+        devices_per_node = whole("devices_per_node", devices_per_node, 1)
+    if scaleout_gbs is not None:
+        scaleout_gbs = number("scaleout_gbs", scaleout_gbs, positive=True)
+    if scaleout_latency_us is not None:
+        scaleout_latency_us = number("scaleout_latency_us", scaleout_latency_us)
     notes = []
     if dev.scaleup_bw_gbs is not None:
         link, latency = dev.scaleup_bw_gbs, dev.scaleup_latency_us

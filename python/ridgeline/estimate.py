@@ -6,11 +6,10 @@ import csv
 import dataclasses
 import functools
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional, TypeVar
 
-from . import _core, _data, quant
+from . import _checks, _core, _data, quant
 from .catalog import Catalog, Device, default_catalog
 from .collectives import _protocol_json, resolve_topology
 from .errors import DoesNotFitError, PlanError
@@ -49,22 +48,50 @@ BREAKDOWN_COLUMNS = {
 }
 
 
+MAX_EXACT = _checks.MAX_EXACT
+_whole, _flag, _number, _text = _checks.whole, _checks.flag, _checks.number, _checks.text
+
+
 def _count(name: str, v: Any) -> int:
     """A whole number >= 0."""
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise PlanError(f"{name}: must be a whole number >= 0, got {v!r}")
-    return int(v)
+    return _whole(name, v, 0)
 
 
 def _positive_int(name: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        if isinstance(v, float) and v.is_integer():
-            v = int(v)
-        else:
-            raise PlanError(f"{name}: must be a positive integer, got {v!r}")
-    if v < 1:
-        raise PlanError(f"{name}: must be a positive integer (>= 1), got {v}")
-    return int(v)
+    return _whole(name, v, 1)
+
+
+def canonical_dtype(name: str, v: Any) -> str:
+    """The canonical dtype for a name as users write it (``bfloat16``, ``half``, ``BF16``), through
+    the core's one alias table; an empty or unknown name is a PlanError naming ``name``.
+
+    >>> canonical_dtype("dtype", "bfloat16")
+    'bf16'
+    """
+    if not isinstance(v, str):
+        raise PlanError(f"{name}: expected a dtype name such as bf16, got {v!r}")
+    return _core.parse_dtype(name, v)
+
+
+#: The runtime name that asks for none: one prefill step, exact KV reads, every kernel launched,
+#: priced at the efficiency-1 bound.
+NO_RUNTIME = "none"
+
+
+def choose_runtime(runtime: Any, dev: Device, cat: Catalog) -> tuple[Optional[str], str]:
+    """The runtime a plan on ``dev`` runs under, and why: the one named, ``"none"`` for none, or
+    (None) the default for the device (``calibrate.default_runtime``). ``estimate``, ``sweep``
+    and the CLI all choose through here, so one plan gets one answer whichever door it takes."""
+    if runtime is None:
+        from .calibrate import default_runtime
+
+        rt, why = default_runtime(device=dev)
+        return rt, f"{rt}: {why}" if rt else why
+    name = _text("runtime", runtime).strip()
+    if name.lower() == NO_RUNTIME:
+        return None, "none: the plan as written (one prefill step, exact KV reads), priced at the efficiency-1 bound"
+    _check_runtime(name, cat, dev)
+    return name, f"{name}: given"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +112,10 @@ class Estimate:
     fits: bool
     calibration: str
     calibration_note: str
+    #: Which runtime the plan runs under and why (the default for the device, the one given, or
+    #: none), said the same by every door: estimate, sweep and the CLI choose through
+    #: ``choose_runtime``.
+    runtime_note: str
     #: Where the calibrated runtime's held-out rows fell: per phase (prefill, decode) the 10th-90th
     #: percentile of observed/predicted speed on devices its fit never saw, with the TTFT or TPOT
     #: range that gives; empty for the bound.
@@ -260,9 +291,15 @@ def estimate(
         kv_dtype: KV-cache dtype (default: ``dtype``).
         chunk: chunked-prefill token budget per step (default: the runtime's, llama.cpp's
             ``n_ubatch``; else one prefill step).
-        runtime: the serving runtime the numbers should describe (calibration key).
+        runtime: the serving runtime the numbers describe: its way of running the plan
+            (``runtime_execution``) and its shipped calibration. Default: the one ``ridgeline
+            estimate`` and ``ridgeline sweep`` pick for the device (``choose_runtime``: of the
+            runtimes that run there, vllm where fitted, else the best-covered one; none where no
+            calibrated runtime runs). ``"none"``: no runtime, the plan as written at the bound.
+            ``runtime_note`` says which and why.
         allow_no_fit: return a result with ``fits = False`` instead of raising.
-        calibrated: apply the shipped calibration of ``runtime`` (False: the efficiency-1 bound).
+        calibrated: apply the runtime's shipped calibration (False: the efficiency-1 bound of the
+            same plan, run the same way, so the memory fit does not change).
         breakdown: keep per-operator rows.
         catalog: a ``Catalog`` other than the default one.
 
@@ -271,15 +308,20 @@ def estimate(
 
     >>> e = estimate("meta-llama/Llama-3.1-8B", "H100_SXM")
     >>> e.calibration, e.fits
-    ('uncalibrated', True)
+    ('runtime-profile (llamacpp-cuda, hbm memory, 108 rows)', True)
     """
+    if catalog is not None and not isinstance(catalog, Catalog):
+        raise PlanError(f"catalog: expected a ridgeline.Catalog, got {type(catalog).__name__}")
     cat = catalog or default_catalog()
-    m = model if isinstance(model, Model) else Model.from_config(model)
-    dev = hardware if isinstance(hardware, Device) else cat.get(hardware)
-    if runtime is not None:
-        _check_runtime(runtime, cat, dev)
-    if not isinstance(flash_attention, bool):
-        raise PlanError(f"flash_attention: must be True or False, got {flash_attention!r}")
+    if not isinstance(model, Model):
+        model = Model.from_config(_text("model", model))
+    m = model
+    dev = hardware if isinstance(hardware, Device) else cat.get(_text("hardware", hardware))
+    flags = {"identical_sequences": identical_sequences, "flash_attention": flash_attention,
+             "allow_no_fit": allow_no_fit, "calibrated": calibrated, "breakdown": breakdown}  # fmt: skip
+    for k, v in flags.items():
+        _flag(k, v)
+    runtime, runtime_note = choose_runtime(runtime, dev, cat)
     given = {"chunk": chunk, "swa_cache_extra": swa_cache_extra, "kv_pad": kv_pad,
              "kv_skip_masked_tail": kv_skip_masked_tail, "decode_graphs": decode_graphs}  # fmt: skip
     ex = runtime_execution(runtime, cat, flash_attention=flash_attention,
@@ -289,17 +331,19 @@ def estimate(
     from_runtime = tuple(k for k, v in given.items() if v is None and ex[k] != _NO_RUNTIME_EXECUTION[k]
                          and (windowed or k != "swa_cache_extra"))  # fmt: skip
     run = {k: ex[k] if v is None else v for k, v in given.items()}
+    dtype = canonical_dtype("dtype", dtype)
+    weight_dtype = None if weight_dtype is None else _text("weight_dtype", weight_dtype)
     plan = {
         "batch": _positive_int("batch", batch),
         "prompt": _positive_int("prompt", prompt),
         "output": _positive_int("output", output),
         "prefix": _count("prefix", prefix),
-        "identical_sequences": bool(identical_sequences),
+        "identical_sequences": identical_sequences,
         "attention_score_bytes": 0.0 if flash_attention else cat.constant("unfused_attention_score_bytes"),
         "swa_cache_extra": _count("swa_cache_extra", run["swa_cache_extra"]),
         "kv_pad": _positive_int("kv_pad", run["kv_pad"]),
-        "kv_skip_masked_tail": run["kv_skip_masked_tail"],
-        "decode_graphs": run["decode_graphs"],
+        "kv_skip_masked_tail": _flag("kv_skip_masked_tail", run["kv_skip_masked_tail"]),
+        "decode_graphs": _flag("decode_graphs", run["decode_graphs"]),
         "tp": _positive_int("tp", tp),
         "ep": _positive_int("ep", ep),
         "pp": _positive_int("pp", pp),
@@ -307,35 +351,27 @@ def estimate(
         "microbatches": None if microbatches is None else _positive_int("microbatches", microbatches),
         "dtype": dtype,
         "weight_dtype": weight_dtype,
-        "kv_dtype": kv_dtype,
+        "kv_dtype": None if kv_dtype is None else canonical_dtype("kv_dtype", kv_dtype),
         "chunk": None if run["chunk"] is None else _positive_int("chunk", run["chunk"]),
         "gpu_memory_utilization": cat.constant("gpu_memory_utilization"),
     }
-    for k in ("dtype", "weight_dtype", "kv_dtype"):
-        if plan[k] is not None and not isinstance(plan[k], str):
-            raise PlanError(f"{k}: expected a dtype name such as bf16, got {plan[k]!r}")
-    for k in ("kv_skip_masked_tail", "decode_graphs"):
-        if not isinstance(flag := run[k], bool):
-            raise PlanError(f"{k}: must be True or False, got {flag!r}")
-    weights = quant.resolve(m, str(dtype).lower(), weight_dtype, runtime)
+    weights = quant.resolve(m, dtype, weight_dtype, runtime)
     if devices_per_node is not None:
-        _positive_int("devices_per_node", devices_per_node)
-    for k, v in (("scaleout_gbs", scaleout_gbs), ("scaleout_latency_us", scaleout_latency_us)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0):
-            raise PlanError(f"{k}: must be a non-negative number, got {v!r}")
+        devices_per_node = _positive_int("devices_per_node", devices_per_node)
+    if scaleout_gbs is not None:
+        scaleout_gbs = _number("scaleout_gbs", scaleout_gbs, positive=True)
+    if scaleout_latency_us is not None:
+        scaleout_latency_us = _number("scaleout_latency_us", scaleout_latency_us)
     topo = resolve_topology(dev, devices_per_node, scaleout_gbs, scaleout_latency_us)
     from .calibrate import efficiency_json, lookup
 
-    label, fit_row = lookup(dev.name, runtime, cat) if calibrated else ("uncalibrated", None)
+    label, fit_row = lookup(dev.name, runtime, cat) if calibrated else (UNCALIBRATED, None)
     formats = weights.format_names()
     eff = _UNCALIBRATED_EFF if fit_row is None else efficiency_json(fit_row, formats)
     if routing_skew is None:
         plan["routing_skew"] = float(fit_row.get("routing_skew") or 0.0) if fit_row else 0.0
-    elif (isinstance(routing_skew, bool) or not isinstance(routing_skew, (int, float))
-          or not math.isfinite(routing_skew) or routing_skew < 0):  # fmt: skip
-        raise PlanError(f"routing_skew: must be a finite number >= 0 (0 is uniform routing), got {routing_skew!r}")
     else:
-        plan["routing_skew"] = float(routing_skew)
+        plan["routing_skew"] = _number("routing_skew", routing_skew)
     plan_json = _plan_json({**plan, "weights": weights.core(), "topology": topo.core()})
     r = _core.estimate(m._core, dev.core, plan_json, eff, _protocol_cached(cat), breakdown)
     mem = r["memory"]
@@ -349,6 +385,9 @@ def estimate(
             "(or --allow-no-fit to see the numbers)"
         )
     warnings = list(r["warnings"])
+    overridden = cat.override_note(dev.name)
+    if overridden:
+        warnings.append(overridden)
     if not dev.verified:
         warnings.append(f"{dev.name} is not vendor-reconciled in the catalog (verified = false): results are estimated")
     return Estimate(
@@ -356,6 +395,7 @@ def estimate(
         hardware=dev.name,
         plan={
             **plan,
+            "kv_dtype": r["kv_dtype"],
             "runtime": runtime,
             "from_runtime": from_runtime,
             "weights": weights.label,
@@ -373,6 +413,7 @@ def estimate(
         fits=bool(mem["fits"]),
         calibration=label,
         calibration_note=UNCALIBRATED_NOTE if fit_row is None else _calibrated_note(fit_row),
+        runtime_note=runtime_note,
         held_out=_held_out(runtime if fit_row is not None else None, r["ttft_s"], r["tpot_s"]),
         verified=dev.verified,
         estimated=not dev.verified,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from . import _data
+from ._checks import MAX_EXACT
 from .errors import ModelConfigError, UnknownNameError
 
 # Step 1 of the gated-FFN cascade: activation names that only ever mean a gated MLP.
@@ -145,19 +146,52 @@ def _count(
     required: bool = True,
     default: Optional[int] = None,
     allow_zero: bool = False,
+    name: Optional[str] = None,
 ) -> int:
+    """A whole-number config value (4096.0 reads as 4096; 1.5, "8" and true are refused)."""
+    label = name or keys[0]
     v = _get(cfg, *keys)
     if v is None:
         if default is not None or not required:
             return default if default is not None else 0
         raise ModelConfigError(
-            f"model config key '{keys[0]}': missing (also looked for {', '.join(keys[1:]) or 'no alias'})"
+            f"model config key '{label}': missing (also looked for {', '.join(keys[1:]) or 'no alias'})"
         )
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
-        raise ModelConfigError(f"model config key '{keys[0]}': expected a whole number, got {v!r}")
+        raise ModelConfigError(f"model config key '{label}': expected a whole number, got {v!r}")
     v = int(v)
     if v < 0 or (v == 0 and not allow_zero):
-        raise ModelConfigError(f"model config key '{keys[0]}': must be {'>= 0' if allow_zero else '> 0'}, got {v}")
+        raise ModelConfigError(f"model config key '{label}': must be {'>= 0' if allow_zero else '> 0'}, got {v}")
+    if v > MAX_EXACT:
+        raise ModelConfigError(
+            f"model config key '{label}': must be at most 2^53 (the counts the engine holds exactly), got {v}"
+        )
+    return v
+
+
+def _layer_indices(cfg: Mapping[str, Any], key: str, n_layers: int) -> set[int]:
+    """A list of layer indices (0 .. n_layers - 1), or the empty set when absent."""
+    v = cfg.get(key)
+    if v is None:
+        return set()
+    ok = isinstance(v, list) and all(
+        not isinstance(i, bool)
+        and (isinstance(i, int) or (isinstance(i, float) and i.is_integer()))
+        and 0 <= i < n_layers
+        for i in v
+    )
+    if not ok:
+        raise ModelConfigError(
+            f"model config key '{key}': expected a list of layer indices 0..{n_layers - 1}, got {v!r}"
+        )
+    return {int(i) for i in v}
+
+
+def _name(cfg: Mapping[str, Any], key: str) -> Optional[str]:
+    """A text config value (a family, a method, a dtype), or None when absent."""
+    v = cfg.get(key)
+    if v is not None and not isinstance(v, str):
+        raise ModelConfigError(f"model config key '{key}': expected a name, got {v!r}")
     return v
 
 
@@ -304,15 +338,28 @@ def _bundled() -> dict[str, str]:
 
 @functools.lru_cache(maxsize=256)
 def _load(name: str) -> Model:
-    p = Path(name).expanduser()
-    if p.is_dir():
-        p = p / "config.json"
-    if p.is_file():
-        try:
-            text = p.read_text()
-        except OSError as e:
-            raise ModelConfigError(f"{p}: not readable ({e})") from None
-        cfg, how = read_json(text, str(p))
+    from ._io import read_text
+
+    if not name.strip():
+        raise ModelConfigError(
+            "model: an empty name; give a bundled Hugging Face id (see `ridgeline model list`) "
+            "or a path to a config.json or a model folder"
+        )
+    try:
+        p = Path(name).expanduser()
+    except RuntimeError:  # '~user' of no such user: not a home directory, so not a path
+        p = Path(name)
+    try:
+        is_dir = p.is_dir()
+        is_file = is_dir or p.is_file()
+        if is_dir:
+            p = p / "config.json"
+            if not p.is_file():
+                raise ModelConfigError(f"model folder {p.parent}: holds no config.json")
+    except OSError:  # a name no file system holds (too long, ...): a model name, not a path
+        is_file = False
+    if is_file:
+        cfg, how = read_json(read_text(p, what="model config", error=ModelConfigError), str(p))
         return _normalise(cfg, str(p), source=f"{p} ({how})")
     bundled = _bundled()
     key = _resolve_bundled(name, bundled)
@@ -327,8 +374,12 @@ def _reject_constant(token: str) -> Any:
 def read_json(text: str, origin: str) -> tuple[Any, str]:
     """Parses a config strictly (RFC 8259); configs with the non-standard tokens
     Infinity/NaN that Python's json writes (Nemotron-H) load on the lenient path."""
+    if not text.strip():
+        raise ModelConfigError(f"{origin}: empty; a config.json holds one JSON object")
     try:
         return json.loads(text, parse_constant=_reject_constant), "strict JSON"
+    except RecursionError:
+        raise ModelConfigError(f"{origin}: not a JSON config (nested too deeply)") from None
     except ValueError as strict_error:
         try:
             return json.loads(text), f"lenient JSON: {strict_error}"
@@ -366,37 +417,46 @@ def _gated(cfg: Mapping[str, Any], act_name: str, arch: str, model_type: str) ->
 def _windows(cfg: Mapping[str, Any], model_type: str, n_layers: int) -> list[Optional[int]]:
     """Per-layer attention window (None = full causal)."""
     sw = cfg.get("sliding_window")
+    # null or false: no window (configs write either); else a whole token count, never rounded
+    w = None if sw is None or sw is False else _count(cfg, ("sliding_window",))
     layer_types = cfg.get("layer_types")
-    if isinstance(layer_types, list):
+    if layer_types is not None:
+        if not isinstance(layer_types, list):
+            raise ModelConfigError(
+                f"model config key 'layer_types': expected a list of 'full_attention' or 'sliding_attention', "
+                f"got {layer_types!r}"
+            )
         if len(layer_types) != n_layers:
             raise ModelConfigError(f"model config key 'layer_types': {len(layer_types)} entries for {n_layers} layers")
         out: list[Optional[int]] = []
-        for t in layer_types:
+        for i, t in enumerate(layer_types):
             if t == "sliding_attention":
-                if sw is None:
+                if w is None:
                     raise ModelConfigError(
                         "model config key 'sliding_window': layer_types names sliding layers but no window size"
                     )
-                out.append(int(sw))
+                out.append(w)
             elif t == "full_attention":
                 out.append(None)
-            else:
+            elif isinstance(t, str):
                 raise ModelConfigError(f"model config key 'layer_types': layer type '{t}' is not supported yet")
+            else:
+                raise ModelConfigError(
+                    f"model config key 'layer_types': entry {i} is {t!r}; entries are 'full_attention' or "
+                    "'sliding_attention'"
+                )
         return out
-    if sw is None or sw is False:
+    if w is None:
         return [None] * n_layers
-    if isinstance(sw, bool) or not isinstance(sw, (int, float)) or sw <= 0:
-        raise ModelConfigError(f"model config key 'sliding_window': expected a positive token count, got {sw!r}")
-    w = int(sw)
     if "use_sliding_window" in cfg:  # Qwen2/2.5/3: windows only when switched on, from max_window_layers
-        if not cfg.get("use_sliding_window"):
+        if not _flag(cfg, "use_sliding_window", False):
             return [None] * n_layers
-        start = int(cfg.get("max_window_layers") or 0)
+        start = _count(cfg, ("max_window_layers",), required=False, allow_zero=True)
         return [w if i >= start else None for i in range(n_layers)]
-    pattern = cfg.get("sliding_window_pattern")
     if model_type in ("gemma2",):  # even layers slide (Gemma2DecoderLayer: not layer_idx % 2)
         return [w if i % 2 == 0 else None for i in range(n_layers)]
-    if isinstance(pattern, int) and pattern > 0:  # Gemma 3: every pattern-th layer is global
+    pattern = _count(cfg, ("sliding_window_pattern",), required=False)
+    if pattern:  # Gemma 3: every pattern-th layer is global
         return [None if (i + 1) % pattern == 0 else w for i in range(n_layers)]
     return [w] * n_layers
 
@@ -404,11 +464,35 @@ def _windows(cfg: Mapping[str, Any], model_type: str, n_layers: int) -> list[Opt
 def _max_model_len(cfg: Mapping[str, Any]) -> int:
     base = _count(cfg, ("max_position_embeddings", "n_positions", "n_ctx", "seq_length", "max_seq_len"))
     rs = cfg.get("rope_scaling")
-    if isinstance(rs, Mapping):
-        kind = rs.get("rope_type") or rs.get("type")
-        if kind in _EXTENDING_ROPE and rs.get("factor"):
-            orig = rs.get("original_max_position_embeddings") or base
-            return max(base, math.floor(float(orig) * float(rs["factor"])))
+    if rs is None:
+        return base
+    if not isinstance(rs, Mapping):
+        raise ModelConfigError(f"model config key 'rope_scaling': expected an object, got {rs!r}")
+    for k in ("rope_type", "type"):
+        if rs.get(k) is not None and not isinstance(rs[k], str):
+            raise ModelConfigError(f"model config key 'rope_scaling.{k}': expected a name, got {rs[k]!r}")
+    kind = rs.get("rope_type") or rs.get("type")
+    factor = rs.get("factor")
+    if factor is not None and (
+        isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 0
+    ):
+        raise ModelConfigError(
+            f"model config key 'rope_scaling.factor': expected a finite positive number, got {factor!r}"
+        )
+    if kind in _EXTENDING_ROPE and factor:
+        orig = _count(
+            rs,
+            ("original_max_position_embeddings",),
+            default=base,
+            name="rope_scaling.original_max_position_embeddings",
+        )
+        try:
+            extended = math.floor(orig * factor)
+        except OverflowError:  # beyond a float: the core's bounds say what a context may be
+            raise ModelConfigError(
+                f"model config key 'rope_scaling.factor': {orig} x {factor} positions is beyond any context length"
+            ) from None
+        return max(base, extended)
     return base
 
 
@@ -454,17 +538,24 @@ def _mamba(cfg: Mapping[str, Any]) -> dict[str, Any]:
 def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     if not isinstance(raw, Mapping):
         raise ModelConfigError(f"{name}: a config must be a JSON object")
-    wrapper_type = str(raw.get("model_type") or "")
+    wrapper_type = _name(raw, "model_type") or ""
     cfg: Mapping[str, Any] = raw
-    if isinstance(raw.get("text_config"), Mapping):
-        cfg = {**raw["text_config"]}
+    text_config = raw.get("text_config")
+    if text_config is not None and not isinstance(text_config, Mapping):
+        raise ModelConfigError(f"model config key 'text_config': expected an object, got {text_config!r}")
+    if text_config is not None:
+        cfg = {**text_config}
         cfg.setdefault("model_type", wrapper_type)
-    model_type = str(cfg.get("model_type") or wrapper_type)
+    model_type = _name(cfg, "model_type") or wrapper_type
     defaults = _CLASS_DEFAULTS.get(model_type)
     if defaults:
         cfg = {**defaults, **{k: v for k, v in cfg.items() if v is not None}}
-    archs = raw.get("architectures") or cfg.get("architectures") or [""]
-    arch = str(archs[0]) if isinstance(archs, list) and archs else ""
+    for src in (raw, cfg):
+        a = src.get("architectures")
+        if a is not None and (not isinstance(a, list) or not all(isinstance(x, str) for x in a)):
+            raise ModelConfigError(f"model config key 'architectures': expected a list of class names, got {a!r}")
+    archs = raw.get("architectures") or cfg.get("architectures")
+    arch = str(archs[0]) if archs else ""
 
     quant = cfg.get("quantization_config") or raw.get("quantization_config")
     if quant is not None and not isinstance(quant, Mapping):
@@ -486,7 +577,8 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
                 "and no head_dim is given"
             )
         hd = d // heads
-    if cfg.get("multi_query") is True and cfg.get("new_decoder_architecture") is not True:
+    new_decoder = _flag(cfg, "new_decoder_architecture", False)
+    if _flag(cfg, "multi_query", False) and not new_decoder:
         kv = 1
     else:
         kv = _count(cfg, ("num_key_value_heads", "num_kv_heads", "n_head_kv"), default=heads)
@@ -508,11 +600,11 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
         )
     gated, gated_by = _gated(cfg, act_name, arch, model_type)
 
-    norm = "layer" if (model_type in _LAYERNORM_TYPES or cfg.get("norm_type") == "layer_norm") else "rms"
+    norm = "layer" if (model_type in _LAYERNORM_TYPES or _name(cfg, "norm_type") == "layer_norm") else "rms"
     if model_type in ("gemma2", "gemma3", "gemma3_text"):
         norms_per_layer = 4
     elif model_type in ("phi", "gptj") or (
-        model_type == "falcon" and cfg.get("parallel_attn", True) and not cfg.get("new_decoder_architecture")
+        model_type == "falcon" and _flag(cfg, "parallel_attn", True) and not new_decoder
     ):
         norms_per_layer = 1
     else:
@@ -553,7 +645,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
             shared = n_shared * fe
         first_dense = _count(cfg, ("first_k_dense_replace",), required=False, allow_zero=True)
         step = _count(cfg, ("decoder_sparse_step", "moe_layer_freq"), default=1)
-        mlp_only = set(cfg.get("mlp_only_layers") or [])
+        mlp_only = _layer_indices(cfg, "mlp_only_layers", n_layers)
         for i in range(n_layers):
             moe_layers[i] = i >= first_dense and (i + 1) % step == 0 and i not in mlp_only
         moe = {
@@ -566,7 +658,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
             "activation": _ACTIVATIONS[act_name],
             "bias": mlp_bias or model_type in _EXPERT_BIAS_TYPES,
             "router_bias": model_type in _ROUTER_BIAS_TYPES
-            or (model_type == "deepseek_v3" and cfg.get("topk_method") == "noaux_tc"),
+            or (model_type == "deepseek_v3" and _name(cfg, "topk_method") == "noaux_tc"),
         }
 
     windows = _windows(cfg, model_type, n_layers)
@@ -646,7 +738,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
         core_json=json.dumps(core),
         source=source,
         quantization=dict(quant) if quant else None,
-        torch_dtype=str(cfg.get("torch_dtype") or raw.get("torch_dtype") or "") or None,
+        torch_dtype=_name(cfg, "torch_dtype") or _name(raw, "torch_dtype") or None,
     )
     _ = m._core  # validate in the core now, not at the first estimate
     return m

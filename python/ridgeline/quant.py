@@ -168,16 +168,35 @@ def from_name(name: str, act_dtype: str, n_layers: int) -> dict[str, dict[str, A
     return {**{r: dict(fmt) for r in LINEAR_ROLES}, **{r: act for r in EMBED_ROLES}}
 
 
+def _whole(key: str, v: Any) -> int:
+    """A whole number from a quantization_config value: an int, a whole float, or its decimal
+    text (published configs write `bits` as "4"); anything else is refused, never rounded."""
+    if isinstance(v, str) and re.fullmatch(r"\s*-?\d+\s*", v):
+        return int(v)
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ModelConfigError(f"model config key 'quantization_config.{key}': expected a whole number, got {v!r}")
+    return v
+
+
+def _qflag(q: Mapping[str, Any], key: str, default: bool) -> bool:
+    v = q.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ModelConfigError(f"model config key 'quantization_config.{key}': expected true or false, got {v!r}")
+    return v
+
+
 def _bits(q: Mapping[str, Any], *keys: str) -> int:
     for k in keys:
         v = q.get(k)
         if v is not None:
-            try:
-                return int(v)  # `bits` may be a string
-            except (TypeError, ValueError):
-                raise ModelConfigError(
-                    f"model config key 'quantization_config.{k}': expected a bit width, got {v!r}"
-                ) from None
+            b = _whole(k, v)
+            if not 1 <= b <= 32:
+                raise ModelConfigError(f"model config key 'quantization_config.{k}': a bit width is 1..32, got {v!r}")
+            return b
     raise ModelConfigError(f"model config key 'quantization_config.{keys[0]}': missing")
 
 
@@ -185,8 +204,19 @@ def _group(q: Mapping[str, Any], *keys: str) -> int:
     for k in keys:
         v = q.get(k)
         if v is not None:
-            return 0 if int(v) <= 0 else int(v)  # -1: one group per output channel
+            g = _whole(k, v)
+            return 0 if g <= 0 else g  # -1: one group per output channel
     return int(formats_table()["int4_g128"]["block_k"])
+
+
+def _block(key: str, v: Any) -> tuple[int, int]:
+    """A [rows, columns] block of positive whole numbers."""
+    if not isinstance(v, list) or len(v) != 2:
+        raise ModelConfigError(f"model config key 'quantization_config.{key}': expected [rows, columns], got {v!r}")
+    n, k = (_whole(key, x) for x in v)
+    if n < 1 or k < 1:
+        raise ModelConfigError(f"model config key 'quantization_config.{key}': block sizes must be >= 1, got {v!r}")
+    return n, k
 
 
 def _int_format(bits: int, group: int, zero_point: bool) -> dict[str, Any]:
@@ -221,20 +251,22 @@ def from_config(q: Mapping[str, Any], act_dtype: str) -> tuple[str, dict[str, di
         fmt = _int_format(
             _bits(q, "bits", "w_bit"),
             _group(q, "group_size", "q_group_size"),
-            zero_point=bool(q.get("zero_point", True)),
+            zero_point=_qflag(q, "zero_point", True),
         )
         label = f"awq int{_bits(q, 'bits', 'w_bit')}"
     elif method == "fp8":
         block = q.get("weight_block_size")
         fmt = _fmt("fp8")
-        if isinstance(block, list) and len(block) == 2:
-            fmt.update(block_k=int(block[1]), block_n=int(block[0]))
-        label = "fp8" + (f" block {block[0]}x{block[1]}" if isinstance(block, list) else " per-tensor")
+        label = "fp8 per-tensor"
+        if block is not None:
+            n, k = _block("weight_block_size", block)
+            fmt.update(block_k=k, block_n=n)
+            label = f"fp8 block {n}x{k}"
     elif method == "mxfp4":
         fmt, label = _fmt("mxfp4"), "mxfp4"
     elif method == "bitsandbytes":
-        if q.get("load_in_4bit"):
-            fmt = _fmt("bnb_nf4_dq" if q.get("bnb_4bit_use_double_quant") else "bnb_nf4")
+        if _qflag(q, "load_in_4bit", False):
+            fmt = _fmt("bnb_nf4_dq" if _qflag(q, "bnb_4bit_use_double_quant", False) else "bnb_nf4")
             label = "bitsandbytes 4-bit"
         else:
             fmt, label = _fmt("bnb_int8"), "bitsandbytes int8"
@@ -258,14 +290,14 @@ def _compressed_tensors(q: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     a = g.get("input_activations") or None
     bits = _bits(w, "num_bits")
     strategy = str(w.get("strategy") or "tensor")
-    block_k = int(w["group_size"]) if strategy == "group" and w.get("group_size") else 0
+    block_k = _whole("group_size", w["group_size"]) if strategy == "group" and w.get("group_size") else 0
     block_n = 1 if strategy in ("channel", "group") else 0
-    if strategy == "block" and isinstance(w.get("block_structure"), list):
-        block_n, block_k = (int(x) for x in w["block_structure"])
+    if strategy == "block" and w.get("block_structure") is not None:
+        block_n, block_k = _block("block_structure", w["block_structure"])
     is_float = str(w.get("type") or "int") == "float"
-    scale_bits = 32.0 if is_float else 16.0 + (0 if w.get("symmetric", True) else bits)
+    scale_bits = 32.0 if is_float else 16.0 + (0 if _qflag(w, "symmetric", True) else bits)
     compute = None
-    if a and int(a.get("num_bits") or 16) == 8:
+    if a and _whole("input_activations.num_bits", a.get("num_bits") or 16) == 8:
         compute = "fp8" if str(a.get("type") or "int") == "float" else "int8"
     fmt = {"bits": float(bits), "block_k": block_k, "block_n": block_n, "scale_bits": scale_bits, "compute": compute}
     label = f"compressed-tensors {'fp' if is_float else 'int'}{bits} {strategy}" + (
@@ -300,7 +332,7 @@ def _resolve(model: Any, act_dtype: str, override: Optional[str]) -> WeightPlan:
     if model.quantization:
         try:
             label, formats = from_config(model.quantization, act_dtype)
-        except (TypeError, ValueError, KeyError) as e:
+        except (TypeError, ValueError, KeyError, AttributeError) as e:
             if isinstance(e, ModelConfigError):
                 raise
             raise ModelConfigError(f"model config key 'quantization_config': malformed ({e!r})") from None

@@ -80,7 +80,16 @@ def _structure_version(cat: Catalog) -> str:
         for v in variants:
             try:
                 e = estimate(
-                    m, probe, batch=2, prompt=1000, output=3, allow_no_fit=True, breakdown=False, catalog=cat, **v
+                    m,
+                    probe,
+                    batch=2,
+                    prompt=1000,
+                    output=3,
+                    allow_no_fit=True,
+                    breakdown=False,
+                    catalog=cat,
+                    runtime="none",
+                    **v,
                 )
             except PlanError:
                 continue
@@ -99,7 +108,7 @@ def evaluate(catalog: Optional[Catalog] = None) -> Any:
     p = panel()
     frames: list[Any] = []
     for shape in p["shapes"]:
-        grid = {"model": bundled_names(), "hardware": p["hardware"], "tp": p["tp"],
+        grid = {"model": bundled_names(), "hardware": p["hardware"], "tp": p["tp"], "runtime": p["runtime"],
                 **{k: [v] for k, v in shape.items()}}  # fmt: skip
         frames.extend(iter_sweep(grid, catalog=catalog, threads=1))
     df = pl.concat(frames).select([*KEYS, *VALUES, *STATUS])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,7 +24,7 @@ from . import _core, quant
 from .catalog import Catalog, default_catalog
 from .collectives import _protocol_json, resolve_topology
 from .errors import PlanError
-from .estimate import _UNCALIBRATED_EFF, UNCALIBRATED
+from .estimate import _UNCALIBRATED_EFF, MAX_EXACT, UNCALIBRATED
 from .models import Model
 
 NUMERIC_AXES = ("tp", "pp", "ep", "dp", "chunk", "batch", "prompt", "output")
@@ -40,7 +41,10 @@ SWEEP_COLUMNS = {
     "dtype": "activation dtype",
     "weights": "weight format label (quantisation or dtype)",
     "kv_dtype": "KV-cache dtype",
-    "runtime": "runtime whose calibration and way of running price the plan (null: none, the efficiency-1 bound)",
+    "runtime": (
+        "runtime whose way of running and calibration price the plan: the grid's, else the one estimate picks for "
+        "the device (null: none, the plan as written at the efficiency-1 bound)"
+    ),
     "tp": "tensor-parallel degree",
     "pp": "pipeline stages",
     "ep": "expert-parallel degree",
@@ -72,6 +76,11 @@ SWEEP_COLUMNS = {
 _RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+)\s*(?::\s*([x*+])\s*(\d+))?\s*$")
 
 
+#: Values one grid axis may hold (a range is counted before it is expanded): a bound on the work
+#: and memory of one sweep call's axis lists, not on the grid, whose plans stream in chunks.
+MAX_AXIS_VALUES = 1 << 24
+
+
 def parse_axis(name: str, value: Any) -> list[Any]:
     """Values of one axis from a list, a comma list, or a range 'a..b[:xk|:+k]'.
 
@@ -82,9 +91,17 @@ def parse_axis(name: str, value: Any) -> list[Any]:
     out: list[Any] = []
     for item in items:
         if name not in NUMERIC_AXES:
-            out.extend(str(x).strip() for x in str(item).split(",") if str(x).strip())
+            if item is None:  # null in a grid file: the axis's default (for runtime: the device's)
+                out.append(None)
+                continue
+            if not isinstance(item, (str, int, float)) or isinstance(item, bool):
+                raise PlanError(f"{name}: expected names, got {item!r}")
+            parts = [str(x).strip() for x in str(item).split(",")]
+            if not all(parts):
+                raise PlanError(f"{name}: an empty name in {item!r}")
+            out.extend(parts)
             continue
-        if isinstance(item, bool):
+        if isinstance(item, bool) or not isinstance(item, (int, str)):
             raise PlanError(f"{name}: expected whole numbers, got {item!r}")
         if isinstance(item, int):
             out.append(item)
@@ -95,22 +112,34 @@ def parse_axis(name: str, value: Any) -> list[Any]:
                 lo, hi, op, step = int(m.group(1)), int(m.group(2)), m.group(3) or "+", int(m.group(4) or 1)
                 if hi < lo or step < 1 or (op in "x*" and step < 2):
                     raise PlanError(f"{name}: bad range '{part}' (use a..b, a..b:+k or a..b:xk with k >= 2 for x)")
+                if hi > MAX_EXACT:
+                    raise PlanError(f"{name}: range '{part}' ends past 2^53 = {MAX_EXACT:,}")
+                count = (
+                    (math.floor(math.log(hi / lo, step)) + 2 if lo > 0 else 1) if op in "x*" else (hi - lo) // step + 1
+                )
+                if len(out) + count > MAX_AXIS_VALUES:
+                    raise PlanError(f"{name}: range '{part}' holds {count:,} values; an axis takes at most "
+                                    f"{MAX_AXIS_VALUES:,} (use a coarser step)")  # fmt: skip
                 v = lo
                 while v <= hi:
                     out.append(v)
+                    if op in "x*" and v == 0:
+                        break
                     v = v * step if op in "x*" else v + step
             else:
                 try:
                     out.append(int(part))
                 except ValueError:
                     raise PlanError(f"{name}: cannot read '{part}'; use 8, 1,8,64 or 128..32768:x2") from None
+        if len(out) > MAX_AXIS_VALUES:
+            raise PlanError(f"{name}: an axis takes at most {MAX_AXIS_VALUES:,} values")
     if not out:
         raise PlanError(f"{name}: the axis has no values")
     if name in NUMERIC_AXES:
         floor = 0 if name == "chunk" else 1
-        bad = [v for v in out if v < floor]
+        bad = [v for v in out if not floor <= v <= MAX_EXACT]
         if bad:
-            raise PlanError(f"{name}: values must be >= {floor}, got {bad[0]}")
+            raise PlanError(f"{name}: values must be whole numbers in {floor}..2^53, got {bad[0]}")
     return out
 
 
@@ -132,16 +161,47 @@ def normalise_grid(grid: Mapping[str, Any]) -> dict[str, list[Any]]:
 
 
 def load_grid_file(path: str | Path) -> dict[str, Any]:
-    """A grid from a JSON or YAML file: {axis: value or list or 'a..b:x2'}."""
-    text = Path(path).read_text()
-    if str(path).endswith((".yaml", ".yml")):
+    """A grid from a JSON or YAML file: {axis: value or list or 'a..b:x2'}. A file that is not
+    one (missing, a directory, not UTF-8, empty, bad syntax, not a mapping) is a PlanError
+    naming it.
+
+    >>> load_grid_file("/no/such/grid.yaml")
+    Traceback (most recent call last):
+    ...
+    ridgeline.errors.PlanError: grid file /no/such/grid.yaml: not found
+    """
+    from ._io import read_text
+
+    what = f"grid file {path}"
+    shape = "a grid file holds one mapping of axis names to values, e.g. {model: ..., hardware: ..., batch: 1..64:x2}"
+    text = read_text(path, what="grid file", error=PlanError)
+    yaml_file = str(path).endswith((".yaml", ".yml"))
+    if yaml_file:
         import yaml
 
-        data = yaml.safe_load(text)
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+            problem = getattr(e, "problem", None) or (str(e).splitlines() or [type(e).__name__])[0]
+            raise PlanError(f"{what}: not valid YAML ({where}{problem})") from None
+    elif not text.strip():
+        data = None
     else:
-        data = json.loads(text)
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            detail = f"line {e.lineno}, column {e.colno}: {e.msg}" if isinstance(e, json.JSONDecodeError) else str(e)
+            raise PlanError(f"{what}: not valid JSON ({detail}; a .yaml or .yml file is read as YAML)") from None
+    if data is None:
+        raise PlanError(f"{what}: empty; {shape}")
     if not isinstance(data, dict):
-        raise PlanError(f"{path}: a grid file holds one mapping of axis names to values")
+        raise PlanError(f"{what}: holds a {type(data).__name__}; {shape}")
+    bad = [k for k in data if not isinstance(k, str)]
+    if bad:
+        axes = ", ".join(CATEGORICAL_AXES + NUMERIC_AXES)
+        raise PlanError(f"{what}: axis name {bad[0]!r} is not text; axes: {axes}")
     return data
 
 
@@ -157,10 +217,13 @@ def iter_sweep(
     chunk_size: int = 1 << 18,
     catalog: Optional[Catalog] = None,
     progress: Optional[Callable[[int], None]] = None,
+    calibrated: bool = True,
 ) -> Iterator[Any]:
     """Yields the sweep as Polars DataFrames of at most ``chunk_size`` rows, in grid order.
 
-    A ``runtime`` prices each plan as ``estimate(..., runtime=...)`` does: with the shipped
+    Each plan runs under the runtime ``estimate`` chooses for its device (``choose_runtime``)
+    unless the grid names one ("none": the plan as written at the bound). A runtime prices each
+    plan as ``estimate(..., runtime=...)`` does: with the shipped
     calibration the lookup picks (the device's own fit, else the runtime's profile, else none,
     said in ``calibration``) and run the way that runtime runs it (``runtime_execution``: for
     llama.cpp the prompt in n_ubatch steps unless the grid has a ``chunk`` axis, which is then
@@ -168,11 +231,14 @@ def iter_sweep(
     import polars as pl
 
     from .calibrate import efficiency_json, lookup
-    from .estimate import _check_runtime, runtime_execution
+    from .estimate import _flag, _whole, canonical_dtype, choose_runtime, runtime_execution
 
+    _whole("threads", threads, 0)
+    _whole("chunk_size", chunk_size, 1)
     cat = catalog or default_catalog()
     g = normalise_grid(grid)
-    runtimes = [None if rt in (None, "None", "none") else str(rt) for rt in g["runtime"]]
+    runtimes = g["runtime"]
+    calibrated = _flag("calibrated", calibrated)
     tp, pp, ep, dp, chunk, batch, prompt, output = (np.asarray(g[k], dtype=np.int64) for k in NUMERIC_AXES)
     n_numeric = int(np.prod([len(g[k]) for k in NUMERIC_AXES]))
     proto = _protocol_json(cat)
@@ -183,11 +249,12 @@ def iter_sweep(
         g["model"], g["hardware"], g["dtype"], g["weight_dtype"], g["kv_dtype"], runtimes
     ):
         m, dev = models[name], devices[hw]
-        if rt is not None:
-            _check_runtime(rt, cat, dev)
-        weights = quant.resolve(m, str(dtype).lower(), None if wdt in (None, "None") else wdt, rt)
-        kv = None if kvdt in (None, "None") else kvdt
-        label, fit_row = lookup(dev.name, rt, cat) if rt else (UNCALIBRATED, None)
+        # the runtime estimate would take for this device unless the grid names one
+        rt, _ = choose_runtime(rt, dev, cat)
+        dtype = canonical_dtype("dtype", dtype)
+        weights = quant.resolve(m, dtype, None if wdt in (None, "None") else wdt, rt)
+        kv = None if kvdt in (None, "None") else canonical_dtype("kv_dtype", kvdt)
+        label, fit_row = lookup(dev.name, rt, cat) if rt and calibrated else (UNCALIBRATED, None)
         eff = _UNCALIBRATED_EFF if fit_row is None else efficiency_json(fit_row, weights.format_names())
         base = {
             "batch": 1, "prompt": 1, "output": 1, "dtype": dtype, "kv_dtype": kv, "weights": weights.core(),
@@ -248,8 +315,14 @@ def iter_sweep(
             yield df.with_columns(pl.col(pl.Float64).fill_nan(None))
 
 
-def sweep(grid: Mapping[str, Any], *, threads: int = 0, catalog: Optional[Catalog] = None) -> Any:
+def sweep(
+    grid: Mapping[str, Any], *, threads: int = 0, catalog: Optional[Catalog] = None, calibrated: bool = True
+) -> Any:
     """Evaluates a grid of plans and returns a Polars DataFrame (columns in ``SWEEP_COLUMNS``).
+
+    Each plan runs under the runtime ``estimate`` would choose for its device unless the grid
+    has a ``runtime`` axis ("none": the plan as written at the bound); ``calibrated=False``
+    prices the same plans at the efficiency-1 bound.
 
     >>> df = sweep({"model": "meta-llama/Llama-3.1-8B", "hardware": "H100_SXM", "batch": [1, 8], "tp": [1, 2]})
     >>> df.height
@@ -257,49 +330,114 @@ def sweep(grid: Mapping[str, Any], *, threads: int = 0, catalog: Optional[Catalo
     """
     import polars as pl
 
-    frames = list(iter_sweep(grid, threads=threads, catalog=catalog))
+    frames = list(iter_sweep(grid, threads=threads, catalog=catalog, calibrated=calibrated))
     return pl.concat(frames) if frames else pl.DataFrame()
 
 
-def write(frames: Iterator[Any], out: str) -> int:
-    """Streams frames to ``x.parquet``, ``x.csv`` or ``x.duckdb:table``; returns the row count."""
+def _out_target(out: str) -> tuple[str, Optional[str]]:
+    """The file and (DuckDB) the table an ``out`` names; refused when it names neither."""
+    if out == "":
+        raise PlanError("out: an empty path")
+    if out.endswith(".csv"):
+        return out, None
+    if ":" in out and out.rsplit(":", 1)[0].endswith(".duckdb"):
+        target, table = out.rsplit(":", 1)
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", table):
+            raise PlanError(f"out: table name '{table}' must be a plain identifier (letters, digits and _)")
+        return target, table
+    if not out.endswith(".parquet"):
+        raise PlanError(f"out: '{out}' must end in .parquet or .csv, or be file.duckdb:table")
+    return out, None
+
+
+def _has_table(target: str, table: str) -> bool:
+    """Whether the DuckDB file ``target`` holds ``table`` (no file: no table)."""
+    from ._io import check_output, duckdb_readonly
+
+    check_output(target, force=True, what="out")
+    with duckdb_readonly(target, what="out") as con:
+        if con is None:
+            return False
+        sql = (
+            "SELECT count(*) FROM information_schema.tables "
+            "WHERE table_schema = 'main' AND lower(table_name) = lower(?)"
+        )
+        return bool(con.execute(sql, [table]).fetchall()[0][0])
+
+
+def _create_table(target: str, table: str, parts: Sequence[Path], *, force: bool) -> None:
+    """The one change a sweep makes to a DuckDB file: CREATE TABLE (CREATE OR REPLACE with
+    ``force``) from the finished parts; a file this created is removed again when it fails."""
+    import duckdb
+
+    created = not Path(target).exists()
+    try:
+        con = duckdb.connect(target)
+        try:
+            con.execute("SET preserve_insertion_order = true")
+            verb = "CREATE OR REPLACE TABLE" if force else "CREATE TABLE"
+            con.execute(f'{verb} "{table}" AS SELECT * FROM read_parquet(?)', [[str(p) for p in parts]])
+        finally:
+            con.close()
+    except BaseException as e:
+        if created:
+            for f in (target, f"{target}.wal"):
+                Path(f).unlink(missing_ok=True)
+        if isinstance(e, duckdb.Error):
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise PlanError(f"out: cannot create table '{table}' in '{target}' ({first})") from None
+        raise
+
+
+def write(frames: Iterator[Any], out: str, *, force: bool = False) -> int:
+    """Streams frames to ``x.parquet``, ``x.csv`` or ``x.duckdb:table``; returns the row count.
+
+    Nothing is lost: an existing file (for DuckDB, an existing table) is refused unless
+    ``force``, before the first plan is priced; the output appears only once every frame is
+    written, so a sweep that fails (an unknown model, an interrupt) leaves the target byte for
+    byte as it was. A DuckDB file is changed once, by CREATE TABLE (CREATE OR REPLACE with
+    ``force``), after every part is computed.
+
+    >>> write(iter([]), "plans.txt")
+    Traceback (most recent call last):
+    ...
+    ridgeline.errors.PlanError: out: 'plans.txt' must end in .parquet or .csv, or be file.duckdb:table
+    """
     import polars as pl
 
+    from ._io import FORCE_HINT, atomic_output, check_output
+
+    target, table = _out_target(out)
+    if table is None:
+        check_output(target, force=force, what="out")
+    elif _has_table(target, table) and not force:
+        raise PlanError(f"out: table '{table}' exists in '{target}'; {FORCE_HINT}")
+    # the first frame is priced before anything is created: a grid that fails at once
+    # (an unknown model, a bad plan) leaves no trace
+    frames = iter(frames)  # a list of frames too
+    first = next(frames, None)
+    if first is None:
+        raise PlanError("the grid has no plans")
+    frames = itertools.chain([first], frames)
     rows = 0
-    if out.endswith(".csv"):
-        with open(out, "w") as fh:
+    if table is None and target.endswith(".csv"):
+        with atomic_output(target, force=force, what="out") as tmp, open(tmp, "w") as fh:
             for i, df in enumerate(frames):
                 df.write_csv(fh, include_header=i == 0)
                 rows += df.height
         return rows
-    target, table = out, None
-    if ":" in out and out.rsplit(":", 1)[0].endswith(".duckdb"):
-        target, table = out.rsplit(":", 1)
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", table):
-            raise PlanError(f"out: table name '{table}' must be a plain identifier")
-    elif not out.endswith(".parquet"):
-        raise PlanError(f"out: '{out}' must end in .parquet or .csv, or be file.duckdb:table")
-    with tempfile.TemporaryDirectory(prefix="ridgeline-sweep-", dir=Path(target).resolve().parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix=".ridgeline-sweep-", dir=Path(target).parent) as tmp_dir:
         parts = []
         for i, df in enumerate(frames):
-            p = Path(tmp) / f"part-{i:06d}.parquet"
+            p = Path(tmp_dir) / f"part-{i:06d}.parquet"
             df.write_parquet(p)
             parts.append(p)
             rows += df.height
-        if not parts:
-            raise PlanError("the grid has no plans")
         if table is None:
-            pl.concat([pl.scan_parquet(p) for p in parts]).sink_parquet(target)
+            with atomic_output(target, force=force, what="out") as dest:
+                pl.concat([pl.scan_parquet(p) for p in parts]).sink_parquet(dest)
         else:
-            import duckdb
-
-            con = duckdb.connect(target)
-            try:
-                con.execute("SET preserve_insertion_order = true")
-                files = ", ".join(f"'{p}'" for p in parts)
-                con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM read_parquet([{files}])")
-            finally:
-                con.close()
+            _create_table(target, table, parts, force=force)
     return rows
 
 

@@ -1,0 +1,55 @@
+"""The checks every entry point puts a user's value through, one function a kind: each returns
+the value or raises a PlanError naming the input, the value and what is accepted.
+
+They sit below the modules that take plans (collectives, estimate, sweep, cli) so every door
+shares them."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .errors import PlanError
+
+#: The largest integer every f64 holds exactly (2^53): the core counts tokens, devices, steps and
+#: bytes below it (a representation limit, the core's MAX_EXACT).
+MAX_EXACT = 2**53
+
+
+def whole(name: str, v: Any, floor: int) -> int:
+    """A whole number in [floor, 2^53]; a float that is a whole number is taken as one.
+
+    >>> whole("batch", 8.0, 1)
+    8
+    """
+    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise PlanError(f"{name}: must be a whole number >= {floor}, got {v!r}")
+    if v < floor:
+        raise PlanError(f"{name}: must be a whole number >= {floor}, got {v}")
+    if v > MAX_EXACT:
+        raise PlanError(f"{name}: must be at most 2^53 = {MAX_EXACT:,} (the counts the engine holds exactly), got {v}")
+    return int(v)
+
+
+def flag(name: str, v: Any) -> bool:
+    """A boolean, and only a boolean: "no", 0 and "False" are refused rather than read as truthy."""
+    if not isinstance(v, bool):
+        raise PlanError(f"{name}: must be True or False, got {v!r}")
+    return v
+
+
+def number(name: str, v: Any, *, positive: bool = False) -> float:
+    """A finite real number >= 0 (> 0 where ``positive``)."""
+    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+    if not ok or (positive and v == 0):
+        raise PlanError(f"{name}: must be a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
+    return float(v)
+
+
+def text(name: str, v: Any) -> str:
+    """A non-empty string (an empty one is an error, never the default)."""
+    if not isinstance(v, str) or not v.strip():
+        raise PlanError(f"{name}: expected a non-empty name, got {v!r}")
+    return v
