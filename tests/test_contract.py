@@ -87,3 +87,25 @@ def test_a_cli_usage_error_is_one_line_with_exit_2():
     assert err.startswith("error: Invalid value for '--batch'") and "ridgeline estimate --help" in err
     code, _, err = run_main("estimate", "-H", "H100_SXM")
     assert code == 2 and "--model" in err and err.count("\n") == 1
+
+
+def test_a_value_with_a_newline_is_still_one_line():
+    with pytest.raises(PlanError, match="control characters"):
+        ridgeline.estimate("meta-llama/\nLlama-3.1-8B", "H100_SXM")
+    cfg = json.loads(_data.read_text(_bundled()[LLAMA]))
+    with pytest.raises(ModelConfigError) as e:
+        Model.from_dict({**cfg, "hidden_act": "silu\nrelu"})
+    assert "\n" not in str(e.value) and "hidden_act" in str(e.value)
+    code, _, err = run_main("estimate", "-m", LLAMA, "-H", "H100_SXM", "--weight-dtype", "q4\nk")
+    assert code == 2 and err.count("\n") == 1 and "weight_dtype" in err
+
+
+def test_a_config_with_absurd_counts_is_refused_before_the_work():
+    # the normaliser walks layers one by one: 2^53 layers took all memory (found by the fuzz suite)
+    cfg = json.loads(_data.read_text(_bundled()[LLAMA]))
+    for key, v in (("num_hidden_layers", 2**53), ("num_hidden_layers", 2**16 + 1)):
+        with pytest.raises(ModelConfigError, match=key):
+            Model.from_dict({**cfg, key: v})
+    moe = json.loads(_data.read_text(_bundled()["Qwen/Qwen3-30B-A3B"]))
+    with pytest.raises(ModelConfigError, match="num_experts"):
+        Model.from_dict({**moe, "num_experts": 2**40})

@@ -49,7 +49,9 @@ def number(name: str, v: Any, *, positive: bool = False) -> float:
 
 
 def text(name: str, v: Any) -> str:
-    """A non-empty string (an empty one is an error, never the default)."""
+    """A non-empty, printable string (an empty one is an error, never the default)."""
     if not isinstance(v, str) or not v.strip():
         raise PlanError(f"{name}: expected a non-empty name, got {v!r}")
+    if not v.isprintable():
+        raise PlanError(f"{name}: a name holds no control characters, got {v!r}")
     return v

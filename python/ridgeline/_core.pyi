@@ -6,6 +6,8 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "MAX_EXPERTS",
+    "MAX_LAYERS",
     "CatalogError",
     "CoreDevice",
     "CoreModel",
@@ -29,6 +31,8 @@ __all__ = [
 ]
 
 __version__: str
+MAX_LAYERS: int
+MAX_EXPERTS: int
 
 class RidgelineError(ValueError): ...
 class PlanError(RidgelineError): ...

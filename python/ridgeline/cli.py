@@ -830,6 +830,10 @@ def model_show(name: str, as_json: bool) -> None:
     click.echo(_table(flat))
 
 
+def _one_line(msg: str) -> str:
+    return msg.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def _command_path(e: click.UsageError) -> str:
     """The subcommand a usage error came from ("estimate", "catalog sql"), for its help hint."""
     path = e.ctx.command_path if e.ctx is not None else ""
@@ -849,10 +853,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         if debug:
             raise
         hint = " ".join(w for w in ("ridgeline", _command_path(e), "--help") if w)
-        click.echo(f"error: {e.format_message()} (see `{hint}`)", err=True)
+        click.echo(f"error: {_one_line(e.format_message())} (see `{hint}`)", err=True)
         sys.exit(2)
     except click.ClickException as e:
-        click.echo(f"error: {e.format_message()}", err=True)
+        click.echo(f"error: {_one_line(e.format_message())}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
@@ -860,7 +864,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     except RidgelineError as e:
         if debug:
             raise
-        click.echo(f"error: {e}", err=True)
+        # one line whatever a user's value held (a name with a newline in it)
+        click.echo(f"error: {_one_line(str(e))}", err=True)
         sys.exit(exit_code(e))
     except BaseException as e:  # a Rust panic arrives as PanicException (a BaseException)
         if isinstance(e, (SystemExit, KeyboardInterrupt)) or debug:

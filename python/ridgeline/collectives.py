@@ -30,10 +30,10 @@ def parse_size(text: str) -> int:
     """
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
     if not m or m.group(2).lower() not in _UNITS:
-        raise PlanError(f"size: cannot read '{text}'; use bytes or a unit such as 64KiB, 4MiB, 1GiB, 1GB")
+        raise PlanError(f"size: cannot read {text!r}; use bytes or a unit such as 64KiB, 4MiB, 1GiB, 1GB")
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
     if not 1 <= value <= MAX_EXACT:
-        raise PlanError(f"size: must be 1 byte to 2^53 bytes, got '{text}'")
+        raise PlanError(f"size: must be 1 byte to 2^53 bytes, got {text!r}")
     return int(value)
 
 

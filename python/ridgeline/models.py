@@ -439,7 +439,7 @@ def _windows(cfg: Mapping[str, Any], model_type: str, n_layers: int) -> list[Opt
             elif t == "full_attention":
                 out.append(None)
             elif isinstance(t, str):
-                raise ModelConfigError(f"model config key 'layer_types': layer type '{t}' is not supported yet")
+                raise ModelConfigError(f"model config key 'layer_types': layer type {t!r} is not supported yet")
             else:
                 raise ModelConfigError(
                     f"model config key 'layer_types': entry {i} is {t!r}; entries are 'full_attention' or "
@@ -563,6 +563,14 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
 
     d = _count(cfg, ("hidden_size", "n_embd", "d_model"))
     n_layers = _count(cfg, ("num_hidden_layers", "n_layer", "num_layers"))
+    from . import _core
+
+    # the normaliser walks the layers one by one: the core's work bound before any of it
+    if n_layers > _core.MAX_LAYERS:
+        raise ModelConfigError(
+            f"model config key 'num_hidden_layers': {n_layers} layers is more than the {_core.MAX_LAYERS} "
+            "one estimate builds"
+        )
     heads = _count(cfg, ("num_attention_heads", "n_head"))
     mla = _mla(cfg)
     explicit_hd = _get(cfg, "head_dim", "attention_head_dim")
@@ -595,7 +603,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     act_name = act_raw.lower()
     if act_name not in _ACTIVATIONS:
         raise ModelConfigError(
-            f"model config key 'hidden_act': activation '{act_raw}' is not known; "
+            f"model config key 'hidden_act': activation {act_raw!r} is not known; "
             f"known: {', '.join(sorted(_ACTIVATIONS))}"
         )
     gated, gated_by = _gated(cfg, act_name, arch, model_type)
@@ -632,6 +640,11 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
 
     # MoE: routed experts per layer, with dense layers where the config says so.
     n_exp = _count(cfg, ("num_local_experts", "num_experts", "n_routed_experts"), required=False, allow_zero=True)
+    if n_exp > _core.MAX_EXPERTS:
+        raise ModelConfigError(
+            f"model config key 'num_experts': {n_exp} experts is more than the {_core.MAX_EXPERTS} "
+            "one estimate routes over"
+        )
     moe_layers = [False] * n_layers
     moe: dict[str, Any] = {}
     if n_exp > 1:

@@ -149,7 +149,7 @@ def _canonical(name: str) -> str:
     key = name.strip().lower().replace("-", "_")
     key = ALIASES.get(key, key)
     if key not in formats_table() and key not in mixtures_table():
-        raise PlanError(f"weight_dtype: unknown weight format '{name}'; accepted: {', '.join(accepted_names())}")
+        raise PlanError(f"weight_dtype: unknown weight format {name!r}; accepted: {', '.join(accepted_names())}")
     return key
 
 
@@ -274,7 +274,7 @@ def from_config(q: Mapping[str, Any], act_dtype: str) -> tuple[str, dict[str, di
         fmt, label = _compressed_tensors(q)
     else:
         raise ModelConfigError(
-            f"model config key 'quantization_config.quant_method': '{method}' is not supported; "
+            f"model config key 'quantization_config.quant_method': {method!r} is not supported; "
             "accepted: gptq, awq, fp8, mxfp4, bitsandbytes, compressed-tensors"
         )
     keep = _excluded(q)

@@ -138,17 +138,29 @@ impl DecodeKeys {
         }
     }
 
-    /// Splits contexts `lo..=hi` (lo >= 1) into runs `(a, b, run)`, in order, covering them.
-    pub fn runs(&self, lo: u64, hi: u64) -> Vec<(u64, u64, KeyRun)> {
-        let mut out = Vec::new();
-        let mut l = lo;
-        while l <= hi {
+    /// Splits contexts `lo..=hi` (lo >= 1) into runs `(a, b, run)`, in order, covering them
+    /// (an iterator: nothing is allocated however many runs there are).
+    pub fn runs(&self, lo: u64, hi: u64) -> impl Iterator<Item = (u64, u64, KeyRun)> + '_ {
+        let (mut l, mut done) = (lo, lo > hi);
+        std::iter::from_fn(move || {
+            if done {
+                return None;
+            }
             let (end, run) = self.run_at(l);
             let end = end.min(hi);
-            out.push((l, end, run));
-            l = end + 1;
-        }
-        out
+            let item = (l, end, run);
+            if end == hi {
+                done = true;
+            } else {
+                l = end + 1;
+            }
+            Some(item)
+        })
+    }
+
+    /// How many runs `runs(lo, hi)` holds, counted up to `limit + 1` (a work check before pricing).
+    pub fn count_runs(&self, lo: u64, hi: u64, limit: u64) -> u64 {
+        self.runs(lo, hi).take(limit.saturating_add(1) as usize).count() as u64
     }
 
     /// The run starting at context `l`: its last context and its closed form.

@@ -62,7 +62,7 @@ impl DType {
             _ => {
                 return Err(Error::plan(
                     field,
-                    format!("unknown dtype '{s}'; accepted: fp32, tf32, bf16, fp16, fp8, int8, fp16acc16"),
+                    format!("unknown dtype {s:?}; accepted: fp32, tf32, bf16, fp16, fp8, int8, fp16acc16"),
                 ))
             }
         })

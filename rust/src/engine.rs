@@ -1,7 +1,6 @@
 //! A whole plan in one call: prefill (one step, or chunk steps), decode
 //! summed exactly over every output step, memory footprint and fit.
 
-use crate::attention::DecodeKeys;
 use crate::collectives::{Link, ProtocolTable, Topology};
 use crate::device::{Device, MICRO};
 use crate::dtype::DType;
@@ -208,12 +207,7 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
             identical_sequences: plan.identical_sequences,
             routing_skew: plan.routing_skew,
             attention_score_bytes: plan.attention_score_bytes,
-            kv_read: DecodeKeys {
-                window: None,
-                cache_extra: plan.swa_cache_extra,
-                pad: plan.kv_pad,
-                skip_masked_tail: plan.kv_skip_masked_tail && plan.batch > 1,
-            },
+            kv_read: plan.decode_keys(None),
             act_b: act.bytes(),
             kv_b: plan.kv_dtype().bytes(),
             formats,

@@ -189,6 +189,15 @@ pub struct Model {
     pub max_model_len: u64,
 }
 
+/// Layers a model may have: the normaliser and the builder do work per layer group and the
+/// pipeline per stage, so this bounds one estimate's work; 512 times the deepest published
+/// decoders (about 128 layers). A work bound, not a physical limit.
+pub const MAX_LAYERS: u64 = 1 << 16;
+
+/// Routed experts a MoE layer may have: skewed routing sums over each expert; over 100 times
+/// the largest published expert counts (about 384). A work bound, not a physical limit.
+pub const MAX_EXPERTS: u64 = 1 << 16;
+
 impl Model {
     pub fn from_json(s: &str) -> Result<Model> {
         let m: Model = serde_json::from_str(s).map_err(|e| Error::Input(format!("model: {e}")))?;
@@ -254,6 +263,13 @@ impl Model {
         if self.layer_groups.is_empty() {
             return Err(Error::model("num_hidden_layers", "the model has no layers"));
         }
+        let layers = self.layer_groups.iter().fold(0u64, |n, g| n.saturating_add(g.count));
+        if layers > MAX_LAYERS {
+            return Err(Error::model(
+                "num_hidden_layers",
+                format!("{layers} layers is more than the {MAX_LAYERS} one estimate builds"),
+            ));
+        }
         for g in &self.layer_groups {
             pos("num_hidden_layers", g.count)?;
             if let Some(a) = &g.attention {
@@ -305,6 +321,12 @@ impl Model {
                     ..
                 } => {
                     pos("num_experts", *num_experts)?;
+                    if *num_experts > MAX_EXPERTS {
+                        return Err(Error::model(
+                            "num_experts",
+                            format!("{num_experts} experts is more than the {MAX_EXPERTS} one estimate routes over"),
+                        ));
+                    }
                     pos("num_experts_per_tok", *top_k)?;
                     pos("moe_intermediate_size", *expert_intermediate_size)?;
                     if top_k > num_experts {

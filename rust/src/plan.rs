@@ -1,6 +1,7 @@
 //! A plan: what is run (batch, lengths, precisions, parallelism) and the
 //! efficiencies it is priced with.
 
+use crate::attention::DecodeKeys;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::{Ffn, Model};
@@ -95,10 +96,12 @@ fn one() -> u64 {
 /// below it so that no count the engine forms rounds or wraps. A representation limit.
 pub const MAX_EXACT: u64 = 1 << 53;
 
-/// Distinct prefill step shapes one estimate builds and prices (each a pass over the model's
-/// operators, about a microsecond): a work bound that keeps one call within seconds, not a
-/// physical limit. Real schedules take a handful (a chunk dividing the prompt: prompt / chunk).
-pub const MAX_DISTINCT_STEPS: u64 = 1 << 20;
+/// Distinct shapes one estimate builds and prices: prefill steps (each a pass over the model's
+/// operators, about a microsecond) and, per attention window, runs of decode contexts with one
+/// closed form. A work bound that keeps one call within seconds, not a physical limit: real
+/// plans take a handful (a chunk dividing the prompt: prompt / chunk steps; KV padded to 256
+/// cells: output / 256 runs).
+pub const MAX_SHAPES: u64 = 1 << 20;
 
 /// Devices per node and the per-device scale-out link (NIC line rate per
 /// direction), as the caller resolved them.
@@ -260,6 +263,17 @@ impl Plan {
         self.tp.saturating_mul(self.pp).saturating_mul(self.dp)
     }
 
+    /// How a decode step reads the KV cache of a layer with attention window `window`
+    /// (`attention::DecodeKeys`); the masked-tail skip needs several sequences.
+    pub fn decode_keys(&self, window: Option<u64>) -> DecodeKeys {
+        DecodeKeys {
+            window,
+            cache_extra: self.swa_cache_extra,
+            pad: self.kv_pad,
+            skip_masked_tail: self.kv_skip_masked_tail && self.batch > 1,
+        }
+    }
+
     /// Tokens one sequence holds at the end of the request: cached prefix + prompt + output
     /// (None past u64).
     pub fn context(&self) -> Option<u64> {
@@ -417,7 +431,7 @@ impl Plan {
             }
         }
         let schedule = crate::engine::PrefillSchedule::new(self.batch, self.prompt, self.prefix, self.chunk);
-        if schedule.distinct() > MAX_DISTINCT_STEPS {
+        if schedule.distinct() > MAX_SHAPES {
             return Err(Error::plan(
                 "chunk",
                 format!(
@@ -426,9 +440,30 @@ impl Plan {
                     schedule.chunk,
                     self.prompt,
                     schedule.distinct(),
-                    MAX_DISTINCT_STEPS
+                    MAX_SHAPES
                 ),
             ));
+        }
+        if self.output > 1 {
+            let (lo, hi) = (ctx - self.output + 1, ctx - 1);
+            for w in m
+                .layer_groups
+                .iter()
+                .filter_map(|g| g.attention.as_ref().map(|a| a.window))
+            {
+                let runs = self.decode_keys(w).count_runs(lo, hi, MAX_SHAPES);
+                if runs > MAX_SHAPES {
+                    return Err(Error::plan(
+                        "output",
+                        format!(
+                            "{} decode steps read the KV cache in more than {MAX_SHAPES} distinct runs (kv_pad {}, \
+                             sliding window {w:?}); a larger kv_pad or fewer output tokens take fewer",
+                            self.output - 1,
+                            self.kv_pad
+                        ),
+                    ));
+                }
+            }
         }
         for g in &m.layer_groups {
             if let Some(a) = &g.attention {

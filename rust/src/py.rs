@@ -508,7 +508,7 @@ fn collective<'py>(
         _ => {
             return Err(Error::plan(
                 "op",
-                format!("unknown collective '{op}'; accepted: allreduce, allgather, reducescatter, alltoall, sendrecv"),
+                format!("unknown collective {op:?}; accepted: allreduce, allgather, reducescatter, alltoall, sendrecv"),
             )
             .into())
         }
@@ -643,5 +643,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CatalogError", py.get_type::<CatalogError>())?;
     m.add("InternalError", py.get_type::<InternalError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("MAX_LAYERS", crate::model::MAX_LAYERS)?;
+    m.add("MAX_EXPERTS", crate::model::MAX_EXPERTS)?;
     Ok(())
 }

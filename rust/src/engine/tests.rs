@@ -770,3 +770,24 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn work_bounds_refuse_before_the_work() {
+    // a decode over a one-cell ring read up to its newest cell, every context a run of its own
+    let mut m = llama31_8b();
+    m.max_model_len = 1 << 40;
+    m.layer_groups[0].attention.as_mut().unwrap().window = Some(1);
+    let mut p = plan(2, 10, 1 << 30);
+    p.kv_skip_masked_tail = true;
+    let r = estimate(&m, &h100(), &p, &Efficiency::uncalibrated(), proto(), false);
+    assert!(
+        matches!(r, Err(Error::Plan { ref field, .. }) if field == "output"),
+        "{r:?}"
+    );
+    // the same decode without the skip reads the ring whole: one run, priced
+    p.kv_skip_masked_tail = false;
+    assert!(estimate(&m, &h100(), &p, &Efficiency::uncalibrated(), proto(), false).is_ok());
+    let mut deep = llama31_8b();
+    deep.layer_groups[0].count = crate::model::MAX_LAYERS + 1;
+    assert!(matches!(deep.validate(), Err(Error::ModelConfig { .. })));
+}
