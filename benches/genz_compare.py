@@ -90,7 +90,7 @@ def main() -> None:
     ours = []
     for p in PLANS:
         e = ridgeline.estimate(p["model"], "H100_SXM", batch=p["batch"], prompt=p["prompt"], output=p["output"],
-                               tp=p["tp"], allow_no_fit=True)  # fmt: skip
+                               tp=p["tp"], allow_no_fit=True, runtime="none")  # fmt: skip
         att = e.breakdown.filter((e.breakdown["phase"] == "prefill") & (e.breakdown["op"] == "attention"))
         ours.append({"ttft_ms": e.ttft_s * 1e3, "tpot_ms": (e.tpot_s or 0) * 1e3, "attn_flop": att["flops"].sum()})
     # the sweep path on the same 20 plans: each model's plans tiled into one Rust call
