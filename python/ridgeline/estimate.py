@@ -48,7 +48,6 @@ BREAKDOWN_COLUMNS = {
 }
 
 
-MAX_EXACT = _checks.MAX_EXACT
 _whole, _flag, _number, _text = _checks.whole, _checks.flag, _checks.number, _checks.text
 
 
@@ -313,9 +312,7 @@ def estimate(
     if catalog is not None and not isinstance(catalog, Catalog):
         raise PlanError(f"catalog: expected a ridgeline.Catalog, got {type(catalog).__name__}")
     cat = catalog or default_catalog()
-    if not isinstance(model, Model):
-        model = Model.from_config(_text("model", model))
-    m = model
+    m = model if isinstance(model, Model) else Model.from_config(_text("model", model))
     dev = hardware if isinstance(hardware, Device) else cat.get(_text("hardware", hardware))
     flags = {"identical_sequences": identical_sequences, "flash_attention": flash_attention,
              "allow_no_fit": allow_no_fit, "calibrated": calibrated, "breakdown": breakdown}  # fmt: skip

@@ -21,10 +21,11 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from . import _core, quant
+from ._checks import MAX_EXACT, flag, whole
 from .catalog import Catalog, default_catalog
 from .collectives import _protocol_json, resolve_topology
 from .errors import PlanError
-from .estimate import _UNCALIBRATED_EFF, MAX_EXACT, UNCALIBRATED
+from .estimate import _UNCALIBRATED_EFF, UNCALIBRATED
 from .models import Model
 
 NUMERIC_AXES = ("tp", "pp", "ep", "dp", "chunk", "batch", "prompt", "output")
@@ -231,14 +232,14 @@ def iter_sweep(
     import polars as pl
 
     from .calibrate import efficiency_json, lookup
-    from .estimate import _flag, _whole, canonical_dtype, choose_runtime, runtime_execution
+    from .estimate import canonical_dtype, choose_runtime, runtime_execution
 
-    _whole("threads", threads, 0)
-    _whole("chunk_size", chunk_size, 1)
+    whole("threads", threads, 0)
+    whole("chunk_size", chunk_size, 1)
     cat = catalog or default_catalog()
     g = normalise_grid(grid)
     runtimes = g["runtime"]
-    calibrated = _flag("calibrated", calibrated)
+    calibrated = flag("calibrated", calibrated)
     tp, pp, ep, dp, chunk, batch, prompt, output = (np.asarray(g[k], dtype=np.int64) for k in NUMERIC_AXES)
     n_numeric = int(np.prod([len(g[k]) for k in NUMERIC_AXES]))
     proto = _protocol_json(cat)
