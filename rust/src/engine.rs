@@ -812,20 +812,10 @@ fn check_finite(e: &Estimate) -> Result<()> {
         .into_iter()
         .map(|v| ("prefill", v))
         .chain(phase(&e.decode).into_iter().map(|v| ("decode", v)));
-    let rows = e.breakdown.iter().flat_map(|r| {
-        let c = r.cost;
-        [
-            c.flops,
-            c.bytes,
-            c.compute_s,
-            c.memory_s,
-            c.comm_s,
-            c.launch_s,
-            c.time_s,
-        ]
-        .into_iter()
-        .map(|v| ("breakdown", v))
-    });
+    let rows = e
+        .breakdown
+        .iter()
+        .flat_map(|r| r.cost.values().into_iter().map(|v| ("breakdown", v)));
     for (name, v) in scalars.into_iter().chain(phases).chain(rows) {
         if !v.is_finite() || v < 0.0 {
             return Err(Error::Input(format!(

@@ -10,6 +10,7 @@ use crate::graph::{self, MODEL_LEVEL};
 use crate::model::Model;
 use crate::params;
 use crate::plan::{Efficiency, Plan};
+use crate::roofline::Cost;
 use crate::sweep;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::create_exception;
@@ -246,20 +247,7 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
         quantized.push(r.quantized);
         role.push(r.role.map(|x| x.name()));
         grouped.push(r.grouped);
-        let c = r.cost;
-        for (i, v) in [
-            c.launches,
-            c.flops,
-            c.bytes,
-            c.compute_s,
-            c.memory_s,
-            c.comm_s,
-            c.launch_s,
-            c.time_s,
-        ]
-        .into_iter()
-        .enumerate()
-        {
+        for (i, v) in r.cost.values().into_iter().enumerate() {
             cols[i].push(v);
         }
     }
@@ -270,19 +258,7 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
     b.set_item("quantized", PyList::new(py, quantized)?)?;
     b.set_item("role", PyList::new(py, role)?)?;
     b.set_item("grouped", PyList::new(py, grouped)?)?;
-    for (i, name) in [
-        "launches",
-        "flops",
-        "bytes",
-        "compute_s",
-        "memory_s",
-        "comm_s",
-        "launch_s",
-        "time_s",
-    ]
-    .iter()
-    .enumerate()
-    {
+    for (i, name) in Cost::FIELDS.iter().enumerate() {
         b.set_item(*name, PyList::new(py, &cols[i])?)?;
     }
     d.set_item("breakdown", b)?;

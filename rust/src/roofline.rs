@@ -47,6 +47,32 @@ impl AddAssign for Cost {
 }
 
 impl Cost {
+    /// The names of `values`, in its order (the breakdown's columns).
+    pub const FIELDS: [&'static str; 8] = [
+        "launches",
+        "flops",
+        "bytes",
+        "compute_s",
+        "memory_s",
+        "comm_s",
+        "launch_s",
+        "time_s",
+    ];
+
+    /// Every number of the cost, in the order of `FIELDS`.
+    pub fn values(&self) -> [f64; 8] {
+        [
+            self.launches,
+            self.flops,
+            self.bytes,
+            self.compute_s,
+            self.memory_s,
+            self.comm_s,
+            self.launch_s,
+            self.time_s,
+        ]
+    }
+
     pub fn scaled(self, s: f64) -> Cost {
         Cost {
             flops: self.flops * s,
