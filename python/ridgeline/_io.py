@@ -176,6 +176,13 @@ def read_text(path: PathLike, *, what: str, error: type[RidgelineError]) -> str:
         raise error(f"{what} {p}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") from None
 
 
+def has_table(con: Any, table: str) -> bool:
+    """Whether the DuckDB connection's main schema holds ``table`` (names match in any case,
+    as DuckDB's identifiers do)."""
+    sql = "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' AND lower(table_name) = lower(?)"
+    return bool(con.execute(sql, [table]).fetchall()[0][0])
+
+
 @contextlib.contextmanager
 def duckdb_readonly(path: PathLike, *, what: str) -> Iterator[Optional[Any]]:
     """A read-only connection to an existing DuckDB file (None when there is no file), or a

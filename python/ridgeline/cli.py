@@ -607,25 +607,13 @@ def snapshot_save(db: str, label: Optional[str], to_text: bool, force: bool) -> 
     import duckdb
 
     from . import __version__
-    from ._io import changed_files, check_output, duckdb_readonly, write_files
+    from ._io import changed_files, check_output, write_files
     from .errors import PlanError
-    from .snapshot import GOLDEN, evaluate, save, structure_version
+    from .snapshot import GOLDEN, evaluate, has_label, save, structure_version
     from .snapshot import to_text as as_text
 
     label = label or f"{__version__}+{structure_version()}"
-    check_output(db, force=True, what="--db")
-    with duckdb_readonly(db, what="--db") as con:
-        try:
-            saved = con is not None and bool(
-                con.execute(
-                    "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' "
-                    "AND table_name = 'snapshots'"
-                ).fetchall()[0][0]
-                and con.execute("SELECT count(*) FROM snapshots WHERE label = ?", [label]).fetchall()[0][0]
-            )
-        except duckdb.Error as e:
-            raise PlanError(f"--db: {db} holds a snapshots table that is not ridgeline's ({e})") from None
-    if saved and not force:
+    if has_label(db, label) and not force:
         raise PlanError(f"--db: {db} already holds snapshot '{label}'; --force replaces it")
     # golden.csv is checked before the database changes: a refusal leaves both as they were
     golden: dict[Path, str] = {}

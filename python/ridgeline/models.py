@@ -195,12 +195,14 @@ def _name(cfg: Mapping[str, Any], key: str) -> Optional[str]:
     return v
 
 
-def _flag(cfg: Mapping[str, Any], key: str, default: bool) -> bool:
+def _flag(cfg: Mapping[str, Any], key: str, default: bool, *, name: Optional[str] = None) -> bool:
+    """A boolean config value, ``default`` when absent; ``name`` labels it in the error (a
+    nested key such as quantization_config.zero_point)."""
     v = cfg.get(key)
     if v is None:
         return default
     if not isinstance(v, bool):
-        raise ModelConfigError(f"model config key '{key}': expected true or false, got {v!r}")
+        raise ModelConfigError(f"model config key '{name or key}': expected true or false, got {v!r}")
     return v
 
 

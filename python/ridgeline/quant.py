@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from . import _data
 from .errors import ModelConfigError, PlanError
+from .models import _flag
 
 LINEAR_ROLES = ("attn_q", "attn_k", "attn_v", "attn_o", "ffn_up", "ffn_down", "expert_up", "expert_down")
 ATTENTION_ROLES = ("attn_q", "attn_k", "attn_v", "attn_o")
@@ -181,12 +182,7 @@ def _whole(key: str, v: Any) -> int:
 
 
 def _qflag(q: Mapping[str, Any], key: str, default: bool) -> bool:
-    v = q.get(key)
-    if v is None:
-        return default
-    if not isinstance(v, bool):
-        raise ModelConfigError(f"model config key 'quantization_config.{key}': expected true or false, got {v!r}")
-    return v
+    return _flag(q, key, default, name=f"quantization_config.{key}")
 
 
 def _bits(q: Mapping[str, Any], *keys: str) -> int:

@@ -147,6 +147,24 @@ def load(ref: str, *, db: Optional[str] = None, catalog: Optional[Catalog] = Non
     raise PlanError(f"snapshot: unknown reference '{ref}'; use shipped, current, a CSV path or a label saved with --db")
 
 
+def has_label(db: str, label: str) -> bool:
+    """Whether the DuckDB file ``db`` already holds a snapshot saved as ``label`` (no file: no)."""
+    import duckdb
+
+    from ._io import check_output, duckdb_readonly, has_table
+
+    check_output(db, force=True, what="--db")
+    with duckdb_readonly(db, what="--db") as con:
+        try:
+            return (
+                con is not None
+                and has_table(con, "snapshots")
+                and bool(con.execute("SELECT count(*) FROM snapshots WHERE label = ?", [label]).fetchall()[0][0])
+            )
+        except duckdb.Error as e:
+            raise PlanError(f"--db: {db} holds a snapshots table that is not ridgeline's ({e})") from None
+
+
 def save(db: str, label: str, catalog: Optional[Catalog] = None) -> int:
     """Evaluates the panel and stores it in ``db`` (table snapshots) under ``label``."""
     import duckdb

@@ -353,17 +353,11 @@ def _out_target(out: str) -> tuple[str, Optional[str]]:
 
 def _has_table(target: str, table: str) -> bool:
     """Whether the DuckDB file ``target`` holds ``table`` (no file: no table)."""
-    from ._io import check_output, duckdb_readonly
+    from ._io import check_output, duckdb_readonly, has_table
 
     check_output(target, force=True, what="out")
     with duckdb_readonly(target, what="out") as con:
-        if con is None:
-            return False
-        sql = (
-            "SELECT count(*) FROM information_schema.tables "
-            "WHERE table_schema = 'main' AND lower(table_name) = lower(?)"
-        )
-        return bool(con.execute(sql, [table]).fetchall()[0][0])
+        return con is not None and has_table(con, table)
 
 
 def _create_table(target: str, table: str, parts: Sequence[Path], *, force: bool) -> None:
