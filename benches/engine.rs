@@ -31,6 +31,7 @@ fn bench(c: &mut Criterion) {
         batch: (1..=256).collect(),
         prompt: vec![1024],
         output: vec![256],
+        chunk_extra: None,
     };
     let n = axes.len();
     let mut g = c.benchmark_group("sweep");

@@ -90,6 +90,21 @@ def test_same_bytes_whatever_the_thread_count(tmp_path):
     assert outs[0] == outs[1]
 
 
+def test_streamed_and_lazy_sweeps_hold_the_eager_rows_in_grid_order(tmp_path):
+    # the file is written in one pass from parts of 37 plans: same rows, same order, same values
+    eager = sweep(GRID)
+    p = tmp_path / "parts.parquet"
+    assert write(iter_sweep(GRID, chunk_size=37), str(p)) == eager.height
+    assert pl.read_parquet(p).equals(eager)
+    lazy = sweep(GRID, lazy=True)
+    assert isinstance(lazy, pl.LazyFrame) and lazy.collect().equals(eager)
+    assert lazy.select("tp", "ttft_s").head(3).collect().equals(eager.select("tp", "ttft_s").head(3))
+    lazy.sink_parquet(tmp_path / "lazy.parquet")
+    assert pl.read_parquet(tmp_path / "lazy.parquet").equals(eager)
+    with pytest.raises(ridgeline.UnknownNameError, match="unknown model"):
+        sweep({**GRID, "model": "no/such-model"}, lazy=True)
+
+
 def test_parquet_and_duckdb_outputs_are_queryable(tmp_path):
     p = tmp_path / "results.parquet"
     n = write(iter_sweep({**GRID, "output": "16..256:x2"}, chunk_size=1000), str(p))

@@ -93,6 +93,7 @@ def sweep_grid(
     threads: int = 0,
     start: int = 0,
     stop: Optional[int] = None,
+    chunk_extra: Optional[npt.NDArray[np.int64]] = None,
 ) -> dict[str, Any]: ...
 def collective(
     op: str,

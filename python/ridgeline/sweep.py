@@ -24,7 +24,7 @@ from . import _core, quant
 from ._checks import MAX_EXACT, flag, whole
 from .catalog import Catalog, default_catalog
 from .collectives import _protocol_json, resolve_topology
-from .errors import PlanError
+from .errors import InternalError, PlanError
 from .estimate import _UNCALIBRATED_EFF, UNCALIBRATED
 from .models import Model
 
@@ -229,8 +229,6 @@ def iter_sweep(
     said in ``calibration``) and run the way that runtime runs it (``runtime_execution``: for
     llama.cpp the prompt in n_ubatch steps unless the grid has a ``chunk`` axis, which is then
     its n_ubatch, padded KV reads, one-token decode steps replayed from a CUDA graph)."""
-    import polars as pl
-
     from .calibrate import efficiency_json, lookup
     from .estimate import canonical_dtype, choose_runtime, runtime_execution
 
@@ -265,65 +263,89 @@ def iter_sweep(
         # the runtime's own prompt step where the grid does not sweep one
         own = runtime_execution(rt, cat, flash_attention=True)["chunk"]
         chunks = chunk if own is None or grid.get("chunk") is not None else np.asarray([own], dtype=np.int64)
-        # how the runtime runs a plan can depend on its prompt step (llama.cpp's sliding-window
-        # ring holds n_ubatch cells more): each distinct way is evaluated over the grid, and every
-        # plan takes its own
-        ways: dict[str, list[int]] = {}
-        for c in chunks.tolist():
-            ex = runtime_execution(rt, cat, flash_attention=True, ubatch=c or None)
-            del ex["chunk"]
-            ways.setdefault(json.dumps({**base, **ex}), []).append(c)
+        # how the runtime runs a plan: the same for every plan but the sliding-window ring, which
+        # llama.cpp sizes by its prompt step (n_swa + n_ubatch), so the core takes one ring per chunk
+        ways = [runtime_execution(rt, cat, flash_attention=True, ubatch=c or None) for c in chunks.tolist()]
+        shared = {k: v for k, v in ways[0].items() if k not in ("chunk", "swa_cache_extra")}
+        if any({k: w[k] for k in shared} != shared for w in ways):
+            raise InternalError(f"runtime_execution for {rt} varies with the chunk beyond the sliding-window ring")
+        extra = np.asarray([w["swa_cache_extra"] for w in ways], dtype=np.int64)
+        base_json = json.dumps({**base, **shared})
+        consts = {"model": m.name, "hardware": dev.name, "dtype": str(dtype), "weights": weights.label,
+                  "kv_dtype": kv or str(dtype), "runtime": rt, "calibration": label}  # fmt: skip
         for start in range(0, n_numeric, chunk_size):
             stop = min(start + chunk_size, n_numeric)
-            r: dict[str, Any] = {}
-            for base_json, members in ways.items():
-                part = _core.sweep_grid(
-                    m._core, dev.core, tp, pp, ep, dp, chunks, batch, prompt, output,
-                    base_json, eff, proto, threads, start, stop,
-                )  # fmt: skip
-                if not r:
-                    r = part
-                    continue
-                mine = np.isin(part["chunk"], members)
-                for k, v in part.items():
-                    r[k] = (np.where(mine, v, r[k]) if isinstance(v, np.ndarray)
-                            else [x if o else y for x, y, o in zip(v, r[k], mine)])  # fmt: skip
-            n = stop - start
-            cols: dict[str, Any] = {
-                "model": pl.Series("model", [m.name] * n, dtype=pl.Utf8),
-                "hardware": pl.Series("hardware", [dev.name] * n, dtype=pl.Utf8),
-                "dtype": pl.Series("dtype", [str(dtype)] * n, dtype=pl.Utf8),
-                "weights": pl.Series("weights", [weights.label] * n, dtype=pl.Utf8),
-                "kv_dtype": pl.Series("kv_dtype", [kv or str(dtype)] * n, dtype=pl.Utf8),
-                "runtime": pl.Series("runtime", [rt] * n, dtype=pl.Utf8),
-            }
-            for k in NUMERIC_AXES:
-                cols[k] = r[k]
-            cols["devices"] = r["devices"]
-            for k in ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "prefill_tok_s"):
-                cols[k] = r[k]
-            cols["memory_gb"] = r["memory_bytes"] / 1e9
-            cols["fits"] = r["fits"]
-            cols["mfu_prefill"] = r["mfu_prefill"]
-            cols["mbu_decode"] = r["mbu_decode"]
-            cols["calibration"] = pl.Series("calibration", [label] * n, dtype=pl.Utf8)
-            cols["estimated"] = pl.Series("estimated", [not dev.verified] * n, dtype=pl.Boolean)
-            cols["error"] = pl.Series("error", r["error"], dtype=pl.Utf8)
+            r = _core.sweep_grid(
+                m._core, dev.core, tp, pp, ep, dp, chunks, batch, prompt, output,
+                base_json, eff, proto, threads, start, stop, extra,
+            )  # fmt: skip
             if progress:
-                progress(n)
-            # A plan that cannot be priced has no numbers: nulls, never NaN.
-            df = pl.DataFrame(cols)
-            yield df.with_columns(pl.col(pl.Float64).fill_nan(None))
+                progress(stop - start)
+            yield _frame(r, consts, estimated=not dev.verified)
+
+
+_STRINGS = ("model", "hardware", "dtype", "weights", "kv_dtype", "runtime")
+_FLOATS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "prefill_tok_s")
+
+
+def _frame(r: Mapping[str, Any], consts: Mapping[str, Optional[str]], *, estimated: bool) -> Any:
+    """One part of a sweep as a Polars frame in ``SWEEP_COLUMNS`` order: the core's arrays taken
+    as they are (no per-plan Python object), the labels a part shares as constant columns, the
+    reasons a plan could not be priced gathered from the core's one copy of each. A plan that
+    cannot be priced has no numbers: nulls, never NaN."""
+    import polars as pl
+
+    def text(name: str) -> Any:
+        return pl.lit(consts[name], dtype=pl.String).alias(name)
+
+    codes = pl.Series(r["error_code"])
+    error = pl.Series("error", r["errors"], dtype=pl.String).gather(codes.replace(-1, None))
+    numeric = {k: r[k] for k in (*NUMERIC_AXES, "devices", *_FLOATS, "fits", "mfu_prefill", "mbu_decode")}
+    df = pl.DataFrame({**numeric, "memory_gb": r["memory_bytes"] / 1e9, "error": error})
+    return df.select(
+        *(text(k) for k in _STRINGS), *NUMERIC_AXES, "devices", *_FLOATS, "memory_gb", "fits", "mfu_prefill",
+        "mbu_decode", text("calibration"), pl.lit(estimated).alias("estimated"), "error",
+    ).with_columns(pl.col(pl.Float64).fill_nan(None))  # fmt: skip
+
+
+def _lazy(frames: Callable[[], Iterator[Any]], schema: Any) -> Any:
+    """A Polars LazyFrame whose rows are ``frames()``'s, produced as a sink or collect pulls them
+    (the frames of a sweep stream from the core to the file, never all in memory)."""
+    from polars.io.plugins import register_io_source
+
+    def source(with_columns: Optional[list[str]], predicate: Any, n_rows: Optional[int], batch_size: Any) -> Any:
+        left = n_rows
+        for df in frames():
+            if predicate is not None:
+                df = df.filter(predicate)
+            if with_columns is not None:
+                df = df.select(with_columns)
+            if left is not None:
+                df = df.head(left)
+                left -= df.height
+            yield df
+            if left is not None and left <= 0:
+                return
+
+    return register_io_source(source, schema=schema)
 
 
 def sweep(
-    grid: Mapping[str, Any], *, threads: int = 0, catalog: Optional[Catalog] = None, calibrated: bool = True
+    grid: Mapping[str, Any],
+    *,
+    threads: int = 0,
+    catalog: Optional[Catalog] = None,
+    calibrated: bool = True,
+    lazy: bool = False,
 ) -> Any:
     """Evaluates a grid of plans and returns a Polars DataFrame (columns in ``SWEEP_COLUMNS``).
 
     Each plan runs under the runtime ``estimate`` would choose for its device unless the grid
     has a ``runtime`` axis ("none": the plan as written at the bound); ``calibrated=False``
-    prices the same plans at the efficiency-1 bound.
+    prices the same plans at the efficiency-1 bound. ``lazy=True`` returns a Polars LazyFrame
+    instead, computed in parts as it is consumed: ``sweep(g, lazy=True).sink_parquet(path)``
+    streams a grid of any size to a file in bounded memory (the grid is checked first; a
+    ``collect()`` computes the plans again each time).
 
     >>> df = sweep({"model": "meta-llama/Llama-3.1-8B", "hardware": "H100_SXM", "batch": [1, 8], "tp": [1, 2]})
     >>> df.height
@@ -331,8 +353,13 @@ def sweep(
     """
     import polars as pl
 
-    frames = list(iter_sweep(grid, threads=threads, catalog=catalog, calibrated=calibrated))
-    return pl.concat(frames) if frames else pl.DataFrame()
+    whole("threads", threads, 0)
+    if not lazy:
+        frames = list(iter_sweep(grid, threads=threads, catalog=catalog, calibrated=calibrated))
+        return pl.concat(frames) if frames else pl.DataFrame()
+    # the first part is priced now, so a grid that cannot run fails here, not inside Polars
+    first = next(iter_sweep(grid, threads=threads, catalog=catalog, calibrated=calibrated, chunk_size=1))
+    return _lazy(lambda: iter_sweep(grid, threads=threads, catalog=catalog, calibrated=calibrated), first.schema)
 
 
 def _out_target(out: str) -> tuple[str, Optional[str]]:
@@ -398,8 +425,6 @@ def write(frames: Iterator[Any], out: str, *, force: bool = False) -> int:
     ...
     ridgeline.errors.PlanError: out: 'plans.txt' must end in .parquet or .csv, or be file.duckdb:table
     """
-    import polars as pl
-
     from ._io import FORCE_HINT, atomic_output, check_output
 
     target, table = _out_target(out)
@@ -421,19 +446,42 @@ def write(frames: Iterator[Any], out: str, *, force: bool = False) -> int:
                 df.write_csv(fh, include_header=i == 0)
                 rows += df.height
         return rows
+    # one pass: each part goes from the core through Polars' streaming sink into the one file,
+    # in row groups, never all in memory
+    counted = _Counted(frames)
+    lf = _lazy(lambda: iter(counted), first.schema)
+    if table is None:
+        with atomic_output(target, force=force, what="out") as dest:
+            counted.sink(lf, dest)
+        return counted.rows
     with tempfile.TemporaryDirectory(prefix=".ridgeline-sweep-", dir=Path(target).parent) as tmp_dir:
-        parts = []
-        for i, df in enumerate(frames):
-            p = Path(tmp_dir) / f"part-{i:06d}.parquet"
-            df.write_parquet(p)
-            parts.append(p)
-            rows += df.height
-        if table is None:
-            with atomic_output(target, force=force, what="out") as dest:
-                pl.concat([pl.scan_parquet(p) for p in parts]).sink_parquet(dest)
-        else:
-            _create_table(target, table, parts, force=force)
-    return rows
+        part = Path(tmp_dir) / "sweep.parquet"
+        counted.sink(lf, part)
+        _create_table(target, table, [part], force=force)
+    return counted.rows
+
+
+class _Counted:
+    """The frames of a sweep, iterated once inside a Polars sink: counts the rows that pass, and
+    keeps an error a part raises so that it reaches the caller as itself (a PlanError stays a
+    PlanError with its exit code), not wrapped by Polars."""
+
+    def __init__(self, frames: Iterator[Any]) -> None:
+        self.frames, self.rows = frames, 0
+        self.error: Optional[BaseException] = None
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            for df in self.frames:
+                self.rows += df.height
+                yield df
+        except Exception as e:  # re-raised by sink, after Polars has stopped
+            self.error = e
+
+    def sink(self, lf: Any, path: str | Path) -> None:
+        lf.sink_parquet(path)
+        if self.error is not None:
+            raise self.error
 
 
 def describe_columns() -> Sequence[tuple[str, str]]:

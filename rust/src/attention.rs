@@ -101,6 +101,11 @@ impl DecodeKeys {
         }
     }
 
+    /// The same reads on a layer with attention window `window`.
+    pub const fn with_window(self, window: Option<u64>) -> DecodeKeys {
+        DecodeKeys { window, ..self }
+    }
+
     fn pad(&self) -> u64 {
         self.pad.max(1)
     }

@@ -5,7 +5,9 @@ use crate::collectives::{Link, ProtocolTable, Topology};
 use crate::device::{Device, MICRO};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::graph::{build_step, BuildCtx, Geometry, Op, OpKind, Segment, MODEL_LEVEL};
+use crate::graph::{
+    build_kernels, build_step, step_shape, BuildCtx, Geometry, Op, OpKind, Segment, StepShape, MODEL_LEVEL,
+};
 use crate::model::{Ffn, Model};
 use crate::params::{self, ParamCounts};
 use crate::plan::{Efficiency, Plan};
@@ -83,19 +85,11 @@ pub struct Memory {
     pub shortfall_bytes: f64,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// One plan's result: its `Numbers` (read through `Deref`: `e.ttft_s`), the labels that say how
+/// they were priced, and with a breakdown the per-operator rows.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Estimate {
-    pub ttft_s: f64,
-    /// Mean time per output token after the first; None with one output token.
-    pub tpot_s: Option<f64>,
-    pub e2e_s: f64,
-    /// Output tokens per second over the whole request (batch x output / e2e).
-    pub throughput_tok_s: f64,
-    /// Prompt tokens per second during prefill.
-    pub prefill_tok_s: f64,
-    pub prefill: PhaseTotals,
-    pub decode: PhaseTotals,
-    pub memory: Memory,
+    pub numbers: Numbers,
     pub params: ParamCounts,
     pub gemm_dtype: DType,
     pub attention_dtype: DType,
@@ -103,9 +97,16 @@ pub struct Estimate {
     pub kv_dtype: DType,
     pub peak_flops: f64,
     pub memory_bw: f64,
-    pub parallel: Parallel,
     pub warnings: Vec<String>,
     pub breakdown: Vec<BreakdownRow>,
+}
+
+impl std::ops::Deref for Estimate {
+    type Target = Numbers;
+
+    fn deref(&self) -> &Numbers {
+        &self.numbers
+    }
 }
 
 /// How the plan spreads over devices.
@@ -207,7 +208,7 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
             identical_sequences: plan.identical_sequences,
             routing_skew: plan.routing_skew,
             attention_score_bytes: plan.attention_score_bytes,
-            kv_read: plan.decode_keys(None),
+            kv_read: plan.kv_read(),
             act_b: act.bytes(),
             kv_b: plan.kv_dtype().bytes(),
             formats,
@@ -284,12 +285,39 @@ fn topology(dev: &Device, plan: &Plan, warnings: &mut Vec<String>) -> Result<Opt
     Ok(Some(topo))
 }
 
+/// The segments of one prefill step (at most three), held without allocating.
+#[derive(Clone, Copy, Debug)]
+pub struct StepSegments {
+    segs: [Segment; 3],
+    len: usize,
+}
+
+impl StepSegments {
+    fn push(&mut self, s: Segment) {
+        self.segs[self.len] = s;
+        self.len += 1;
+    }
+
+    pub fn as_slice(&self) -> &[Segment] {
+        &self.segs[..self.len]
+    }
+}
+
 /// The segments of the prefill step that starts `off` tokens into a prompt and takes `budget`
 /// tokens, in arrival order (vLLM chunked prefill). At most three segments: the rest of a
 /// started prompt, whole prompts, and the start of the next.
-fn step_segments(off: u64, budget: u64, prompt: u64, prefix: u64) -> Vec<Segment> {
+fn step_segments(off: u64, budget: u64, prompt: u64, prefix: u64) -> StepSegments {
     let mut budget = budget;
-    let mut segs = Vec::with_capacity(3);
+    let none = Segment {
+        count: 0,
+        new: 0,
+        prefix: 0,
+        samples: false,
+    };
+    let mut segs = StepSegments {
+        segs: [none; 3],
+        len: 0,
+    };
     if off > 0 {
         let n = budget.min(prompt - off);
         segs.push(Segment {
@@ -329,7 +357,11 @@ pub fn prefill_steps(batch: u64, prompt: u64, prefix: u64, chunk: Option<u64>) -
     let total = batch * prompt;
     let c = chunk.unwrap_or(total).max(1);
     (0..total.div_ceil(c))
-        .map(|k| step_segments((k * c) % prompt, c.min(total - k * c), prompt, prefix))
+        .map(|k| {
+            step_segments((k * c) % prompt, c.min(total - k * c), prompt, prefix)
+                .as_slice()
+                .to_vec()
+        })
         .collect()
 }
 
@@ -416,14 +448,18 @@ impl PrefillSchedule {
         let merged = self.merged();
         for j in 0..full.min(period) {
             let n = laps + u64::from(j < rest) + u64::from(merged == Some(j));
-            f(&step_segments(self.offset(j), c, p, self.prefix), n);
+            f(step_segments(self.offset(j), c, p, self.prefix).as_slice(), n);
         }
         if merged.is_none() {
-            f(&step_segments(self.offset(full), self.last_budget(), p, self.prefix), 1);
+            f(
+                step_segments(self.offset(full), self.last_budget(), p, self.prefix).as_slice(),
+                1,
+            );
         }
     }
 }
 
+#[derive(Clone)]
 struct Acc {
     total: Cost,
     /// Pipeline send time within `total`.
@@ -621,60 +657,239 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
 
 /// KV-cache bytes one rank holds for `seqs` sequences of `tokens` tokens;
 /// windowed layers hold at most their window.
-fn kv_bytes_per_rank(ctx: &BuildCtx, seqs: u64, tokens: u64) -> f64 {
-    ctx.model
-        .kv_layers(ctx.tp)
-        .into_iter()
-        .map(|(count, values, window)| {
+/// KV-cache bytes one rank holds for `seqs` sequences of `tokens` tokens; windowed layers hold
+/// at most their window. `kv_layers`: (layers, values per token, window) at the plan's TP.
+fn kv_bytes_per_rank(kv_layers: &[(u64, u64, Option<u64>)], kv_b: f64, seqs: u64, tokens: u64) -> f64 {
+    kv_layers
+        .iter()
+        .map(|&(count, values, window)| {
             let held = window.map_or(tokens, |w| tokens.min(w));
-            count as f64 * seqs as f64 * held as f64 * values as f64 * ctx.kv_b
+            count as f64 * seqs as f64 * held as f64 * values as f64 * kv_b
         })
         .sum()
 }
 
-struct Phases {
-    pre: Acc,
-    dec: Acc,
+/// What every plan with the same model, device, precisions, parallel degrees (TP, PP, EP),
+/// links, routing and KV read resolves to before a token is priced: the build context, peaks
+/// and warnings, the weight bytes one rank holds and the KV layers. A sweep resolves it once
+/// per layout and prices every plan of that layout from it; `estimate` resolves it per plan.
+pub struct Layout<'a> {
+    r: Resolved<'a>,
+    /// Weight bytes per rank: decoder layers, embedding tables, final norm and LM head.
+    weights: (f64, f64, f64),
+    /// (layers, KV values per token, window) of each layer group with attention, at the plan's TP.
+    kv_layers: Vec<(u64, u64, Option<u64>)>,
+}
+
+impl<'a> Layout<'a> {
+    /// Resolves the layout of `plan` (its batch, lengths, chunk, DP and micro-batches aside).
+    pub fn new(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) -> Result<Layout<'a>> {
+        let r = resolve(m, dev, plan, proto)?;
+        let weights = weight_bytes_per_rank(&r.ctx);
+        let kv_layers = m.kv_layers(plan.tp);
+        Ok(Layout { r, weights, kv_layers })
+    }
+}
+
+/// One phase priced: its operators' totals (and rows with a breakdown) and the largest
+/// activation workspace a step of it holds.
+#[derive(Clone)]
+pub struct PhaseRun {
+    acc: Acc,
     workspace: f64,
 }
 
-/// Prefill (one step, or the chunk steps) and decode (every step, closed form) of `batch` sequences.
-fn run_phases(ctx: &BuildCtx, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64, breakdown: bool) -> Phases {
-    let layers = ctx.model.num_layers();
-    let mut ops: Vec<Op> = Vec::with_capacity(48);
-    let mut pre = Acc::new(Phase::Prefill, breakdown);
-    let mut workspace = 0.0f64;
-    // steps holding the same segments cost the same (every sequence's k-th prompt chunk, when
-    // chunks do not straddle sequences): each distinct step is built and priced once, counted
-    // as often as it occurs, in first-seen order
+/// The prefill of `batch` sequences (one step, or the chunk steps). Steps that hold the same
+/// segments cost the same (every sequence's k-th prompt chunk, when chunks do not straddle
+/// sequences): each distinct step is priced once and counted as often as it occurs. Steps that
+/// hold the same tokens, sampling sequences and sequences (`graph::step_shape`) differ only in
+/// their attention kernels (`OpKind::varies_with_segments`): the rest of their graph is built
+/// and priced once per shape, and only the kernels per distinct step. Rows keep the order of
+/// the first step's operators.
+pub fn prefill(l: &Layout, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64, breakdown: bool) -> PhaseRun {
+    let ctx = &l.r.ctx;
     let schedule = PrefillSchedule::new(batch, plan.prompt, plan.prefix, plan.chunk);
+    // one graph per step shape (tokens, sampling sequences, sequences), with the steps it covers
+    let mut shapes: Vec<(StepShape, Vec<Op>, u64)> = Vec::with_capacity(2);
+    // each kernel's cost summed over every step, in the order `build_kernels` gives them
+    let mut kernels: Vec<(Op, Cost)> = Vec::new();
+    let mut step: Vec<Op> = Vec::with_capacity(8);
+    let mut workspace = 0.0f64;
     schedule.for_each(|segs, n| {
-        build_step(ctx, &Geometry::Segments(segs), &mut ops);
-        for op in &ops {
+        let shape = step_shape(segs);
+        match shapes.iter_mut().find(|s| s.0 == shape) {
+            Some(s) => s.2 += n,
+            None => {
+                let mut ops = Vec::with_capacity(48);
+                build_step(ctx, &Geometry::Segments(segs), &mut ops);
+                shapes.push((shape, ops, n));
+            }
+        }
+        build_kernels(ctx, segs, &mut step);
+        if kernels.is_empty() {
+            kernels = step.iter().map(|op| (*op, Cost::default())).collect();
+        }
+        for (op, (_, total)) in step.iter().zip(kernels.iter_mut()) {
             workspace = workspace.max(op.act_bytes);
-            pre.add(op.kind, op.group, op.flags(), price(op, 0.0, bw, eff).scaled(n as f64));
+            *total += price(op, 0.0, bw, eff).scaled(n as f64);
         }
     });
-    pre.overhead(layers, schedule.steps(), eff);
-    // Decode: contexts prompt+1 ..= prompt+output-1, every step, in closed form.
-    let mut dec = Acc::new(Phase::Decode, breakdown);
+    let mut acc = Acc::new(Phase::Prefill, breakdown);
+    let mut next_kernel = kernels.iter();
+    for (i, (_, ops, count)) in shapes.iter().enumerate() {
+        for op in ops {
+            if op.kind.varies_with_segments() {
+                // a kernel's steps are all summed in; its row sits where the first step has it
+                if i == 0 {
+                    if let Some((k, total)) = next_kernel.next() {
+                        acc.add(k.kind, k.group, k.flags(), *total);
+                    }
+                }
+                continue;
+            }
+            workspace = workspace.max(op.act_bytes);
+            acc.add(
+                op.kind,
+                op.group,
+                op.flags(),
+                price(op, 0.0, bw, eff).scaled(*count as f64),
+            );
+        }
+    }
+    acc.overhead(ctx.model.num_layers(), schedule.steps(), eff);
+    PhaseRun { acc, workspace }
+}
+
+/// The operators of one decode step of `batch` sequences, as the plan runs it: a replayed
+/// CUDA graph (one-token steps, `decode_graphs`) launches no kernel from the host.
+pub fn decode_ops(l: &Layout, plan: &Plan, batch: u64) -> Vec<Op> {
+    let mut ops: Vec<Op> = Vec::with_capacity(48);
+    build_step(&l.r.ctx, &Geometry::Decode { batch }, &mut ops);
+    if plan.decode_graphs && batch == 1 {
+        for op in &mut ops {
+            op.launches = 0.0;
+        }
+    }
+    ops
+}
+
+/// Every decode step of the plan (contexts prompt+1 ..= prompt+output-1), in closed form, on
+/// the step's operators `ops` (`decode_ops`).
+pub fn decode(l: &Layout, plan: &Plan, ops: &[Op], eff: &Efficiency, bw: f64, breakdown: bool) -> PhaseRun {
+    let mut acc = Acc::new(Phase::Decode, breakdown);
+    let mut workspace = 0.0f64;
     if plan.output > 1 {
         let ctx0 = plan.prefix + plan.prompt;
         let (lo, hi) = (ctx0 + 1, ctx0 + plan.output - 1);
-        build_step(ctx, &Geometry::Decode { batch }, &mut ops);
-        for op in &ops {
-            // a replayed CUDA graph (one-token steps) launches no kernel from the host
-            let op = if plan.decode_graphs && batch == 1 {
-                Op { launches: 0.0, ..*op }
-            } else {
-                *op
-            };
+        for op in ops {
             workspace = workspace.max(op.act_bytes);
-            dec.add(op.kind, op.group, op.flags(), price_range(&op, lo, hi, bw, eff));
+            acc.add(op.kind, op.group, op.flags(), price_range(op, lo, hi, bw, eff));
         }
-        dec.overhead(layers, plan.output - 1, eff);
+        acc.overhead(l.r.ctx.model.num_layers(), plan.output - 1, eff);
     }
-    Phases { pre, dec, workspace }
+    PhaseRun { acc, workspace }
+}
+
+/// The numbers of one plan (an `Estimate` without its labels and breakdown; a sweep's row).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Numbers {
+    pub ttft_s: f64,
+    /// Mean time per output token after the first; None with one output token.
+    pub tpot_s: Option<f64>,
+    pub e2e_s: f64,
+    /// Output tokens per second over the whole request (batch x output / e2e).
+    pub throughput_tok_s: f64,
+    /// Prompt tokens per second during prefill.
+    pub prefill_tok_s: f64,
+    pub prefill: PhaseTotals,
+    pub decode: PhaseTotals,
+    pub memory: Memory,
+    pub parallel: Parallel,
+}
+
+/// The numbers of a plan from its priced phases; `micro`: with PP, the prefill and decode of
+/// one micro-batch (GPipe's stage time). Every number is checked finite.
+pub fn numbers(
+    l: &Layout,
+    dev: &Device,
+    plan: &Plan,
+    pre: &PhaseRun,
+    dec: &PhaseRun,
+    micro: Option<(&PhaseRun, &PhaseRun)>,
+) -> Result<Numbers> {
+    let (r, ctx) = (&l.r, &l.r.ctx);
+    let bw = dev.memory_bw();
+    let layers = ctx.model.num_layers();
+    let prefill = pre.acc.totals(r.peak_max, bw);
+    let decode = dec.acc.totals(r.peak_max, bw);
+    // One request's latency: the full pass through every stage plus the p-1 sends.
+    let ttft_s = prefill.time_s;
+    let tpot_s = (plan.output > 1).then(|| decode.time_s / (plan.output - 1) as f64);
+    let e2e_s = ttft_s + decode.time_s;
+    let out_tokens = (plan.batch * plan.output) as f64;
+    let stage_layers = layers.div_ceil(plan.pp);
+    let stage_share = stage_layers as f64 / layers as f64;
+
+    // Throughput: GPipe fill and drain of m micro-batches, (m + p - 1) x stage time.
+    let mb = plan.microbatches();
+    let (stage_s, round_s) = match micro {
+        Some((pm, dm)) if plan.pp > 1 => {
+            let e2e_m = pm.acc.total.time_s + dm.acc.total.time_s;
+            let sends_m = pm.acc.sends_s + dm.acc.sends_s;
+            let stage = (e2e_m - sends_m) * stage_share + sends_m / (plan.pp - 1) as f64;
+            (stage, (mb + plan.pp - 1) as f64 * stage)
+        }
+        _ => (e2e_s, e2e_s),
+    };
+    let throughput_tok_s = plan.dp as f64 * out_tokens / round_s;
+
+    let (layer_w, embed_w, head_w) = l.weights;
+    let weights = if plan.pp > 1 {
+        layer_w * stage_share + embed_w.max(head_w)
+    } else {
+        layer_w + embed_w + head_w
+    };
+    let tokens = plan.prefix + plan.prompt + plan.output;
+    let kv = kv_bytes_per_rank(&l.kv_layers, ctx.kv_b, plan.batch, tokens) * stage_share;
+    let workspace = pre.workspace.max(dec.workspace);
+    let total = weights + kv + workspace;
+    let budget = dev.memory_bytes() * plan.gpu_memory_utilization;
+    let memory = Memory {
+        weights_bytes: weights,
+        kv_bytes: kv,
+        activation_bytes: workspace,
+        total_bytes: total,
+        capacity_bytes: dev.memory_bytes(),
+        budget_bytes: budget,
+        fits: total <= budget,
+        shortfall_bytes: (total - budget).max(0.0),
+    };
+    let nodes = ctx.topo.map_or(1, |t| t.nodes(plan.tp * plan.pp));
+    let n = Numbers {
+        ttft_s,
+        tpot_s,
+        e2e_s,
+        throughput_tok_s,
+        prefill_tok_s: (plan.batch * plan.prompt) as f64 / ttft_s,
+        prefill,
+        decode,
+        memory,
+        parallel: Parallel {
+            devices: plan.devices(),
+            nodes_per_replica: nodes,
+            stage_layers,
+            microbatches: if plan.pp > 1 { mb } else { 1 },
+            stage_s,
+            round_s,
+        },
+    };
+    check_finite(&n, &[])?;
+    Ok(n)
+}
+
+/// The sequences of one pipeline micro-batch (GPipe), for plans with PP.
+pub fn micro_batch(plan: &Plan) -> Option<u64> {
+    (plan.pp > 1).then(|| plan.batch.div_ceil(plan.microbatches()))
 }
 
 /// Estimates one plan. `breakdown` keeps per-operator rows.
@@ -689,97 +904,38 @@ pub fn estimate(
     plan.validate(m)?;
     dev.validate()?;
     eff.validate()?;
-    let r = resolve(m, dev, plan, proto)?;
-    let ctx = &r.ctx;
+    let l = Layout::new(m, dev, plan, proto)?;
     let bw = dev.memory_bw();
-    let layers = m.num_layers();
-    let ph = run_phases(ctx, plan, plan.batch, eff, bw, breakdown);
-
-    let prefill = ph.pre.totals(r.peak_max, bw);
-    let decode = ph.dec.totals(r.peak_max, bw);
-    // One request's latency: the full pass through every stage plus the p-1 sends.
-    let ttft_s = prefill.time_s;
-    let tpot_s = (plan.output > 1).then(|| decode.time_s / (plan.output - 1) as f64);
-    let e2e_s = ttft_s + decode.time_s;
-    let out_tokens = (plan.batch * plan.output) as f64;
-    let stage_layers = layers.div_ceil(plan.pp);
-    let stage_share = stage_layers as f64 / layers as f64;
-
-    // Throughput: GPipe fill and drain of m micro-batches, (m + p - 1) x stage time.
-    let mb = plan.microbatches();
-    let (stage_s, round_s) = if plan.pp > 1 {
-        let micro = run_phases(ctx, plan, plan.batch.div_ceil(mb), eff, bw, false);
-        let e2e_m = micro.pre.total.time_s + micro.dec.total.time_s;
-        let sends_m = micro.pre.sends_s + micro.dec.sends_s;
-        let stage = (e2e_m - sends_m) * stage_share + sends_m / (plan.pp - 1) as f64;
-        (stage, (mb + plan.pp - 1) as f64 * stage)
-    } else {
-        (e2e_s, e2e_s)
-    };
-    let throughput_tok_s = plan.dp as f64 * out_tokens / round_s;
-
-    let (layer_w, embed_w, head_w) = weight_bytes_per_rank(ctx);
-    let weights = if plan.pp > 1 {
-        layer_w * stage_share + embed_w.max(head_w)
-    } else {
-        layer_w + embed_w + head_w
-    };
-    let kv = kv_bytes_per_rank(ctx, plan.batch, plan.prefix + plan.prompt + plan.output) * stage_share;
-    let workspace = ph.workspace;
-    let total = weights + kv + workspace;
-    let budget = dev.memory_bytes() * plan.gpu_memory_utilization;
-    let memory = Memory {
-        weights_bytes: weights,
-        kv_bytes: kv,
-        activation_bytes: workspace,
-        total_bytes: total,
-        capacity_bytes: dev.memory_bytes(),
-        budget_bytes: budget,
-        fits: total <= budget,
-        shortfall_bytes: (total - budget).max(0.0),
-    };
-
+    let pre = prefill(&l, plan, plan.batch, eff, bw, breakdown);
+    let dec = decode(&l, plan, &decode_ops(&l, plan, plan.batch), eff, bw, breakdown);
+    let micro = micro_batch(plan).map(|b| {
+        let pm = prefill(&l, plan, b, eff, bw, false);
+        let dm = decode(&l, plan, &decode_ops(&l, plan, b), eff, bw, false);
+        (pm, dm)
+    });
+    let n = numbers(&l, dev, plan, &pre, &dec, micro.as_ref().map(|(p, d)| (p, d)))?;
     let mut rows = Vec::new();
-    if let Some(p) = ph.pre.rows {
-        rows.extend(p);
+    for run in [pre, dec] {
+        rows.extend(run.acc.rows.unwrap_or_default());
     }
-    if let Some(d) = ph.dec.rows {
-        rows.extend(d);
-    }
-    let nodes = ctx.topo.map_or(1, |t| t.nodes(plan.tp * plan.pp));
-    let est = Estimate {
-        ttft_s,
-        tpot_s,
-        e2e_s,
-        throughput_tok_s,
-        prefill_tok_s: (plan.batch * plan.prompt) as f64 / ttft_s,
-        prefill,
-        decode,
-        memory,
+    check_finite(&n, &rows)?;
+    let r = l.r;
+    Ok(Estimate {
+        numbers: n,
         params: params::count(m),
         gemm_dtype: r.gemm_dtype,
         attention_dtype: r.attn_dtype,
         kv_dtype: plan.kv_dtype(),
         peak_flops: r.peak_max,
         memory_bw: bw,
-        parallel: Parallel {
-            devices: plan.devices(),
-            nodes_per_replica: nodes,
-            stage_layers,
-            microbatches: if plan.pp > 1 { mb } else { 1 },
-            stage_s,
-            round_s,
-        },
         warnings: r.warnings,
         breakdown: rows,
-    };
-    check_finite(&est)?;
-    Ok(est)
+    })
 }
 
 /// A NaN or infinity is a bug in the physics or an input that slipped
 /// validation; it never reaches the user as a number.
-fn check_finite(e: &Estimate) -> Result<()> {
+fn check_finite(e: &Numbers, breakdown: &[BreakdownRow]) -> Result<()> {
     let phase = |p: &PhaseTotals| {
         [
             p.flops,
@@ -812,8 +968,7 @@ fn check_finite(e: &Estimate) -> Result<()> {
         .into_iter()
         .map(|v| ("prefill", v))
         .chain(phase(&e.decode).into_iter().map(|v| ("decode", v)));
-    let rows = e
-        .breakdown
+    let rows = breakdown
         .iter()
         .flat_map(|r| r.cost.values().into_iter().map(|v| ("breakdown", v)));
     for (name, v) in scalars.into_iter().chain(phases).chain(rows) {

@@ -98,6 +98,13 @@ impl OpKind {
         }
     }
 
+    /// The operators of a prefill step whose cost depends on where its tokens sit in their
+    /// sequences (the attended pairs and keys), not only on how many tokens, sampling
+    /// sequences and sequences the step holds: what `build_kernels` builds.
+    pub fn varies_with_segments(self) -> bool {
+        matches!(self, OpKind::Attention | OpKind::KvUpProj)
+    }
+
     /// The routed-expert kernels (their memory efficiency may be fitted apart).
     pub fn is_routed_expert(self) -> bool {
         matches!(self, OpKind::ExpertUp | OpKind::ExpertAct | OpKind::ExpertDown)
@@ -245,7 +252,8 @@ pub struct BuildCtx<'a> {
     /// (unfused attention); 0 for fused (flash) attention.
     pub attention_score_bytes: f64,
     /// How decode reads the KV cache (`Plan::swa_cache_extra`, `kv_pad`, `kv_skip_masked_tail`);
-    /// its window is each layer's own.
+    /// its window is each layer's own, and the masked-tail skip applies to steps of several
+    /// sequences only (`decode_keys`), so one context serves plans of any batch.
     pub kv_read: DecodeKeys,
     /// Bytes per activation element.
     pub act_b: f64,
@@ -301,12 +309,17 @@ impl BuildCtx<'_> {
     /// the query (llama.cpp's CUDA flash attention skips only trailing masked tiles, so the
     /// masked cells before the window are computed too).
     pub fn swa_span(&self, window: Option<u64>) -> Option<u64> {
-        self.decode_keys(window).ring()
+        DecodeKeys { window, ..self.kv_read }.ring()
     }
 
-    /// The keys a decode step reads on a layer with attention window `window`.
-    pub fn decode_keys(&self, window: Option<u64>) -> DecodeKeys {
-        DecodeKeys { window, ..self.kv_read }
+    /// The keys a decode step of `batch` sequences reads on a layer with attention window
+    /// `window` (`Plan::decode_keys`: the masked-tail skip needs several sequences).
+    pub fn decode_keys(&self, window: Option<u64>, batch: u64) -> DecodeKeys {
+        DecodeKeys {
+            window,
+            skip_masked_tail: self.kv_read.skip_masked_tail && batch > 1,
+            ..self.kv_read
+        }
     }
 }
 
@@ -491,6 +504,15 @@ impl Builder<'_, '_> {
             self.elementwise(OpKind::Rotary, t * (h_t + kv_t) * hd, 3.0, 1.0, 0.0);
         }
         self.kv_cache_write(t, 2.0 * kv_t * hd);
+        self.mha_kernel(a, geo, t, h_t);
+    }
+
+    /// The attention kernel of a (GQA/MQA) layer group: the one operator of a prefill step whose
+    /// cost depends on where its tokens sit in their sequences, not only on how many there are.
+    fn mha_kernel(&mut self, a: &Attention, geo: &Geometry, t: f64, h_t: f64) {
+        let c = self.ctx;
+        let hd = a.head_dim as f64;
+        let kv_t = a.kv_heads.div_ceil(c.tp) as f64;
         // Fused: QK^T and PV over the exact pairs; reads Q, the attended K and V rows
         // (in the KV dtype), writes O; no score matrix in memory. Unfused: both products
         // over the full rectangle, and each score written and read back through memory.
@@ -511,7 +533,7 @@ impl Builder<'_, '_> {
         // A decode step reads the cells the runtime's cache layout gives (`DecodeKeys`: a
         // sliding-window ring larger than the window, n_kv padding).
         let keys = match geo {
-            Geometry::Decode { .. } => c.decode_keys(a.window),
+            Geometry::Decode { batch } => c.decode_keys(a.window, *batch),
             Geometry::Segments(_) => DecodeKeys::exact(span),
         };
         self.push(
@@ -550,12 +572,7 @@ impl Builder<'_, '_> {
     fn attention_mla(&mut self, a: &Attention, m: &Mla, geo: &Geometry, t: f64, h_t: f64) {
         let c = self.ctx;
         let d = c.model.hidden_size as f64;
-        let (nope, rope, v) = (
-            m.qk_nope_head_dim as f64,
-            m.qk_rope_head_dim as f64,
-            m.v_head_dim as f64,
-        );
-        let kvl = m.kv_lora_rank as f64;
+        let (nope, rope, v, kvl) = m.dims();
         let qk = nope + rope;
         match m.q_lora_rank {
             Some(r) => {
@@ -572,43 +589,56 @@ impl Builder<'_, '_> {
             self.elementwise(OpKind::Rotary, t * (h_t + 1.0) * rope, 3.0, 1.0, 0.0);
         }
         self.kv_cache_write(t, kvl + rope);
-        let span = c.swa_span(a.window);
-        let (p0, p1, k0, k1) = geo.attention(span);
         match geo {
-            Geometry::Decode { .. } => {
+            Geometry::Decode { batch } => {
+                let (p0, p1, k0, k1) = geo.attention(c.swa_span(a.window));
                 // q_nope x W_UK per head -> a query in latent space.
                 self.latent_head_gemm(OpKind::QAbsorb, t, h_t, kvl, nope);
                 // Scores over latent + rope key, values over the latent: MQA on the cache.
                 let per_pair = 2.0 * h_t * (2.0 * kvl + rope);
                 let per_key = (kvl + rope) * c.kv_b;
                 let qo = t * h_t * (kvl + rope + kvl) * c.act_b;
-                self.push(
-                    OpKind::Attention,
-                    c.peak_act,
-                    (per_pair * p0, per_pair * p1),
-                    (qo + per_key * k0, per_key * k1),
-                    qo,
-                    c.decode_keys(a.window),
-                );
+                let keys = c.decode_keys(a.window, *batch);
+                self.latent_attention(per_pair, per_key, qo, (p0, p1, k0, k1), keys);
                 // Latent output x W_UV per head -> values.
                 self.latent_head_gemm(OpKind::VUnabsorb, t, h_t, kvl, v);
             }
-            Geometry::Segments(_) => {
-                // Up-project every attended key's latent to per-head K_nope and V.
-                self.gemm(OpKind::KvUpProj, k0, kvl, h_t * (nope + v), Role::V, false);
-                let per_pair = 2.0 * h_t * (qk + v);
-                let per_key = h_t * (qk + v) * c.act_b;
-                let qo = t * h_t * (qk + v) * c.act_b;
-                self.push(
-                    OpKind::Attention,
-                    c.peak_act,
-                    (per_pair * p0, per_pair * p1),
-                    (qo + per_key * k0, per_key * k1),
-                    qo,
-                    DecodeKeys::exact(span),
-                );
-            }
+            Geometry::Segments(_) => self.mla_expanded_kernel(a, m, geo, t, h_t),
         }
+    }
+
+    /// MLA's prefill kernels, expanded: every attended key's latent up-projected to per-head
+    /// K_nope and V, then attention over them; like `mha_kernel`, their cost depends on where the
+    /// step's tokens sit in their sequences.
+    fn mla_expanded_kernel(&mut self, a: &Attention, m: &Mla, geo: &Geometry, t: f64, h_t: f64) {
+        let c = self.ctx;
+        let (nope, rope, v, kvl) = m.dims();
+        let qk = nope + rope;
+        let span = c.swa_span(a.window);
+        let (p0, p1, k0, k1) = geo.attention(span);
+        // Up-project every attended key's latent to per-head K_nope and V.
+        self.gemm(OpKind::KvUpProj, k0, kvl, h_t * (nope + v), Role::V, false);
+        let per_pair = 2.0 * h_t * (qk + v);
+        let per_key = h_t * (qk + v) * c.act_b;
+        let qo = t * h_t * (qk + v) * c.act_b;
+        self.latent_attention(per_pair, per_key, qo, (p0, p1, k0, k1), DecodeKeys::exact(span));
+    }
+
+    /// MLA's attention kernel: `per_pair` FLOPs per attended pair, `per_key` bytes per key read
+    /// and `qo` bytes of queries and outputs, over the (pairs0, pairs1, keys0, keys1) of
+    /// `Geometry::attention`.
+    fn latent_attention(&mut self, per_pair: f64, per_key: f64, qo: f64, a: (f64, f64, f64, f64), keys: DecodeKeys) {
+        let (p0, p1, k0, k1) = a;
+        let peak = self.ctx.peak_act;
+        let flops = (per_pair * p0, per_pair * p1);
+        self.push(
+            OpKind::Attention,
+            peak,
+            flops,
+            (qo + per_key * k0, per_key * k1),
+            qo,
+            keys,
+        );
     }
 
     fn ffn(&mut self, g: &LayerGroup, t: f64, route_tokens: f64) {
@@ -739,6 +769,47 @@ pub fn distinct_experts(num_experts: u64, top_k: u64, tokens: f64, skew: f64) ->
         .map(|wi| 1.0 - (1.0 - (c * wi).min(1.0)).powf(tokens))
         .sum();
     capped as f64 + rest
+}
+
+/// The operators of a prefill step that vary with where its tokens sit
+/// (`OpKind::varies_with_segments`), built exactly as `build_step` builds them and in its
+/// order, into `out` (cleared first): a schedule of steps that hold the same tokens prices the
+/// rest of the graph once.
+pub fn build_kernels(ctx: &BuildCtx, segs: &[Segment], out: &mut Vec<Op>) {
+    out.clear();
+    let geo = Geometry::Segments(segs);
+    let t = geo.tokens();
+    let mut b = Builder {
+        ctx,
+        out,
+        group: MODEL_LEVEL,
+        repeat: 1.0,
+    };
+    for (gi, g) in ctx.model.layer_groups.iter().enumerate() {
+        let Some(a) = &g.attention else { continue };
+        b.group = gi as u16;
+        b.repeat = g.count as f64;
+        let h_t = (a.heads / ctx.tp) as f64;
+        match &a.mla {
+            None => b.mha_kernel(a, &geo, t, h_t),
+            Some(m) => b.mla_expanded_kernel(a, m, &geo, t, h_t),
+        }
+    }
+}
+
+/// Tokens, sampling sequences and sequences of a prefill step: what every operator of it but
+/// the `varies_with_segments` kernels depends on.
+pub type StepShape = (u64, u64, u64);
+
+/// The `StepShape` of a prefill step's segments.
+pub fn step_shape(segs: &[Segment]) -> StepShape {
+    segs.iter().fold((0, 0, 0), |(t, s, q), x| {
+        (
+            t + x.count * x.new,
+            s + if x.samples { x.count } else { 0 },
+            q + x.count,
+        )
+    })
 }
 
 /// Appends the operators of one step to `out` (cleared first).

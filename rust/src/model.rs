@@ -103,6 +103,17 @@ impl Mla {
     pub fn cache_width(&self) -> u64 {
         self.kv_lora_rank + self.qk_rope_head_dim
     }
+
+    /// (qk_nope_head_dim, qk_rope_head_dim, v_head_dim, kv_lora_rank) as the FLOP and byte
+    /// counts take them.
+    pub fn dims(&self) -> (f64, f64, f64, f64) {
+        (
+            self.qk_nope_head_dim as f64,
+            self.qk_rope_head_dim as f64,
+            self.v_head_dim as f64,
+            self.kv_lora_rank as f64,
+        )
+    }
 }
 
 /// A Mamba2 mixer (Nemotron-H): counted for parameters; the engine does not price it yet.

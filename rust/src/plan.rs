@@ -267,10 +267,20 @@ impl Plan {
     /// (`attention::DecodeKeys`); the masked-tail skip needs several sequences.
     pub fn decode_keys(&self, window: Option<u64>) -> DecodeKeys {
         DecodeKeys {
-            window,
+            skip_masked_tail: self.kv_skip_masked_tail && self.batch > 1,
+            ..self.kv_read()
+        }
+        .with_window(window)
+    }
+
+    /// How decode reads the KV cache whatever the batch: `decode_keys` but for the batch's
+    /// part in the masked-tail skip (the build context applies it per step).
+    pub fn kv_read(&self) -> DecodeKeys {
+        DecodeKeys {
+            window: None,
             cache_extra: self.swa_cache_extra,
             pad: self.kv_pad,
-            skip_masked_tail: self.kv_skip_masked_tail && self.batch > 1,
+            skip_masked_tail: self.kv_skip_masked_tail,
         }
     }
 

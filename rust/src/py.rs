@@ -337,60 +337,40 @@ fn estimate_many<'py>(
     summaries(py, results)
 }
 
-/// Result columns of many plans: NaN values and the reason in `error` where a plan cannot be priced.
-fn summaries<'py>(py: Python<'py>, results: Vec<crate::error::Result<sweep::Summary>>) -> PyResult<Bound<'py, PyDict>> {
-    const NAMES: [&str; 8] = [
-        "ttft_s",
-        "tpot_s",
-        "e2e_s",
-        "throughput_tok_s",
-        "prefill_tok_s",
-        "memory_bytes",
-        "mfu_prefill",
-        "mbu_decode",
-    ];
-    let n = results.len();
-    let mut cols: [Vec<f64>; 8] = Default::default();
-    let mut fits = Vec::with_capacity(n);
-    let mut devices = Vec::with_capacity(n);
-    let mut errors: Vec<Option<String>> = Vec::with_capacity(n);
-    for r in results {
-        match r {
-            Ok(s) => {
-                let vals = [
-                    s.ttft_s,
-                    s.tpot_s,
-                    s.e2e_s,
-                    s.throughput_tok_s,
-                    s.prefill_tok_s,
-                    s.memory_bytes,
-                    s.mfu_prefill,
-                    s.mbu_decode,
-                ];
-                for (c, v) in cols.iter_mut().zip(vals) {
-                    c.push(v);
-                }
-                fits.push(s.fits);
-                devices.push(s.devices as i64);
-                errors.push(None);
-            }
-            Err(e) => {
-                for c in cols.iter_mut() {
-                    c.push(f64::NAN);
-                }
-                fits.push(false);
-                devices.push(0);
-                errors.push(Some(e.to_string()));
-            }
-        }
-    }
+/// Result columns of many plans: NaN values where a plan cannot be priced, and its reason as
+/// an index into `errors` in `error_code` (-1 where it was priced; each distinct reason once).
+fn summaries(py: Python<'_>, c: sweep::Columns) -> PyResult<Bound<'_, PyDict>> {
+    let sweep::Columns {
+        ttft_s,
+        tpot_s,
+        e2e_s,
+        throughput_tok_s,
+        prefill_tok_s,
+        memory_bytes,
+        mfu_prefill,
+        mbu_decode,
+        fits,
+        devices,
+        error,
+        errors,
+    } = c;
     let out = PyDict::new(py);
-    for (name, c) in NAMES.iter().zip(cols) {
-        out.set_item(*name, PyArray1::from_vec(py, c))?;
+    for (name, v) in [
+        ("ttft_s", ttft_s),
+        ("tpot_s", tpot_s),
+        ("e2e_s", e2e_s),
+        ("throughput_tok_s", throughput_tok_s),
+        ("prefill_tok_s", prefill_tok_s),
+        ("memory_bytes", memory_bytes),
+        ("mfu_prefill", mfu_prefill),
+        ("mbu_decode", mbu_decode),
+    ] {
+        out.set_item(name, PyArray1::from_vec(py, v))?;
     }
     out.set_item("fits", PyArray1::from_vec(py, fits))?;
     out.set_item("devices", PyArray1::from_vec(py, devices))?;
-    out.set_item("error", PyList::new(py, errors)?)?;
+    out.set_item("error_code", PyArray1::from_vec(py, error))?;
+    out.set_item("errors", PyList::new(py, errors)?)?;
     Ok(out)
 }
 
@@ -402,7 +382,7 @@ fn axis(name: &str, a: PyReadonlyArray1<'_, i64>) -> PyResult<Vec<u64>> {
 /// here (output fastest), with the rest of the plan shared. Returns the axis
 /// values of each plan and its result columns.
 #[pyfunction]
-#[pyo3(signature = (model, device, tp, pp, ep, dp, chunk, batch, prompt, output, base_plan_json, efficiency_json, protocol_json, threads=0, start=0, stop=None))]
+#[pyo3(signature = (model, device, tp, pp, ep, dp, chunk, batch, prompt, output, base_plan_json, efficiency_json, protocol_json, threads=0, start=0, stop=None, chunk_extra=None))]
 #[allow(clippy::too_many_arguments)]
 fn sweep_grid<'py>(
     py: Python<'py>,
@@ -422,6 +402,7 @@ fn sweep_grid<'py>(
     threads: usize,
     start: usize,
     stop: Option<usize>,
+    chunk_extra: Option<PyReadonlyArray1<'py, i64>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let axes = sweep::Axes {
         tp: axis("tp", tp)?,
@@ -432,6 +413,7 @@ fn sweep_grid<'py>(
         batch: axis("batch", batch)?,
         prompt: axis("prompt", prompt)?,
         output: axis("output", output)?,
+        chunk_extra: chunk_extra.map(|x| axis("chunk_extra", x)).transpose()?,
     };
     axes.validate()?;
     let (base, eff, proto) = priced_inputs(base_plan_json, efficiency_json, protocol_json)?;
