@@ -8,6 +8,7 @@ import numpy.typing as npt
 __all__ = [
     "MAX_EXPERTS",
     "MAX_LAYERS",
+    "CalibRows",
     "CatalogError",
     "CoreDevice",
     "CoreModel",
@@ -49,6 +50,35 @@ class CoreModel:
     def params(self) -> dict[str, int]: ...
     def num_layers(self) -> int: ...
     def kv_layers(self, tp: int = 1) -> list[tuple[int, int, Optional[int]]]: ...
+
+@final
+class CalibRows:
+    def __new__(
+        cls,
+        len: npt.NDArray[np.int64],
+        compute: npt.NDArray[np.float64],
+        memory: npt.NDArray[np.float64],
+        expert: npt.NDArray[np.bool_],
+        quant: npt.NDArray[np.bool_],
+        fmt: npt.NDArray[np.int64],
+        moe_w: npt.NDArray[np.float64],
+        moe_t: npt.NDArray[np.float64],
+        moe_d0: npt.NDArray[np.float64],
+        moe_group: npt.NDArray[np.int64],
+        moe_ek: list[tuple[int, int]],
+        fixed: npt.NDArray[np.float64],
+        launches: npt.NDArray[np.float64],
+        steps: npt.NDArray[np.float64],
+        work: npt.NDArray[np.float64],
+        time_ms: npt.NDArray[np.bool_],
+        observed: npt.NDArray[np.float64],
+        formats: int,
+    ) -> CalibRows: ...
+    def predict(
+        self, params: npt.NDArray[np.float64], formats: npt.NDArray[np.float64], ratio: bool = False
+    ) -> npt.NDArray[np.float64]: ...
+    def rms(self, params: npt.NDArray[np.float64], formats: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]: ...
+    def __len__(self) -> int: ...
 
 @final
 class CoreDevice:

@@ -8,8 +8,9 @@ efficiencies (eta_mem, eta_compute, t_launch_us, t_step_us, overlap) is then
     T = sum_ops [o max(c, m) + (1 - o)(c + m)] + comm + launches t_launch + steps t_step
 
 with c = compute / eta_compute and m = memory / eta_mem per operator: the roofline's max at
-overlap o = 1, the two in series at 0. A fit evaluates thousands of candidates per second
-without calling the engine. Routed-expert
+overlap o = 1, the two in series at 0. The prediction runs in the core (``_core.CalibRows``,
+rust/src/calib.rs): differential evolution hands it each generation's whole population in one
+call, priced in parallel, without calling the engine. Routed-expert
 GEMMs over more than one token per step take eta_moe and their own overlap (overlap_moe: a grouped
 kernel streams each expert's weights for the few tokens routed to it, where a dense GEMM streams
 its weights once for the whole step), quantized GEMMs their weight format's
@@ -41,6 +42,7 @@ PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us", "eta_moe", "eta_
           "overlap", "overlap_moe")  # fmt: skip
 UNCALIBRATED = np.array([1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0])
 SKEW = PARAMS.index("routing_skew")
+CQ = PARAMS.index("eta_compute_quant")
 EXPERT_WEIGHT_OPS = ("expert_up", "expert_down")
 MODEL_METRICS = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "throughput_tok_s")
 CALIBRATION_FILE = "data/calibration/fits.csv"
@@ -218,7 +220,8 @@ def _decompose_gemm(r: dict[str, Any], cat: Catalog) -> Decomposed:
 
 
 class Batch:
-    """Many decomposed rows as padded arrays: one prediction of all rows is a few numpy ops."""
+    """Many decomposed rows as padded arrays, predicted in the core (``_core.CalibRows``): one call
+    prices every row under a whole population of candidate parameters, in parallel."""
 
     def __init__(self, rows: Sequence[Decomposed]) -> None:
         self.rows = list(rows)
@@ -259,18 +262,23 @@ class Batch:
         self.work = np.array([d.work for d in rows])
         self.time_ms = np.array([d.kind == "time_ms" for d in rows])
         self.observed = np.array([float(d.row["value"]) for d in rows])
+        self.lengths = np.array([len(d.compute) for d in rows], dtype=np.int64)
 
-    def memory(self, skew: float) -> np.ndarray:
-        """Memory times at efficiency 1 under routing skew `skew`."""
+    @functools.cached_property
+    def core(self) -> Any:
+        """The rows in the core (built on first use: many Batches only answer ``free``)."""
         from . import _core
 
-        if skew == 0.0 or not self.moe:
-            return self.m
-        m = self.m.copy()
-        for (n_exp, top_k), at in self.moe.items():
-            d = _core.distinct_experts(n_exp, top_k, self.mt[at], float(skew))
-            m[at] += self.mw[at] * (d - self.md0[at])
-        return m
+        groups = list(self.moe)
+        g = np.full(self.c.shape, -1, dtype=np.int64)
+        for i, ek in enumerate(groups):
+            g[self.moe[ek]] = i
+        c = np.ascontiguousarray
+        return _core.CalibRows(
+            self.lengths, c(self.c), c(self.m), c(self.e), c(self.q), c(self.f, dtype=np.int64), c(self.mw),
+            c(self.mt), c(self.md0), g, [(int(e), int(k)) for e, k in groups], c(self.fixed), c(self.launches),
+            c(self.steps), c(self.work), c(self.time_ms), c(self.observed, dtype=float), len(self.formats),
+        )  # fmt: skip
 
     def free(self) -> list[bool]:
         """Which of PARAMS these rows can fix: eta_moe and overlap_moe only where they hold grouped
@@ -287,26 +295,31 @@ class Batch:
             out.append(self.formats[int(np.argmax(share))] if share and max(share) > 0 else "")
         return out
 
+    def _candidates(self, p: np.ndarray, formats: Optional[Mapping[str, float]]) -> tuple[np.ndarray, np.ndarray]:
+        """Candidates x PARAMS, and candidates x formats: each weight format's own efficiency
+        where ``formats`` gives one, else the candidate's eta_compute_quant."""
+        params = np.ascontiguousarray(np.asarray(p, dtype=float).reshape(-1, len(PARAMS)))
+        fe = np.repeat(params[:, [CQ]], len(self.formats), axis=1)
+        for j, k in enumerate(self.formats):
+            if formats and k in formats:
+                fe[:, j] = float(formats[k])
+        return params, np.ascontiguousarray(fe)
+
     def predict(self, p: np.ndarray, formats: Optional[Mapping[str, float]] = None) -> np.ndarray:
         """Predicted rates (times in ms for time rows) under parameters `p`; a quantized GEMM
         takes its format's efficiency from `formats` where it has one, else eta_compute_quant."""
-        eta_m, eta_c, tl, ts, eta_moe, eta_cq, skew, overlap, overlap_moe = p
-        eta = np.where(self.e, eta_moe, eta_m)
-        by_format = np.array([float((formats or {}).get(k, eta_cq)) for k in self.formats] + [eta_cq])
-        eta_comp = np.where(self.q, by_format[self.f], eta_c)
-        c, m = self.c / eta_comp, self.memory(skew) / eta
-        # overlap 1: the roofline's max(compute, memory); 0: the two in series; grouped expert
-        # kernels have their own
-        o = np.where(self.e, overlap_moe, overlap)
-        t = (o * np.maximum(c, m) + (1.0 - o) * (c + m)).sum(axis=1)
-        t = t + self.fixed + self.launches * tl * 1e-6 + self.steps * ts * 1e-6
-        out: np.ndarray = np.where(self.time_ms, t * 1e3, self.work / t)
+        out: np.ndarray = self.core.predict(*self._candidates(p, formats))[0]
         return out
 
     def speed_ratio(self, p: np.ndarray, formats: Optional[Mapping[str, float]] = None) -> np.ndarray:
         """Observed over predicted speed (for times: predicted over observed), so > 1 is faster."""
-        pred = self.predict(p, formats)
-        out: np.ndarray = np.where(self.time_ms, pred / self.observed, self.observed / pred)
+        out: np.ndarray = self.core.predict(*self._candidates(p, formats), ratio=True)[0]
+        return out
+
+    def rms(self, population: np.ndarray) -> np.ndarray:
+        """The fit's objective for each candidate (rows of ``population``, PARAMS wide): the rms
+        of log(observed / predicted speed), every format at the candidate's eta_compute_quant."""
+        out: np.ndarray = self.core.rms(*self._candidates(population, None))
         return out
 
 
@@ -350,14 +363,17 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, dict[str,
         raise PlanError(f"calibration: {len(rows)} rows cannot fix {sum(free)} parameters")
     bounds = [b for b, f in zip(_bounds(cat), free) if f]
 
+    at = [i for i, f in enumerate(free) if f]
+
     def full(p: np.ndarray) -> np.ndarray:
-        it = iter(p)
-        v = [next(it) if f else None for f in free]
-        v[4] = v[4] if v[4] is not None else v[0]
-        v[5] = v[5] if v[5] is not None else v[1]
-        v[SKEW] = v[SKEW] if v[SKEW] is not None else 0.0
-        v[8] = v[8] if v[8] is not None else v[7]
-        return np.array(v, dtype=float)
+        # the free parameters (a vector, or candidates x free) as PARAMS; a tied one takes its base's
+        p = np.asarray(p, dtype=float)
+        v = np.zeros((*p.shape[:-1], len(PARAMS)))
+        v[..., at] = p
+        for tied, base in ((4, 0), (5, 1), (8, 7)):  # eta_moe, eta_compute_quant, overlap_moe
+            if not free[tied]:
+                v[..., tied] = v[..., base]
+        return v  # a routing skew that is not free stays 0: uniform routing
 
     def residuals(p: np.ndarray) -> np.ndarray:
         return np.asarray(-np.log(batch.speed_ratio(full(p))))
@@ -365,27 +381,34 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, dict[str,
     def rms(p: np.ndarray) -> float:
         return float(np.sqrt(np.mean(residuals(p) ** 2)))
 
-    de = differential_evolution(rms, bounds, seed=0, tol=1e-10, maxiter=300, polish=False, updating="immediate")
+    def population(x: np.ndarray) -> np.ndarray:
+        # scipy hands the population as free x candidates; the core prices it in one call
+        return batch.rms(full(x.T))
+
+    # the whole population of a generation per call (deferred updating: each generation is
+    # priced at once, in parallel in the core)
+    de = differential_evolution(population, bounds, seed=0, tol=1e-10, maxiter=300, polish=False,
+                                updating="deferred", vectorized=True)  # fmt: skip
     ls = least_squares(residuals, de.x, bounds=([b[0] for b in bounds], [b[1] for b in bounds]))
     best = ls.x if rms(ls.x) <= rms(de.x) else de.x
     p = full(best)
     own = _own_formats(batch, cat)
     if not own:
         return p, {}, rms(best)
-    # the second stage: the free parameters but eta_compute_quant (held at best[at]), then one
+    # the second stage: the free parameters but eta_compute_quant (held at best[slot]), then one
     # efficiency per format; quantized rows make eta_compute_quant free, so it has a slot in best
-    cq = PARAMS.index("eta_compute_quant")
-    at = sum(free[:cq])
+    cq = CQ
+    slot = sum(free[:cq])
     n = len(best) - 1
 
     def split(x: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
-        return full(np.insert(x[:n], at, best[at])), dict(zip(own, x[n:]))
+        return full(np.insert(x[:n], slot, best[slot])), dict(zip(own, x[n:]))
 
     def residuals2(x: np.ndarray) -> np.ndarray:
         return np.asarray(-np.log(batch.speed_ratio(*split(x))))
 
-    b2 = [*bounds[:at], *bounds[at + 1 :]] + [_bounds(cat)[cq]] * len(own)
-    x0 = np.concatenate([np.delete(best, at), np.full(len(own), p[cq])])
+    b2 = [*bounds[:slot], *bounds[slot + 1 :]] + [_bounds(cat)[cq]] * len(own)
+    x0 = np.concatenate([np.delete(best, slot), np.full(len(own), p[cq])])
     ls2 = least_squares(residuals2, x0, bounds=([b[0] for b in b2], [b[1] for b in b2]))
     q, formats = split(ls2.x)
     formats = {k: float(f"{v:.6g}") for k, v in formats.items()}

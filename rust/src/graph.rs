@@ -750,25 +750,55 @@ impl Builder<'_, '_> {
 /// the most experts any router can touch on average. As `s` grows the
 /// popular experts take the traffic and the count falls towards `k`.
 pub fn distinct_experts(num_experts: u64, top_k: u64, tokens: f64, skew: f64) -> f64 {
-    let (e, k) = (num_experts as f64, top_k as f64);
-    if skew == 0.0 || top_k >= num_experts {
-        return e * (1.0 - (1.0 - k / e).powf(tokens));
+    Routing::new(num_experts, top_k, skew).distinct(tokens)
+}
+
+/// What `distinct_experts` computes of one (E, k, skew) before the token count, so that many
+/// token counts (a calibration's rows) share it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Routing {
+    /// Every expert missed by a token with probability `miss` = 1 - k/E.
+    Uniform { experts: f64, miss: f64 },
+    /// `capped` experts chosen by every token; each other one missed by a token with its own
+    /// probability, held as its logarithm (`miss^T = exp(T ln miss)`: one exponential a count).
+    Skewed { capped: f64, ln_miss: Vec<f64> },
+}
+
+impl Routing {
+    pub fn new(num_experts: u64, top_k: u64, skew: f64) -> Routing {
+        let (e, k) = (num_experts as f64, top_k as f64);
+        if skew == 0.0 || top_k >= num_experts {
+            return Routing::Uniform {
+                experts: e,
+                miss: 1.0 - k / e,
+            };
+        }
+        let w: Vec<f64> = (1..=num_experts).map(|i| (i as f64).powf(-skew)).collect();
+        // Water-filling: the `capped` most popular experts are chosen by every token (their
+        // share c w_i would exceed one); the rest share the remaining k - capped choices.
+        let mut tail: f64 = w.iter().sum();
+        let mut capped = 0usize;
+        while (capped as f64) < k && (tail <= 0.0 || (k - capped as f64) * w[capped] > tail) {
+            tail -= w[capped];
+            capped += 1;
+        }
+        let c = if tail > 0.0 { (k - capped as f64) / tail } else { 0.0 };
+        Routing::Skewed {
+            capped: capped as f64,
+            ln_miss: w[capped..].iter().map(|wi| (1.0 - (c * wi).min(1.0)).ln()).collect(),
+        }
     }
-    let w: Vec<f64> = (1..=num_experts).map(|i| (i as f64).powf(-skew)).collect();
-    // Water-filling: the `capped` most popular experts are chosen by every token (their
-    // share c w_i would exceed one); the rest share the remaining k - capped choices.
-    let mut tail: f64 = w.iter().sum();
-    let mut capped = 0usize;
-    while (capped as f64) < k && (tail <= 0.0 || (k - capped as f64) * w[capped] > tail) {
-        tail -= w[capped];
-        capped += 1;
+
+    /// Expected distinct experts `tokens` tokens touch.
+    pub fn distinct(&self, tokens: f64) -> f64 {
+        match self {
+            Routing::Uniform { experts, miss } => experts * (1.0 - miss.powf(tokens)),
+            Routing::Skewed { capped, ln_miss } => {
+                let rest: f64 = ln_miss.iter().map(|l| 1.0 - (tokens * l).exp()).sum();
+                capped + rest
+            }
+        }
     }
-    let c = if tail > 0.0 { (k - capped as f64) / tail } else { 0.0 };
-    let rest: f64 = w[capped..]
-        .iter()
-        .map(|wi| 1.0 - (1.0 - (c * wi).min(1.0)).powf(tokens))
-        .sum();
-    capped as f64 + rest
 }
 
 /// The operators of a prefill step that vary with where its tokens sit

@@ -4,6 +4,7 @@
 //! `python` feature so that `cargo test` never links libpython.
 
 pub mod attention;
+pub mod calib;
 pub mod collectives;
 pub mod device;
 pub mod dtype;

@@ -1,6 +1,7 @@
 //! All PyO3 code: the exceptions, the one `From<Error> for PyErr`, and thin
 //! wrappers that pass whole plans and grids across the boundary.
 
+use crate::calib;
 use crate::collectives::{Collective, Link, ProtocolTable, Topology};
 use crate::device::Device;
 use crate::embedded;
@@ -12,7 +13,7 @@ use crate::params;
 use crate::plan::{Efficiency, Plan};
 use crate::roofline::Cost;
 use crate::sweep;
-use numpy::{PyArray1, PyReadonlyArray1};
+use numpy::{PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -551,6 +552,118 @@ fn distinct_experts<'py>(
     Ok(PyArray1::from_vec(py, out))
 }
 
+/// A calibration's decomposed rows held in Rust (`calib::Rows`): one call predicts every row
+/// under a whole population of candidate parameters, the candidates in parallel, the GIL released.
+#[pyclass(frozen, module = "ridgeline._core")]
+pub struct CalibRows {
+    inner: calib::Rows,
+}
+
+fn slice2<'a, T: numpy::Element>(what: &str, a: &'a PyReadonlyArray2<'_, T>) -> PyResult<&'a [T]> {
+    a.as_slice().map_err(|_| {
+        PyErr::from(Error::Input(format!(
+            "calibration rows: {what} must be a C-contiguous array"
+        )))
+    })
+}
+
+fn slice1<'a, T: numpy::Element>(what: &str, a: &'a PyReadonlyArray1<'_, T>) -> PyResult<&'a [T]> {
+    a.as_slice().map_err(|_| {
+        PyErr::from(Error::Input(format!(
+            "calibration rows: {what} must be a contiguous array"
+        )))
+    })
+}
+
+#[pymethods]
+impl CalibRows {
+    #[new]
+    #[pyo3(signature = (len, compute, memory, expert, quant, fmt, moe_w, moe_t, moe_d0, moe_group, moe_ek, fixed, launches, steps, work, time_ms, observed, formats))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        len: PyReadonlyArray1<'_, i64>,
+        compute: PyReadonlyArray2<'_, f64>,
+        memory: PyReadonlyArray2<'_, f64>,
+        expert: PyReadonlyArray2<'_, bool>,
+        quant: PyReadonlyArray2<'_, bool>,
+        fmt: PyReadonlyArray2<'_, i64>,
+        moe_w: PyReadonlyArray2<'_, f64>,
+        moe_t: PyReadonlyArray2<'_, f64>,
+        moe_d0: PyReadonlyArray2<'_, f64>,
+        moe_group: PyReadonlyArray2<'_, i64>,
+        moe_ek: Vec<(u64, u64)>,
+        fixed: PyReadonlyArray1<'_, f64>,
+        launches: PyReadonlyArray1<'_, f64>,
+        steps: PyReadonlyArray1<'_, f64>,
+        work: PyReadonlyArray1<'_, f64>,
+        time_ms: PyReadonlyArray1<'_, bool>,
+        observed: PyReadonlyArray1<'_, f64>,
+        formats: usize,
+    ) -> PyResult<Self> {
+        let width = compute.shape()[1];
+        let inner = calib::Rows::new(calib::RowArrays {
+            width,
+            len: slice1("len", &len)?,
+            compute: slice2("compute", &compute)?,
+            memory: slice2("memory", &memory)?,
+            expert: slice2("expert", &expert)?,
+            quant: slice2("quant", &quant)?,
+            fmt: slice2("fmt", &fmt)?,
+            moe_w: slice2("moe_w", &moe_w)?,
+            moe_t: slice2("moe_t", &moe_t)?,
+            moe_d0: slice2("moe_d0", &moe_d0)?,
+            moe_group: slice2("moe_group", &moe_group)?,
+            moe_ek: &moe_ek,
+            fixed: slice1("fixed", &fixed)?,
+            launches: slice1("launches", &launches)?,
+            steps: slice1("steps", &steps)?,
+            work: slice1("work", &work)?,
+            time_ms: slice1("time_ms", &time_ms)?,
+            observed: slice1("observed", &observed)?,
+            formats,
+        })?;
+        Ok(CalibRows { inner })
+    }
+
+    /// Predicted rates (time rows: ms) under each candidate: params (candidates x 9, in
+    /// `calib::PARAMS` order) and formats (candidates x formats) give candidates x rows; with
+    /// `ratio`, observed over predicted speed instead (time rows: predicted over observed).
+    #[pyo3(signature = (params, formats, ratio=false))]
+    fn predict<'py>(
+        &self,
+        py: Python<'py>,
+        params: PyReadonlyArray2<'py, f64>,
+        formats: PyReadonlyArray2<'py, f64>,
+        ratio: bool,
+    ) -> PyResult<Bound<'py, PyArray2<f64>>> {
+        let (p, fe) = (slice2("params", &params)?, slice2("formats", &formats)?);
+        let rows = &self.inner;
+        let out = guarded("the calibration rows", || {
+            Ok(py.detach(|| if ratio { rows.ratios(p, fe) } else { rows.predict(p, fe) })?)
+        })?;
+        let a = numpy::ndarray::Array2::from_shape_vec((params.shape()[0], rows.len()), out)
+            .map_err(|e| PyErr::from(Error::Input(format!("calibration rows: {e}"))))?;
+        Ok(PyArray2::from_owned_array(py, a))
+    }
+
+    /// The fit's objective per candidate: the rms of log(observed / predicted speed).
+    fn rms<'py>(
+        &self,
+        py: Python<'py>,
+        params: PyReadonlyArray2<'py, f64>,
+        formats: PyReadonlyArray2<'py, f64>,
+    ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        let (p, f) = (slice2("params", &params)?, slice2("formats", &formats)?);
+        let rows = &self.inner;
+        let out = guarded("the calibration objective", || Ok(py.detach(|| rows.rms(p, f))?))?;
+        Ok(PyArray1::from_vec(py, out))
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+}
+
 /// The canonical name of a dtype as users write it (`bfloat16`, `half`, `F16`, ` bf16`), the
 /// one alias table every entry point resolves dtypes through; a PlanError naming `field` else.
 #[pyfunction]
@@ -583,6 +696,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<CoreModel>()?;
     m.add_class::<CoreDevice>()?;
+    m.add_class::<CalibRows>()?;
     m.add_function(wrap_pyfunction!(estimate, m)?)?;
     m.add_function(wrap_pyfunction!(estimate_many, m)?)?;
     m.add_function(wrap_pyfunction!(collective, m)?)?;
