@@ -1,10 +1,11 @@
 """Estimates through the public API: closed forms, invariants over a sweep, error paths."""
 
+import json
 import math
 
 import pytest
 import ridgeline
-from ridgeline import DoesNotFitError, Model, ModelConfigError, PlanError, UnknownNameError
+from ridgeline import DoesNotFitError, Model, ModelConfigError, PlanError, UnknownNameError, _data
 from ridgeline.catalog import Catalog, default_catalog
 from ridgeline.models import bundled_names
 
@@ -291,3 +292,34 @@ def test_a_runtime_prices_only_the_devices_it_runs_on(tmp_path):
     mine = Catalog(path=tmp_path / "mine.duckdb", extra=[p])
     e = ridgeline.estimate("meta-llama/Llama-3.1-8B", "MY_ADA", runtime="llamacpp-cuda", catalog=mine)
     assert e.calibration.startswith("runtime-profile (llamacpp-cuda")
+
+
+def test_a_warm_estimate_is_the_cold_one_and_checks_what_it_is_given(tmp_path):
+    # what a plan's numbers do not change is prepared once per process; a warm call answers as
+    # the first did, and the cache never lets a value through that the full path refuses
+    from ridgeline.estimate import _PREPARED
+
+    kw = dict(batch=8, prompt=2048, tp=2, runtime="llamacpp-cuda", chunk=512, kv_pad=256)
+    _PREPARED.clear()
+    cold = ridgeline.estimate("Qwen/Qwen3-30B-A3B", "H100_SXM", **kw)
+    prepared = dict(_PREPARED)
+    warm = ridgeline.estimate("Qwen/Qwen3-30B-A3B", "H100_SXM", **kw)
+    assert _PREPARED == prepared and warm == cold and warm.to_dict(breakdown=True) == cold.to_dict(breakdown=True)
+    assert warm.plan["chunk"] == 512 and warm.plan["runtime"] == "llamacpp-cuda" and warm.plan["batch"] == 8
+    # equal values of another type (True == 1, 1 == 1.0) take the full path's checks
+    for bad in (dict(chunk=True), dict(kv_pad=True), dict(flash_attention=1), dict(calibrated=1),
+                dict(routing_skew=True), dict(batch=True), dict(tp=2.5)):  # fmt: skip
+        with pytest.raises(PlanError):
+            ridgeline.estimate("Qwen/Qwen3-30B-A3B", "H100_SXM", **{**kw, **bad})
+    assert ridgeline.estimate("Qwen/Qwen3-30B-A3B", "H100_SXM", **{**kw, "chunk": 512.0}) == cold
+    # a config file named by its path is read again when it changes
+    cfg = tmp_path / "config.json"
+    src = json.loads(_data.read_text("data/models/meta-llama--Llama-3.2-1B.json"))
+    cfg.write_text(json.dumps(src))
+    before = ridgeline.estimate(str(cfg), "H100_SXM")
+    cfg.write_text(json.dumps({**src, "num_hidden_layers": 2 * src["num_hidden_layers"]}))
+    after = ridgeline.estimate(str(cfg), "H100_SXM")
+    assert after.params["total"] > before.params["total"] and after.tpot_s > before.tpot_s
+    cfg.unlink()
+    with pytest.raises(UnknownNameError, match="nor a path to a config.json"):
+        ridgeline.estimate(str(cfg), "H100_SXM")

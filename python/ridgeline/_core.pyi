@@ -11,12 +11,14 @@ __all__ = [
     "CalibRows",
     "CatalogError",
     "CoreDevice",
+    "CoreEstimate",
     "CoreModel",
     "DoesNotFitError",
     "HardwareError",
     "InternalError",
     "ModelConfigError",
     "PlanError",
+    "Prepared",
     "RidgelineError",
     "UnknownNameError",
     "__version__",
@@ -25,8 +27,8 @@ __all__ = [
     "data_files",
     "data_hash",
     "distinct_experts",
-    "estimate",
     "estimate_many",
+    "estimate_prepared",
     "parse_dtype",
     "sweep_grid",
 ]
@@ -81,19 +83,46 @@ class CalibRows:
     def __len__(self) -> int: ...
 
 @final
+class Prepared:
+    def __new__(
+        cls, model: CoreModel, device: CoreDevice, plan_json: str, efficiency_json: str, protocol_json: str
+    ) -> Prepared: ...
+
+@final
+class CoreEstimate:
+    @property
+    def ttft_s(self) -> float: ...
+    @property
+    def tpot_s(self) -> Optional[float]: ...
+    @property
+    def e2e_s(self) -> float: ...
+    @property
+    def throughput_tok_s(self) -> float: ...
+    @property
+    def prefill_tok_s(self) -> float: ...
+    @property
+    def fits(self) -> bool: ...
+    def to_dict(self) -> dict[str, Any]: ...
+
+@final
 class CoreDevice:
     def __new__(cls, json: str) -> CoreDevice: ...
     @property
     def name(self) -> str: ...
 
-def estimate(
-    model: CoreModel,
-    device: CoreDevice,
-    plan_json: str,
-    efficiency_json: str,
-    protocol_json: str,
+def estimate_prepared(
+    prepared: Prepared,
+    batch: int,
+    prompt: int,
+    output: int,
+    prefix: int,
+    tp: int,
+    ep: int,
+    pp: int,
+    dp: int,
+    microbatches: Optional[int],
     breakdown: bool = True,
-) -> dict[str, Any]: ...
+) -> CoreEstimate: ...
 def estimate_many(
     model: CoreModel,
     device: CoreDevice,

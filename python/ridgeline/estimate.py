@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 import functools
 import json
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Optional, TypeVar
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple, Optional, TypeVar
 
 from . import _checks, _core, _data, quant
+from ._checks import MAX_EXACT
 from .catalog import Catalog, Device, default_catalog
 from .collectives import _protocol_json, resolve_topology
 from .errors import DoesNotFitError, PlanError
@@ -93,44 +94,198 @@ def choose_runtime(runtime: Any, dev: Device, cat: Catalog) -> tuple[Optional[st
     return name, f"{name}: given"
 
 
-@dataclasses.dataclass(frozen=True)
-class Estimate:
-    """The result of one plan. Times in seconds, sizes in bytes, rates per second."""
+class _Prepared(NamedTuple):
+    """What every plan of one (model, device, precisions, runtime, calibration, links) shares,
+    resolved and checked once (``_prepare``): the labels an estimate carries and the core's
+    ``Prepared``, which prices a plan from its numbers alone."""
 
     model: str
-    hardware: str
-    plan: Mapping[str, Any]
-    ttft_s: float
-    tpot_s: Optional[float]
-    e2e_s: float
-    throughput_tok_s: float
-    prefill_tok_s: float
-    prefill: Mapping[str, Any]
-    decode: Mapping[str, Any]
-    memory: Mapping[str, Any]
-    fits: bool
-    calibration: str
-    calibration_note: str
-    #: Which runtime the plan runs under and why (the default for the device, the one given, or
-    #: none), said the same by every door: estimate, sweep and the CLI choose through
-    #: ``choose_runtime``.
+    m: Model
+    dev: Device
+    core: Any
+    plan_head: Mapping[str, Any]
+    plan_tail: Mapping[str, Any]
+    plan_labels: Mapping[str, Any]
+    label: str
+    note: str
     runtime_note: str
-    #: Where the calibrated runtime's held-out rows fell: per phase (prefill, decode) the 10th-90th
-    #: percentile of observed/predicted speed on devices its fit never saw, with the TTFT or TPOT
-    #: range that gives; empty for the bound.
-    held_out: Mapping[str, Any]
-    verified: bool
-    estimated: bool
-    gemm_dtype: str
-    attention_dtype: str
-    peak_tflops: float
-    memory_bw_gbs: float
-    params: Mapping[str, int]
-    parallel: Mapping[str, Any]
+    held_runtime: Optional[str]
     warnings: tuple[str, ...]
-    _breakdown: Mapping[str, Sequence[Any]] = dataclasses.field(repr=False, compare=False)
-    _group_labels: tuple[str, ...] = dataclasses.field(repr=False, compare=False)
-    _formats: Mapping[str, str] = dataclasses.field(repr=False, compare=False)
+    group_labels: tuple[str, ...]
+    formats: Mapping[str, str]
+    #: The bytes of the config file a model path named when it was read (None: bundled or given
+    #: as a Model): a warm call with the same path prepares again when the file changed (a
+    #: timestamp can miss a rewrite within its tick).
+    stamp: Optional[bytes]
+
+
+#: The numbers of a plan, in ``estimate_prepared``'s order.
+_NUMBERS = ("batch", "prompt", "output", "prefix", "tp", "ep", "pp", "dp", "microbatches")
+
+
+class Estimate:
+    """The result of one plan. Times in seconds, sizes in bytes, rates per second.
+
+    Immutable; the numbers stay in the core until read (``prefill``, ``memory``, the breakdown).
+    """
+
+    __slots__ = ("_d", "_n", "_p", "_r")
+    _p: _Prepared
+    _r: Any
+    _n: tuple[Any, ...]
+    _d: Optional[dict[str, Any]]
+
+    def __init__(self, prepared: _Prepared, result: Any, numbers: tuple[Any, ...]) -> None:
+        object.__setattr__(self, "_p", prepared)
+        object.__setattr__(self, "_r", result)
+        object.__setattr__(self, "_n", numbers)
+        object.__setattr__(self, "_d", None)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Estimate is immutable: cannot set {name!r}")
+
+    @property
+    def _dict(self) -> dict[str, Any]:
+        d = self._d
+        if d is None:
+            d = self._r.to_dict()
+            object.__setattr__(self, "_d", d)
+        return d
+
+    @property
+    def model(self) -> str:
+        """Model name."""
+        return str(self._p.model)
+
+    @property
+    def hardware(self) -> str:
+        """Catalog device name."""
+        return str(self._p.dev.name)
+
+    @property
+    def ttft_s(self) -> float:
+        """Time to first token (s)."""
+        return float(self._r.ttft_s)
+
+    @property
+    def tpot_s(self) -> Optional[float]:
+        """Mean time per output token after the first (s); None with one."""
+        out: Optional[float] = self._r.tpot_s
+        return out
+
+    @property
+    def e2e_s(self) -> float:
+        """Request latency (s)."""
+        return float(self._r.e2e_s)
+
+    @property
+    def throughput_tok_s(self) -> float:
+        """Batch x output / e2e, all replicas."""
+        return float(self._r.throughput_tok_s)
+
+    @property
+    def prefill_tok_s(self) -> float:
+        """Prompt tokens per second during prefill."""
+        return float(self._r.prefill_tok_s)
+
+    @property
+    def fits(self) -> bool:
+        """Whether the plan fits in memory x gpu_memory_utilization."""
+        return bool(self._r.fits)
+
+    @property
+    def prefill(self) -> Mapping[str, Any]:
+        """Prefill totals (steps, flops, bytes, times, mfu, mbu)."""
+        out: Mapping[str, Any] = self._dict["prefill"]
+        return out
+
+    @property
+    def decode(self) -> Mapping[str, Any]:
+        """Decode totals, as prefill's."""
+        out: Mapping[str, Any] = self._dict["decode"]
+        return out
+
+    @property
+    def memory(self) -> Mapping[str, Any]:
+        """Memory per device (bytes) and the fit."""
+        out: Mapping[str, Any] = self._dict["memory"]
+        return out
+
+    @property
+    def parallel(self) -> Mapping[str, Any]:
+        """Devices, nodes, stages and pipeline times."""
+        out: Mapping[str, Any] = self._dict["parallel"]
+        return out
+
+    @property
+    def calibration(self) -> str:
+        """The calibration that priced the plan."""
+        return str(self._p.label)
+
+    @property
+    def calibration_note(self) -> str:
+        """Its efficiencies, or why there are none."""
+        return str(self._p.note)
+
+    #: Which runtime the plan runs under and why (the default for the device, the one given, or none),
+    #: said the same by every door: estimate, sweep and the CLI choose through ``choose_runtime``.
+    @property
+    def runtime_note(self) -> str:
+        """The runtime the plan runs under and why."""
+        return str(self._p.runtime_note)
+
+    @property
+    def verified(self) -> bool:
+        """The device row is vendor-reconciled."""
+        return bool(self._p.dev.verified)
+
+    @property
+    def estimated(self) -> bool:
+        """The device row is not vendor-reconciled."""
+        return not self._p.dev.verified
+
+    @property
+    def gemm_dtype(self) -> str:
+        """The dtype whose peak prices the GEMMs."""
+        return str(self._dict["gemm_dtype"])
+
+    @property
+    def attention_dtype(self) -> str:
+        """The dtype of attention's peak."""
+        return str(self._dict["attention_dtype"])
+
+    @property
+    def peak_tflops(self) -> float:
+        """Dense peak the GEMMs run at."""
+        return float(self._dict["peak_flops"] / 1e12)
+
+    @property
+    def memory_bw_gbs(self) -> float:
+        """Memory bandwidth (GB/s)."""
+        return float(self._dict["memory_bw"] / 1e9)
+
+    @property
+    def params(self) -> Mapping[str, int]:
+        """Parameter counts by tensor class."""
+        out: Mapping[str, int] = self._p.m.params
+        return out
+
+    @property
+    def plan(self) -> Mapping[str, Any]:
+        """The plan as priced: the numbers given, what came from the runtime, the precisions."""
+        return {**dict(zip(_NUMBERS[:4], self._n)), **self._p.plan_head, **dict(zip(_NUMBERS[4:], self._n[4:])),
+                **self._p.plan_tail, "kv_dtype": self._dict["kv_dtype"], **self._p.plan_labels}  # fmt: skip
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return (*self._dict["warnings"], *self._p.warnings)
+
+    @property
+    def held_out(self) -> Mapping[str, Any]:
+        """Where the calibrated runtime's held-out rows fell: per phase (prefill, decode) the
+        10th-90th percentile of observed/predicted speed on devices its fit never saw, with the
+        TTFT or TPOT range that gives; empty for the bound."""
+        return _held_out(self._p.held_runtime, self.ttft_s, self.tpot_s)
 
     @property
     def mfu_prefill(self) -> float:
@@ -140,21 +295,31 @@ class Estimate:
     def mbu_decode(self) -> float:
         return float(self.decode["mbu"])
 
+    def __repr__(self) -> str:
+        return (f"Estimate(model={self.model!r}, hardware={self.hardware!r}, ttft_s={self.ttft_s!r}, "
+                f"tpot_s={self.tpot_s!r}, fits={self.fits!r}, calibration={self.calibration!r})")  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Estimate) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
     def breakdown_rows(self) -> list[dict[str, Any]]:
-        b = self._breakdown
+        b = self._dict["breakdown"]
+        labels, formats = self._p.group_labels, self._p.formats
         rows = []
         for i in range(len(b["op"])):
             g = b["group"][i]
             r = {
                 "phase": b["phase"][i],
                 "op": b["op"][i],
-                "layer_group": "model" if g < 0 else self._group_labels[g],
+                "layer_group": "model" if g < 0 else labels[g],
             }
             for k in ("launches", "flops", "bytes", "compute_s", "memory_s", "comm_s", "launch_s", "time_s"):
                 r[k] = b[k][i]
             r["quantized"] = bool(b["quantized"][i])
             r["role"] = b["role"][i]
-            r["format"] = self._formats.get(r["role"]) if r["quantized"] and r["role"] else None
+            r["format"] = formats.get(r["role"]) if r["quantized"] and r["role"] else None
             r["grouped"] = bool(b["grouped"][i])
             r["bound"] = "comm" if r["comm_s"] > 0 else ("compute" if r["compute_s"] >= r["memory_s"] else "memory")
             r["intensity"] = r["flops"] / r["bytes"] if r["bytes"] > 0 else None
@@ -189,12 +354,21 @@ class Estimate:
             },
         )
 
+    #: The keys of ``to_dict``, in order (documented in the README).
+    KEYS = (
+        "model", "hardware", "plan", "ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "prefill_tok_s", "prefill",
+        "decode", "memory", "fits", "calibration", "calibration_note", "runtime_note", "held_out", "verified",
+        "estimated", "gemm_dtype", "attention_dtype", "peak_tflops", "memory_bw_gbs", "params", "parallel", "warnings",
+    )  # fmt: skip
+
     def to_dict(self, breakdown: bool = False) -> dict[str, Any]:
         """A JSON-ready dict; the keys are stable and documented in the README."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if not f.name.startswith("_")}
+        d = {k: getattr(self, k) for k in self.KEYS}
         d["warnings"] = list(self.warnings)
         d["plan"] = dict(self.plan)
         d["params"] = dict(self.params)
+        for k in ("prefill", "decode", "memory", "parallel"):
+            d[k] = dict(d[k])
         if breakdown:
             d["breakdown"] = self.breakdown_rows()
         return d
@@ -203,11 +377,16 @@ class Estimate:
 def _group_labels(model: Model) -> tuple[str, ...]:
     out = []
     for g in model.layer_groups:
-        a = g["attention"]
-        attn = f"window {a['window']}" if a.get("window") else "full attention"
+        a = g["attention"] or {}
+        attn = f"window {a['window']}" if a.get("window") else ("full attention" if a else "no attention")
         ffn = "moe" if g["ffn"]["kind"] == "moe" else "dense"
         out.append(f"{g['count']} layers, {attn}, {ffn}")
     return tuple(out)
+
+
+#: Prepared layouts by their categorical inputs (bounded: cleared when full).
+_PREPARED: dict[tuple[Any, ...], _Prepared] = {}
+_PREPARED_MAX = 4096
 
 
 def estimate(
@@ -309,13 +488,107 @@ def estimate(
     >>> e.calibration, e.fits
     ('runtime-profile (llamacpp-cuda, hbm memory, 108 rows)', True)
     """
+    # What the plan's numbers do not change (model, device, precisions, runtime, calibration,
+    # links) is resolved once and kept: a warm call checks the numbers and prices them. Each
+    # value is keyed with its exact type (a True is not the 1 a cached chunk was given as), an
+    # unhashable one is checked on the full path, which names it.
+    key = (
+        model if model.__class__ is str else id(model), hardware if hardware.__class__ is str else id(hardware),
+        runtime, dtype, weight_dtype, kv_dtype, chunk, routing_skew, identical_sequences, flash_attention,
+        swa_cache_extra, kv_pad, kv_skip_masked_tail, decode_graphs, devices_per_node, scaleout_gbs,
+        scaleout_latency_us, calibrated, catalog,
+    )  # fmt: skip
+    exact = (
+        identical_sequences.__class__ is bool and flash_attention.__class__ is bool and calibrated.__class__ is bool
+        and (kv_skip_masked_tail is None or kv_skip_masked_tail.__class__ is bool)
+        and (decode_graphs is None or decode_graphs.__class__ is bool)
+        and (chunk is None or chunk.__class__ is int) and (kv_pad is None or kv_pad.__class__ is int)
+        and (swa_cache_extra is None or swa_cache_extra.__class__ is int)
+        and (devices_per_node is None or devices_per_node.__class__ is int)
+        and routing_skew.__class__ is not bool and scaleout_gbs.__class__ is not bool
+        and scaleout_latency_us.__class__ is not bool
+    )  # fmt: skip
+    try:
+        p = _PREPARED.get(key) if exact else None
+    except TypeError:
+        p = None
+    if (
+        p is None
+        or (model.__class__ is not str and p.m is not model)
+        or (hardware.__class__ is not str and p.dev is not hardware)
+        or (p.stamp is not None and p.stamp != _stamp(model))
+    ):
+        p = _prepare(model, hardware, catalog, runtime=runtime, dtype=dtype, weight_dtype=weight_dtype,
+                     kv_dtype=kv_dtype, chunk=chunk, routing_skew=routing_skew,
+                     identical_sequences=identical_sequences, flash_attention=flash_attention,
+                     swa_cache_extra=swa_cache_extra, kv_pad=kv_pad, kv_skip_masked_tail=kv_skip_masked_tail,
+                     decode_graphs=decode_graphs, devices_per_node=devices_per_node, scaleout_gbs=scaleout_gbs,
+                     scaleout_latency_us=scaleout_latency_us, calibrated=calibrated)  # fmt: skip
+        if exact:
+            if len(_PREPARED) >= _PREPARED_MAX:
+                _PREPARED.clear()
+            _PREPARED[key] = p
+    if allow_no_fit.__class__ is not bool:
+        _flag("allow_no_fit", allow_no_fit)
+    if breakdown.__class__ is not bool:
+        _flag("breakdown", breakdown)
+    n: tuple[Any, ...] = (batch, prompt, output, prefix, tp, ep, pp, dp, microbatches)
+    if not (
+        batch.__class__ is int and prompt.__class__ is int and output.__class__ is int and prefix.__class__ is int
+        and tp.__class__ is int and ep.__class__ is int and pp.__class__ is int and dp.__class__ is int
+        and 1 <= batch <= MAX_EXACT and 1 <= prompt <= MAX_EXACT and 1 <= output <= MAX_EXACT
+        and 0 <= prefix <= MAX_EXACT and 1 <= tp <= MAX_EXACT and 1 <= ep <= MAX_EXACT and 1 <= pp <= MAX_EXACT
+        and 1 <= dp <= MAX_EXACT and (microbatches is None or (microbatches.__class__ is int
+                                                               and 1 <= microbatches <= MAX_EXACT))
+    ):  # fmt: skip
+        n = tuple(
+            None if k == "microbatches" and v is None else _whole(k, v, 0 if k == "prefix" else 1)
+            for k, v in zip(_NUMBERS, n)
+        )
+    r = _core.estimate_prepared(p.core, n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7], n[8], breakdown)
+    if not r.fits and not allow_no_fit:
+        mem = r.to_dict()["memory"]
+        batch, prompt, output, tp = n[0], n[1], n[2], n[4]
+        budget = p.plan_tail["gpu_memory_utilization"]
+        raise DoesNotFitError(
+            f"{p.model} on {p.dev.name} (batch {batch}, {prompt}+{output} tokens, TP {tp}) "
+            f"needs {mem['total_bytes'] / GB:.1f} GB per device but {mem['budget_bytes'] / GB:.1f} GB is usable "
+            f"({p.dev.memory_gb:g} GB x gpu_memory_utilization {budget:g}): "
+            f"short by {mem['shortfall_bytes'] / GB:.1f} GB; use more TP, a smaller batch or a shorter context "
+            "(or --allow-no-fit to see the numbers)"
+        )
+    return Estimate(p, r, n)
+
+
+def _prepare(
+    model: Any,
+    hardware: Any,
+    catalog: Any,
+    *,
+    runtime: Any,
+    dtype: Any,
+    weight_dtype: Any,
+    kv_dtype: Any,
+    chunk: Any,
+    routing_skew: Any,
+    identical_sequences: Any,
+    flash_attention: Any,
+    swa_cache_extra: Any,
+    kv_pad: Any,
+    kv_skip_masked_tail: Any,
+    decode_graphs: Any,
+    devices_per_node: Any,
+    scaleout_gbs: Any,
+    scaleout_latency_us: Any,
+    calibrated: Any,
+) -> _Prepared:
+    """Resolves and checks everything of a plan but its numbers (``estimate`` keeps the result)."""
     if catalog is not None and not isinstance(catalog, Catalog):
         raise PlanError(f"catalog: expected a ridgeline.Catalog, got {type(catalog).__name__}")
     cat = catalog or default_catalog()
     m = model if isinstance(model, Model) else Model.from_config(_text("model", model))
     dev = hardware if isinstance(hardware, Device) else cat.get(_text("hardware", hardware))
-    flags = {"identical_sequences": identical_sequences, "flash_attention": flash_attention,
-             "allow_no_fit": allow_no_fit, "calibrated": calibrated, "breakdown": breakdown}  # fmt: skip
+    flags = {"identical_sequences": identical_sequences, "flash_attention": flash_attention, "calibrated": calibrated}
     for k, v in flags.items():
         _flag(k, v)
     runtime, runtime_note = choose_runtime(runtime, dev, cat)
@@ -330,22 +603,15 @@ def estimate(
     run = {k: ex[k] if v is None else v for k, v in given.items()}
     dtype = canonical_dtype("dtype", dtype)
     weight_dtype = None if weight_dtype is None else _text("weight_dtype", weight_dtype)
-    plan = {
-        "batch": _positive_int("batch", batch),
-        "prompt": _positive_int("prompt", prompt),
-        "output": _positive_int("output", output),
-        "prefix": _count("prefix", prefix),
+    head = {
         "identical_sequences": identical_sequences,
         "attention_score_bytes": 0.0 if flash_attention else cat.constant("unfused_attention_score_bytes"),
         "swa_cache_extra": _count("swa_cache_extra", run["swa_cache_extra"]),
         "kv_pad": _positive_int("kv_pad", run["kv_pad"]),
         "kv_skip_masked_tail": _flag("kv_skip_masked_tail", run["kv_skip_masked_tail"]),
         "decode_graphs": _flag("decode_graphs", run["decode_graphs"]),
-        "tp": _positive_int("tp", tp),
-        "ep": _positive_int("ep", ep),
-        "pp": _positive_int("pp", pp),
-        "dp": _positive_int("dp", dp),
-        "microbatches": None if microbatches is None else _positive_int("microbatches", microbatches),
+    }
+    tail = {
         "dtype": dtype,
         "weight_dtype": weight_dtype,
         "kv_dtype": None if kv_dtype is None else canonical_dtype("kv_dtype", kv_dtype),
@@ -366,65 +632,36 @@ def estimate(
     formats = weights.format_names()
     eff = _UNCALIBRATED_EFF if fit_row is None else efficiency_json(fit_row, formats)
     if routing_skew is None:
-        plan["routing_skew"] = float(fit_row.get("routing_skew") or 0.0) if fit_row else 0.0
+        tail["routing_skew"] = float(fit_row.get("routing_skew") or 0.0) if fit_row else 0.0
     else:
-        plan["routing_skew"] = _number("routing_skew", routing_skew)
-    plan_json = _plan_json({**plan, "weights": weights.core(), "topology": topo.core()})
-    r = _core.estimate(m._core, dev.core, plan_json, eff, _protocol_cached(cat), breakdown)
-    mem = r["memory"]
-    if not mem["fits"] and not allow_no_fit:
-        raise DoesNotFitError(
-            f"{m.name} on {dev.name} (batch {plan['batch']}, {plan['prompt']}+{plan['output']} tokens, "
-            f"TP {plan['tp']}) "
-            f"needs {mem['total_bytes'] / GB:.1f} GB per device but {mem['budget_bytes'] / GB:.1f} GB is usable "
-            f"({dev.memory_gb:g} GB x gpu_memory_utilization {plan['gpu_memory_utilization']:g}): "
-            f"short by {mem['shortfall_bytes'] / GB:.1f} GB; use more TP, a smaller batch or a shorter context "
-            "(or --allow-no-fit to see the numbers)"
-        )
-    warnings = list(r["warnings"])
+        tail["routing_skew"] = _number("routing_skew", routing_skew)
+    core_plan = {"batch": 1, "prompt": 1, "output": 1, **head, **tail, "weights": weights.core(),
+                 "topology": topo.core()}  # fmt: skip
+    core = _core.Prepared(m._core, dev.core, _plan_json(core_plan), eff, _protocol_cached(cat))
+    warnings = []
     overridden = cat.override_note(dev.name)
     if overridden:
         warnings.append(overridden)
     if not dev.verified:
         warnings.append(f"{dev.name} is not vendor-reconciled in the catalog (verified = false): results are estimated")
-    return Estimate(
-        model=m.name,
-        hardware=dev.name,
-        plan={
-            **plan,
-            "kv_dtype": r["kv_dtype"],
-            "runtime": runtime,
-            "from_runtime": from_runtime,
-            "weights": weights.label,
-            "weights_source": weights.source,
-            "topology": topo.source,
-        },
-        ttft_s=r["ttft_s"],
-        tpot_s=r["tpot_s"],
-        e2e_s=r["e2e_s"],
-        throughput_tok_s=r["throughput_tok_s"],
-        prefill_tok_s=r["prefill_tok_s"],
-        prefill=r["prefill"],
-        decode=r["decode"],
-        memory=mem,
-        fits=bool(mem["fits"]),
-        calibration=label,
-        calibration_note=UNCALIBRATED_NOTE if fit_row is None else _calibrated_note(fit_row),
-        runtime_note=runtime_note,
-        held_out=_held_out(runtime if fit_row is not None else None, r["ttft_s"], r["tpot_s"]),
-        verified=dev.verified,
-        estimated=not dev.verified,
-        gemm_dtype=r["gemm_dtype"],
-        attention_dtype=r["attention_dtype"],
-        peak_tflops=r["peak_flops"] / 1e12,
-        memory_bw_gbs=r["memory_bw"] / 1e9,
-        params=m.params,
-        parallel=r["parallel"],
-        warnings=tuple(warnings),
-        _breakdown=r["breakdown"],
-        _group_labels=_group_labels(m),
-        _formats=formats,
-    )
+    return _Prepared(
+        model=m.name, m=m, dev=dev, core=core, plan_head=head, plan_tail=tail,
+        label=label, note=UNCALIBRATED_NOTE if fit_row is None else _calibrated_note(fit_row),
+        runtime_note=runtime_note, held_runtime=runtime if fit_row is not None else None,
+        warnings=tuple(warnings), group_labels=_group_labels(m), formats=formats,
+        plan_labels={"runtime": runtime, "from_runtime": from_runtime, "weights": weights.label,
+                     "weights_source": weights.source, "topology": topo.source},
+        stamp=None if isinstance(model, Model) or m.source.startswith("bundled") else _stamp(model),
+    )  # fmt: skip
+
+
+def _stamp(path: Any) -> Optional[bytes]:
+    """The bytes of a model config path (a folder: its config.json); None when unreadable."""
+    try:
+        p = Path(path)
+        return (p / "config.json" if p.is_dir() else p).read_bytes()
+    except (OSError, TypeError, ValueError):
+        return None
 
 
 #: How a plan runs when no runtime says otherwise: every prompt token in one prefill step, each

@@ -338,8 +338,8 @@ def _bundled() -> dict[str, str]:
     return out
 
 
-@functools.lru_cache(maxsize=256)
 def _load(name: str) -> Model:
+    """A config path is read each time (the file may change); a bundled config once."""
     from ._io import read_text
 
     if not name.strip():
@@ -363,6 +363,11 @@ def _load(name: str) -> Model:
     if is_file:
         cfg, how = read_json(read_text(p, what="model config", error=ModelConfigError), str(p))
         return _normalise(cfg, str(p), source=f"{p} ({how})")
+    return _load_bundled(name)
+
+
+@functools.lru_cache(maxsize=256)
+def _load_bundled(name: str) -> Model:
     bundled = _bundled()
     key = _resolve_bundled(name, bundled)
     cfg, how = read_json(_data.read_text(bundled[key]), bundled[key])

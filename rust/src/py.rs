@@ -266,24 +266,121 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
     Ok(d)
 }
 
-/// Estimates one plan; the GIL is released while the core computes.
+/// What every plan of one (model, device, precisions, runtime, calibration, links) shares,
+/// parsed and checked once: the plan's other fields, the efficiencies and the protocol table.
+/// `estimate_prepared` prices a plan from it with only its numbers crossing the boundary.
+#[pyclass(frozen, module = "ridgeline._core")]
+pub struct Prepared {
+    model: Py<CoreModel>,
+    device: Py<CoreDevice>,
+    plan: Plan,
+    eff: Efficiency,
+    proto: ProtocolTable,
+}
+
+#[pymethods]
+impl Prepared {
+    #[new]
+    fn new(
+        model: Py<CoreModel>,
+        device: Py<CoreDevice>,
+        plan_json: &str,
+        efficiency_json: &str,
+        protocol_json: &str,
+    ) -> PyResult<Self> {
+        let (plan, eff, proto) = priced_inputs(plan_json, efficiency_json, protocol_json)?;
+        Ok(Prepared {
+            model,
+            device,
+            plan,
+            eff,
+            proto,
+        })
+    }
+}
+
+/// One plan's result held in Rust: the scalars a caller reads cross one at a time, the rest
+/// (phases, memory, the breakdown) as a dict when asked (`to_dict`).
+#[pyclass(frozen, module = "ridgeline._core")]
+pub struct CoreEstimate {
+    inner: Estimate,
+}
+
+#[pymethods]
+impl CoreEstimate {
+    #[getter]
+    fn ttft_s(&self) -> f64 {
+        self.inner.ttft_s
+    }
+
+    #[getter]
+    fn tpot_s(&self) -> Option<f64> {
+        self.inner.tpot_s
+    }
+
+    #[getter]
+    fn e2e_s(&self) -> f64 {
+        self.inner.e2e_s
+    }
+
+    #[getter]
+    fn throughput_tok_s(&self) -> f64 {
+        self.inner.throughput_tok_s
+    }
+
+    #[getter]
+    fn prefill_tok_s(&self) -> f64 {
+        self.inner.prefill_tok_s
+    }
+
+    #[getter]
+    fn fits(&self) -> bool {
+        self.inner.memory.fits
+    }
+
+    /// Every number, label and (with a breakdown) per-operator column, as plain Python values.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        cost_dict(py, &self.inner)
+    }
+}
+
+/// Estimates one plan of a prepared layout: its numbers are the only per-plan inputs; the GIL
+/// is released while the core computes.
 #[pyfunction]
-#[pyo3(signature = (model, device, plan_json, efficiency_json, protocol_json, breakdown=true))]
-fn estimate<'py>(
-    py: Python<'py>,
-    model: &CoreModel,
-    device: &CoreDevice,
-    plan_json: &str,
-    efficiency_json: &str,
-    protocol_json: &str,
+#[pyo3(signature = (prepared, batch, prompt, output, prefix, tp, ep, pp, dp, microbatches, breakdown=true))]
+#[allow(clippy::too_many_arguments)]
+fn estimate_prepared(
+    py: Python<'_>,
+    prepared: &Prepared,
+    batch: u64,
+    prompt: u64,
+    output: u64,
+    prefix: u64,
+    tp: u64,
+    ep: u64,
+    pp: u64,
+    dp: u64,
+    microbatches: Option<u64>,
     breakdown: bool,
-) -> PyResult<Bound<'py, PyDict>> {
-    let (plan, eff, proto) = priced_inputs(plan_json, efficiency_json, protocol_json)?;
-    let (m, d) = (&model.inner, &device.inner);
+) -> PyResult<CoreEstimate> {
+    let plan = Plan {
+        batch,
+        prompt,
+        output,
+        prefix,
+        tp,
+        ep,
+        pp,
+        dp,
+        microbatches,
+        ..prepared.plan.clone()
+    };
+    let (m, d) = (&prepared.model.get().inner, &prepared.device.get().inner);
+    let (eff, proto) = (&prepared.eff, prepared.proto);
     let e = guarded("the estimate", || {
-        Ok(py.detach(|| engine::estimate(m, d, &plan, &eff, proto, breakdown))?)
+        Ok(py.detach(|| engine::estimate(m, d, &plan, eff, proto, breakdown))?)
     })?;
-    cost_dict(py, &e)
+    Ok(CoreEstimate { inner: e })
 }
 
 fn to_u64(name: &str, a: &[i64]) -> PyResult<Vec<u64>> {
@@ -697,7 +794,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CoreModel>()?;
     m.add_class::<CoreDevice>()?;
     m.add_class::<CalibRows>()?;
-    m.add_function(wrap_pyfunction!(estimate, m)?)?;
+    m.add_class::<Prepared>()?;
+    m.add_class::<CoreEstimate>()?;
+    m.add_function(wrap_pyfunction!(estimate_prepared, m)?)?;
     m.add_function(wrap_pyfunction!(estimate_many, m)?)?;
     m.add_function(wrap_pyfunction!(collective, m)?)?;
     m.add_function(wrap_pyfunction!(sweep_grid, m)?)?;
