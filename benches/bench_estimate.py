@@ -7,15 +7,12 @@ Reports one warm ``ridgeline.estimate`` call through the Python API, and
 on one thread and on all cores.
 """
 
-import json
-
 import numpy as np
 import pytest
 import ridgeline
 from ridgeline import _core
 from ridgeline.catalog import default_catalog
-from ridgeline.collectives import _protocol_json
-from ridgeline.estimate import _UNCALIBRATED_EFF
+from ridgeline.estimate import _prepare
 from ridgeline.models import Model
 
 LLAMA = "meta-llama/Llama-3.1-8B"
@@ -47,10 +44,8 @@ def test_10k_plans_one_rust_call(benchmark, threads, model):
     cat = default_catalog()
     m = Model.from_config(model)
     dev = cat.get("H100_SXM")
-    base = json.dumps({"batch": 1, "prompt": 1, "output": 1, "gpu_memory_utilization": 0.9})
+    prepared = _prepare(m, dev, runtime="none").core  # the plan as written, at the bound
     grid = _grid()
-    out = benchmark(
-        _core.estimate_many, m._core, dev.core, *grid, base, _UNCALIBRATED_EFF, _protocol_json(cat), threads
-    )
+    out = benchmark(_core.estimate_many, prepared, *grid, threads)
     assert np.isfinite(out["e2e_s"]).all()
     benchmark.extra_info["plans_per_s"] = len(grid[0]) / benchmark.stats.stats.mean

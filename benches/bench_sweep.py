@@ -5,7 +5,6 @@
 Plans are prefill + the full decode of 256 tokens (summed exactly in closed form).
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -16,8 +15,7 @@ import numpy as np
 import pytest
 from ridgeline import _core
 from ridgeline.catalog import default_catalog
-from ridgeline.collectives import _protocol_json
-from ridgeline.estimate import _UNCALIBRATED_EFF
+from ridgeline.estimate import _prepare
 from ridgeline.models import Model
 
 
@@ -34,10 +32,10 @@ def _axes(n_batch=1000, n_tp=4):
 def test_sweep_plans_per_second(benchmark, model, threads):
     cat = default_catalog()
     m, dev = Model.from_config(model), cat.get("H100_SXM")
-    base = json.dumps({"batch": 1, "prompt": 1, "output": 1, "gpu_memory_utilization": 0.9})
+    prepared = _prepare(m, dev, runtime="none").core  # the plan as written, at the bound
     axes = _axes()
     n = int(np.prod([len(a) for a in axes]))
-    out = benchmark(_core.sweep_grid, m._core, dev.core, *axes, base, _UNCALIBRATED_EFF, _protocol_json(cat), threads)
+    out = benchmark(_core.sweep_grid, prepared, *axes, threads)
     assert len(out["e2e_s"]) == n
     benchmark.extra_info["plans_per_s"] = n / benchmark.stats.stats.mean
     print(f"\n{model} threads={threads}: {n / benchmark.stats.stats.mean:,.0f} plans/s")

@@ -96,22 +96,18 @@ def main() -> None:
     # the sweep path on the same 20 plans: each model's plans tiled into one Rust call
     from ridgeline import _core
     from ridgeline.catalog import default_catalog
-    from ridgeline.collectives import _protocol_json
-    from ridgeline.estimate import _UNCALIBRATED_EFF
+    from ridgeline.estimate import _prepare
     from ridgeline.models import Model
 
     cat = default_catalog()
     dev = cat.get("H100_SXM")
-    base = json.dumps({"batch": 1, "prompt": 1, "output": 1, "gpu_memory_utilization": 0.9})
     reps, total, t0 = 20_000, 0, time.perf_counter()
     for m in MODELS:
         ps = [p for p in PLANS if p["model"] == m]
         cols = [
             np.tile(np.array([p[k] for p in ps], dtype=np.int64), reps) for k in ("batch", "prompt", "output", "tp")
         ]
-        r = _core.estimate_many(
-            Model.from_config(m)._core, dev.core, *cols, base, _UNCALIBRATED_EFF, _protocol_json(cat)
-        )
+        r = _core.estimate_many(_prepare(Model.from_config(m), dev, cat, runtime="none").core, *cols)
         total += len(r["e2e_s"])
     ours_rate = total / (time.perf_counter() - t0)
     n_layers = {m: Model.from_config(m).num_layers for m in MODELS}

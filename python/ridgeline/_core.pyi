@@ -124,20 +124,15 @@ def estimate_prepared(
     breakdown: bool = True,
 ) -> CoreEstimate: ...
 def estimate_many(
-    model: CoreModel,
-    device: CoreDevice,
+    prepared: Prepared,
     batch: npt.NDArray[np.int64],
     prompt: npt.NDArray[np.int64],
     output: npt.NDArray[np.int64],
     tp: npt.NDArray[np.int64],
-    base_plan_json: str,
-    efficiency_json: str,
-    protocol_json: str,
     threads: int = 0,
 ) -> dict[str, Any]: ...
 def sweep_grid(
-    model: CoreModel,
-    device: CoreDevice,
+    prepared: Prepared,
     tp: npt.NDArray[np.int64],
     pp: npt.NDArray[np.int64],
     ep: npt.NDArray[np.int64],
@@ -146,9 +141,6 @@ def sweep_grid(
     batch: npt.NDArray[np.int64],
     prompt: npt.NDArray[np.int64],
     output: npt.NDArray[np.int64],
-    base_plan_json: str,
-    efficiency_json: str,
-    protocol_json: str,
     threads: int = 0,
     start: int = 0,
     stop: Optional[int] = None,

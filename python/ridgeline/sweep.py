@@ -20,12 +20,10 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from . import _core, quant
+from . import _core
 from ._checks import MAX_EXACT, flag, whole
 from .catalog import Catalog, default_catalog
-from .collectives import _protocol_json, resolve_topology
 from .errors import InternalError, PlanError
-from .estimate import _UNCALIBRATED_EFF, UNCALIBRATED
 from .models import Model
 
 NUMERIC_AXES = ("tp", "pp", "ep", "dp", "chunk", "batch", "prompt", "output")
@@ -229,59 +227,44 @@ def iter_sweep(
     said in ``calibration``) and run the way that runtime runs it (``runtime_execution``: for
     llama.cpp the prompt in n_ubatch steps unless the grid has a ``chunk`` axis, which is then
     its n_ubatch, padded KV reads, one-token decode steps replayed from a CUDA graph)."""
-    from .calibrate import efficiency_json, lookup
-    from .estimate import canonical_dtype, choose_runtime, runtime_execution
+    from .estimate import _prepare, runtime_execution
 
     whole("threads", threads, 0)
     whole("chunk_size", chunk_size, 1)
     cat = catalog or default_catalog()
     g = normalise_grid(grid)
-    runtimes = g["runtime"]
     calibrated = flag("calibrated", calibrated)
     tp, pp, ep, dp, chunk, batch, prompt, output = (np.asarray(g[k], dtype=np.int64) for k in NUMERIC_AXES)
     n_numeric = int(np.prod([len(g[k]) for k in NUMERIC_AXES]))
-    proto = _protocol_json(cat)
     models = {name: Model.from_config(name) for name in g["model"]}
     devices = {name: cat.get(name) for name in g["hardware"]}
-    mem_util = cat.constant("gpu_memory_utilization")
     for name, hw, dtype, wdt, kvdt, rt in itertools.product(
-        g["model"], g["hardware"], g["dtype"], g["weight_dtype"], g["kv_dtype"], runtimes
+        g["model"], g["hardware"], g["dtype"], g["weight_dtype"], g["kv_dtype"], g["runtime"]
     ):
-        m, dev = models[name], devices[hw]
-        # the runtime estimate would take for this device unless the grid names one
-        rt, _ = choose_runtime(rt, dev, cat)
-        dtype = canonical_dtype("dtype", dtype)
-        weights = quant.resolve(m, dtype, None if wdt in (None, "None") else wdt, rt)
-        kv = None if kvdt in (None, "None") else canonical_dtype("kv_dtype", kvdt)
-        label, fit_row = lookup(dev.name, rt, cat) if rt and calibrated else (UNCALIBRATED, None)
-        eff = _UNCALIBRATED_EFF if fit_row is None else efficiency_json(fit_row, weights.format_names())
-        base = {
-            "batch": 1, "prompt": 1, "output": 1, "dtype": dtype, "kv_dtype": kv, "weights": weights.core(),
-            "topology": resolve_topology(dev).core(), "gpu_memory_utilization": mem_util,
-            "routing_skew": float(fit_row.get("routing_skew") or 0.0) if fit_row else 0.0,
-        }  # fmt: skip
+        # everything but the numbers, prepared as estimate prepares it (the runtime it would
+        # take for the device unless the grid names one, its calibration, weights and links)
+        p = _prepare(models[name], devices[hw], catalog, runtime=rt, dtype=dtype, calibrated=calibrated,
+                     weight_dtype=None if wdt in (None, "None") else wdt,
+                     kv_dtype=None if kvdt in (None, "None") else kvdt)  # fmt: skip
+        rt = p.plan_labels["runtime"]
         # the runtime's own prompt step where the grid does not sweep one
-        own = runtime_execution(rt, cat, flash_attention=True)["chunk"]
+        own = p.plan_tail["chunk"]
         chunks = chunk if own is None or grid.get("chunk") is not None else np.asarray([own], dtype=np.int64)
-        # how the runtime runs a plan: the same for every plan but the sliding-window ring, which
-        # llama.cpp sizes by its prompt step (n_swa + n_ubatch), so the core takes one ring per chunk
+        # how the runtime runs a plan: the prepared one's for every plan but the sliding-window
+        # ring, which llama.cpp sizes by its prompt step (n_swa + n_ubatch): one ring per chunk
         ways = [runtime_execution(rt, cat, flash_attention=True, ubatch=c or None) for c in chunks.tolist()]
-        shared = {k: v for k, v in ways[0].items() if k not in ("chunk", "swa_cache_extra")}
-        if any({k: w[k] for k in shared} != shared for w in ways):
+        if any(w[k] != p.plan_head[k] for w in ways for k in ("kv_pad", "kv_skip_masked_tail", "decode_graphs")):
             raise InternalError(f"runtime_execution for {rt} varies with the chunk beyond the sliding-window ring")
         extra = np.asarray([w["swa_cache_extra"] for w in ways], dtype=np.int64)
-        base_json = json.dumps({**base, **shared})
-        consts = {"model": m.name, "hardware": dev.name, "dtype": str(dtype), "weights": weights.label,
-                  "kv_dtype": kv or str(dtype), "runtime": rt, "calibration": label}  # fmt: skip
+        dt = p.plan_tail["dtype"]
+        consts = {"model": p.model, "hardware": p.dev.name, "dtype": dt, "weights": p.plan_labels["weights"],
+                  "kv_dtype": p.plan_tail["kv_dtype"] or dt, "runtime": rt, "calibration": p.label}  # fmt: skip
         for start in range(0, n_numeric, chunk_size):
             stop = min(start + chunk_size, n_numeric)
-            r = _core.sweep_grid(
-                m._core, dev.core, tp, pp, ep, dp, chunks, batch, prompt, output,
-                base_json, eff, proto, threads, start, stop, extra,
-            )  # fmt: skip
+            r = _core.sweep_grid(p.core, tp, pp, ep, dp, chunks, batch, prompt, output, threads, start, stop, extra)
             if progress:
                 progress(stop - start)
-            yield _frame(r, consts, estimated=not dev.verified)
+            yield _frame(r, consts, estimated=not p.dev.verified)
 
 
 _STRINGS = ("model", "hardware", "dtype", "weights", "kv_dtype", "runtime")

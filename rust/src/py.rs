@@ -299,6 +299,13 @@ impl Prepared {
     }
 }
 
+impl Prepared {
+    /// The model, device, efficiencies and protocol table every plan of it is priced with.
+    fn parts(&self) -> (&Model, &Device, &Efficiency, ProtocolTable) {
+        (&self.model.get().inner, &self.device.get().inner, &self.eff, self.proto)
+    }
+}
+
 /// One plan's result held in Rust: the scalars a caller reads cross one at a time, the rest
 /// (phases, memory, the breakdown) as a dict when asked (`to_dict`).
 #[pyclass(frozen, module = "ridgeline._core")]
@@ -375,8 +382,7 @@ fn estimate_prepared(
         microbatches,
         ..prepared.plan.clone()
     };
-    let (m, d) = (&prepared.model.get().inner, &prepared.device.get().inner);
-    let (eff, proto) = (&prepared.eff, prepared.proto);
+    let (m, d, eff, proto) = prepared.parts();
     let e = guarded("the estimate", || {
         Ok(py.detach(|| engine::estimate(m, d, &plan, eff, proto, breakdown))?)
     })?;
@@ -393,22 +399,17 @@ fn to_u64(name: &str, a: &[i64]) -> PyResult<Vec<u64>> {
 /// tp (int64), the rest of the plan shared. Returns columns; a plan that
 /// cannot be priced has NaN values and its reason in `error`.
 #[pyfunction]
-#[pyo3(signature = (model, device, batch, prompt, output, tp, base_plan_json, efficiency_json, protocol_json, threads=0))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (prepared, batch, prompt, output, tp, threads=0))]
 fn estimate_many<'py>(
     py: Python<'py>,
-    model: &CoreModel,
-    device: &CoreDevice,
+    prepared: &Prepared,
     batch: PyReadonlyArray1<'py, i64>,
     prompt: PyReadonlyArray1<'py, i64>,
     output: PyReadonlyArray1<'py, i64>,
     tp: PyReadonlyArray1<'py, i64>,
-    base_plan_json: &str,
-    efficiency_json: &str,
-    protocol_json: &str,
     threads: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let (base, eff, proto) = priced_inputs(base_plan_json, efficiency_json, protocol_json)?;
+    let base = &prepared.plan;
     let (b, p, o, t) = (
         to_u64("batch", batch.as_slice()?)?,
         to_u64("prompt", prompt.as_slice()?)?,
@@ -428,9 +429,9 @@ fn estimate_many<'py>(
             ..base.clone()
         })
         .collect();
-    let (m, d) = (&model.inner, &device.inner);
+    let (m, d, eff, proto) = prepared.parts();
     let results = guarded("the plans", || {
-        Ok(py.detach(|| sweep::evaluate(m, d, &plans, &eff, proto, threads)))
+        Ok(py.detach(|| sweep::evaluate(m, d, &plans, eff, proto, threads)))
     })?;
     summaries(py, results)
 }
@@ -477,15 +478,14 @@ fn axis(name: &str, a: PyReadonlyArray1<'_, i64>) -> PyResult<Vec<u64>> {
 }
 
 /// Evaluates plans `start..stop` of a grid whose numeric axes are expanded
-/// here (output fastest), with the rest of the plan shared. Returns the axis
-/// values of each plan and its result columns.
+/// here (output fastest), the rest of each plan the prepared one's. Returns the
+/// axis values of each plan and its result columns.
 #[pyfunction]
-#[pyo3(signature = (model, device, tp, pp, ep, dp, chunk, batch, prompt, output, base_plan_json, efficiency_json, protocol_json, threads=0, start=0, stop=None, chunk_extra=None))]
+#[pyo3(signature = (prepared, tp, pp, ep, dp, chunk, batch, prompt, output, threads=0, start=0, stop=None, chunk_extra=None))]
 #[allow(clippy::too_many_arguments)]
 fn sweep_grid<'py>(
     py: Python<'py>,
-    model: &CoreModel,
-    device: &CoreDevice,
+    prepared: &Prepared,
     tp: PyReadonlyArray1<'py, i64>,
     pp: PyReadonlyArray1<'py, i64>,
     ep: PyReadonlyArray1<'py, i64>,
@@ -494,9 +494,6 @@ fn sweep_grid<'py>(
     batch: PyReadonlyArray1<'py, i64>,
     prompt: PyReadonlyArray1<'py, i64>,
     output: PyReadonlyArray1<'py, i64>,
-    base_plan_json: &str,
-    efficiency_json: &str,
-    protocol_json: &str,
     threads: usize,
     start: usize,
     stop: Option<usize>,
@@ -514,12 +511,12 @@ fn sweep_grid<'py>(
         chunk_extra: chunk_extra.map(|x| axis("chunk_extra", x)).transpose()?,
     };
     axes.validate()?;
-    let (base, eff, proto) = priced_inputs(base_plan_json, efficiency_json, protocol_json)?;
     let stop = stop.unwrap_or(axes.len()).min(axes.len());
     let start = start.min(stop);
-    let (m, d) = (&model.inner, &device.inner);
+    let (m, d, eff, proto) = prepared.parts();
+    let base = &prepared.plan;
     let results = guarded("the sweep", || {
-        Ok(py.detach(|| sweep::grid(m, d, &axes, &base, &eff, proto, threads, start, stop)))
+        Ok(py.detach(|| sweep::grid(m, d, &axes, base, eff, proto, threads, start, stop)))
     })?;
     let out = summaries(py, results)?;
     let mut vals: [Vec<i64>; 8] = Default::default();
