@@ -221,6 +221,7 @@ def test_an_empty_query_is_refused(query):
 
 def test_a_query_error_stays_a_query_error():
     cat = default_catalog()
+    cat.connect().close()  # the database is built on first use
     mtime = cat.path.stat().st_mtime_ns
     for q in ("SELEC 1", "SELECT * FROM hardwar", "SET memory_limit = '1PB'", "CREATE TABLE t (a INT)"):
         with pytest.raises(CatalogError, match=r"^query failed: "):
@@ -280,7 +281,9 @@ def test_sql_keeps_parameters_and_the_columns_callers_read():
 
 
 def test_a_damaged_json_export_is_rebuilt(tmp_path):
-    c = Catalog(path=tmp_path / "c.duckdb")
+    # a catalog with a user's file caches its export (the shipped data's is compiled in)
+    mine = _csv(tmp_path, "mine.csv", GOOD)
+    c = Catalog(path=tmp_path / "c.duckdb", extra=[mine])
     good = c.export_path.read_bytes()
     export = json.loads(good)
     damages = {
@@ -292,14 +295,15 @@ def test_a_damaged_json_export_is_rebuilt(tmp_path):
     }
     for what, data in damages.items():
         c.export_path.write_bytes(data)
-        again = Catalog(path=tmp_path / "c.duckdb")
+        again = Catalog(path=tmp_path / "c.duckdb", extra=[mine])
         assert again.get("H100_SXM").tflops_bf16 == 989.4, what  # NVIDIA H100 datasheet, dense bf16
+        assert again.get("MY_GPU").memory_bw_gbs == 2000, what
         assert json.loads(c.export_path.read_bytes()) == export, what
 
 
 def test_a_damaged_database_is_rebuilt_where_it_is_opened(tmp_path):
     path = tmp_path / "c.duckdb"
-    Catalog(path=path)
+    Catalog(path=path).connect().close()  # the database is built on first use
     good = path.read_bytes()
     garbled = bytearray(good)
     garbled[:8192] = b"\x55" * 8192
@@ -360,11 +364,11 @@ def test_a_build_removes_the_temp_files_of_dead_builders_only(tmp_path, monkeypa
     live_bench = tmp_path / f".bench-{live}-{host}-w0rk"
     live_bench.mkdir()
     c = Catalog()
-    assert c.path.parent == tmp_path and c.get("B200").tflops_bf16 == 2250
+    assert c.path.parent == tmp_path and c.sql("SELECT tflops_bf16 FROM hardware WHERE name = 'B200'").item() == 2250
     assert [p.name for p in [*stale, bench] if p.exists()] == []
     assert [p.name for p in [*kept, live_bench] if not p.exists()] == []
-    # nothing of this build is left behind
-    assert {p.name for p in tmp_path.iterdir()} == {p.name for p in [*kept, live_bench, c.path, c.export_path]}
+    # nothing of this build is left behind (the shipped data's export is compiled in, not written)
+    assert {p.name for p in tmp_path.iterdir()} == {p.name for p in [*kept, live_bench, c.path]}
 
 
 def test_a_failed_build_leaves_no_temp_files(tmp_path, monkeypatch):
@@ -377,7 +381,8 @@ def test_a_failed_build_leaves_no_temp_files(tmp_path, monkeypatch):
 def test_builders_at_once_spare_each_others_temp_files(tmp_path):
     # Each build sweeps the folder for dead builders' files while the others write theirs.
     env = {**os.environ, "RIDGELINE_CACHE_DIR": str(tmp_path)}
-    code = "from ridgeline import Catalog; print(Catalog().get('H100_SXM').tflops_bf16)"
+    query = "SELECT tflops_bf16 FROM hardware WHERE name = 'H100_SXM'"
+    code = f"from ridgeline import Catalog; print(Catalog().sql({query!r}).item())"
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -386,4 +391,4 @@ def test_builders_at_once_spare_each_others_temp_files(tmp_path):
     ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [(p.returncode, out.strip()) for p, (out, _) in zip(procs, outs)] == [(0, "989.4")] * 4, outs
-    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".duckdb", ".json"]
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".duckdb"]

@@ -469,8 +469,7 @@ def known_runtimes(cat: Catalog) -> list[str]:
     """Runtimes ridgeline knows from its data: measured rows, GEMM paths or a calibration."""
     from .calibrate import shipped_fits
 
-    q = "SELECT DISTINCT runtime FROM benchmarks WHERE model IS NOT NULL"
-    measured = {r["runtime"] for r in cat.sql(q).to_dicts()}
+    measured = set(cat.measured_runtimes())  # the export's: no DuckDB on an estimate's path
     paths = {rt for rt, _ in quant.runtime_paths()}
     return sorted(measured | paths | {f["runtime"] for f in shipped_fits()})
 
