@@ -344,7 +344,7 @@ def test_a_build_removes_the_temp_files_of_dead_builders_only(tmp_path, monkeypa
     monkeypatch.setenv("RIDGELINE_CACHE_DIR", str(tmp_path))
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
-    dead, live, host = child.pid, os.getpid(), catalog_module._HOST
+    dead, live, host = child.pid, os.getpid(), catalog_module._host()
     stale = [
         tmp_path / f".catalog-{dead}-{host}-k1ll3d.duckdb",
         tmp_path / f".catalog-{dead}-{host}-k1ll3d.duckdb.wal",

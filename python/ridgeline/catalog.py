@@ -30,9 +30,6 @@ import json
 import math
 import os
 import re
-import shutil
-import socket
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -66,11 +63,19 @@ EXPORT_COMMAND = "ridgeline catalog export --force"
 _HARDWARE_FILE = "expected a CSV with the devices.csv columns"
 _CONSTANTS_FILE = "expected name,value,unit,source,note rows"
 # Temp files of a build carry the builder's pid and host (`.catalog-<pid>-<host>-XXXX.duckdb`,
-# `.bench-<pid>-<host>-XXXX/`) so that a later build can remove the leftovers of a builder that
-# was killed (its pid gone on this host) and never touch a live one's, on this host or another
-# that shares the cache folder.
-_HOST = re.sub(r"[^A-Za-z0-9]+", "_", socket.gethostname()).strip("_") or "host"
+# `.bench-<pid>-<host>-XXXX/`, the host from `_host()`) so that a later build can remove the
+# leftovers of a builder that was killed (its pid gone on this host) and never touch a live
+# one's, on this host or another that shares the cache folder.
 _TEMP_NAME = re.compile(r"\.(?:catalog|bench)-(\d+)-([A-Za-z0-9_]+)-")
+
+
+@functools.lru_cache(maxsize=1)
+def _host() -> str:
+    """This host's name as a build's temp files carry it (asked only when a build runs: the
+    socket module, and tempfile and shutil where they are used, are no cost to an estimate)."""
+    import socket
+
+    return re.sub(r"[^A-Za-z0-9]+", "_", socket.gethostname()).strip("_") or "host"
 
 
 def cache_dir() -> Path:
@@ -184,10 +189,12 @@ class Catalog:
         Many processes may build the same catalog at once: each writes its own temp
         files and ``os.replace`` makes the move atomic, so a reader sees a whole file.
         """
+        import tempfile
+
         import duckdb
 
         folder = self.path.parent
-        prefix = f".catalog-{os.getpid()}-{_HOST}-"
+        prefix = f".catalog-{os.getpid()}-{_host()}-"
         tmp = tmp_json = ""
         try:
             try:
@@ -668,6 +675,8 @@ def _fill(
     """Loads the shipped rows, and the user's (``extra`` hardware files and a ``constants``
     override, each with its text), into ``con``; returns the engine export. ``folder`` holds the
     benchmarks' work file while they load."""
+    import tempfile
+
     con.execute(_data.read_text("data/schema.sql"))
     shipped = set(_data.list_files("data/"))
     for table, f in {**_TABLE_FILES, **_OPTIONAL_FILES}.items():
@@ -682,7 +691,7 @@ def _fill(
     if constants is not None:
         known = {n for (n,) in con.execute("SELECT name FROM constants").fetchall()}
         _load_csv(con, "constants", constants[1], str(constants[0]), replace=True, user=True, known=known)
-    with tempfile.TemporaryDirectory(prefix=f".bench-{os.getpid()}-{_HOST}-", dir=folder) as work:
+    with tempfile.TemporaryDirectory(prefix=f".bench-{os.getpid()}-{_host()}-", dir=folder) as work:
         _load_benchmarks(con, Path(work))
     rows = con.execute(_data.query("device_for_engine")).fetchall()
     cols = [d[0] for d in con.description]
@@ -703,6 +712,8 @@ def engine_export_text() -> str:
     catalog (``_fill``), as ``ridgeline catalog export`` writes it to ``EXPORT_FILE``: keys
     sorted, floats as Python writes them (the shortest text that reads back to the same double),
     one value a line, so that the same data gives the same bytes and a change reads as a diff."""
+    import tempfile
+
     import duckdb
 
     con = duckdb.connect()  # in memory: nothing of the export's build stays behind
@@ -767,6 +778,8 @@ def _alive(pid: int) -> bool:
 
 def _remove_stale_temps(folder: Path) -> None:
     """Removes the temp files and folders of builds on this host whose process is gone."""
+    import shutil
+
     if os.name == "nt":  # os.kill(pid, 0) there would send a console event, not probe
         return
     try:
@@ -775,7 +788,7 @@ def _remove_stale_temps(folder: Path) -> None:
         return
     for entry in entries:
         m = _TEMP_NAME.match(entry.name)
-        if m is None or m.group(2) != _HOST or _alive(int(m.group(1))):
+        if m is None or m.group(2) != _host() or _alive(int(m.group(1))):
             continue
         try:
             if entry.is_dir(follow_symlinks=False):
