@@ -301,6 +301,26 @@ def test_a_damaged_json_export_is_rebuilt(tmp_path):
         assert json.loads(c.export_path.read_bytes()) == export, what
 
 
+@pytest.mark.parametrize("shipped", [None, b"", b'{"devices": []}'], ids=["missing", "empty", "no devices"])
+def test_a_build_without_a_readable_shipped_export_says_how_to_make_one(monkeypatch, shipped):
+    from ridgeline import _data
+
+    files, read = _data.list_files, _data.read_bytes
+    export = catalog_module.EXPORT_FILE
+    monkeypatch.setattr(_data, "list_files", lambda p: [f for f in files(p) if shipped is not None or f != export])
+    monkeypatch.setattr(_data, "read_bytes", lambda p: shipped if p == export and shipped is not None else read(p))
+    catalog_module._shipped_export.cache_clear()
+    try:
+        with pytest.raises(CatalogError) as e:
+            Catalog().get("H100_SXM")
+    finally:
+        catalog_module._shipped_export.cache_clear()  # the next test reads the real one
+    assert str(e.value) == (
+        "data/hardware/engine_export.json is missing from this build or unreadable; "
+        "run `ridgeline catalog export --force` from the repository root and reinstall"
+    )
+
+
 def test_a_damaged_database_is_rebuilt_where_it_is_opened(tmp_path):
     path = tmp_path / "c.duckdb"
     Catalog(path=path).connect().close()  # the database is built on first use
