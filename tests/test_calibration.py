@@ -52,9 +52,12 @@ def test_a_group_with_fewer_rows_than_free_parameters_is_refused():
 
 
 def test_a_stale_calibration_is_refused():
+    # rows passed in are checked against the engine's structure (the shipped ones by the test above)
     stale = [{**f, "structure_version": "0" * 16} for f in shipped_fits()]
-    with pytest.raises(CatalogError, match="refit"):
+    with pytest.raises(CatalogError, match=r"fitted against structure version 0{16}, the engine is \w{16}: .*refit"):
         lookup("RTX_3090", "llamacpp-cuda", fits=stale)
+    label, row = lookup("RTX_3090", "llamacpp-cuda", fits=shipped_fits())
+    assert label.startswith("calibrated (RTX_3090, llamacpp-cuda") and row is not None
 
 
 def test_fitted_constants_are_physical_and_labelled(fresh):

@@ -2,8 +2,9 @@
 
 import pytest
 import ridgeline
-from ridgeline import Catalog, CatalogError, UnknownNameError
-from ridgeline.catalog import default_catalog
+from cli_in_process import run_main
+from ridgeline import Catalog, CatalogError, UnknownNameError, _data
+from ridgeline.catalog import EXPORT_COMMAND, EXPORT_FILE, default_catalog, engine_export_text
 
 REQUIRED = [
     "H100_SXM",
@@ -190,3 +191,36 @@ def test_sql_is_read_only(cat):
     with pytest.raises(CatalogError):
         cat.sql("SELECT * FROM read_csv('/etc/passwd')")
     assert cat.sql("SELECT count(*) AS n FROM hardware_alias")["n"][0] > 20
+
+
+def test_the_shipped_engine_export_is_a_fresh_build():
+    # Estimates read the compiled-in export, not DuckDB: it must be, byte for byte, what a build
+    # of the shipped data exports now, so data/ edited without regenerating it fails here.
+    same = _data.read_text(EXPORT_FILE) == engine_export_text()
+    assert same, f"{EXPORT_FILE} is not the export of the shipped data: run `{EXPORT_COMMAND}` and reinstall"
+
+
+def test_the_shipped_catalog_writes_nothing_until_a_query(tmp_path, monkeypatch):
+    monkeypatch.setenv("RIDGELINE_CACHE_DIR", str(tmp_path))
+    c = Catalog()
+    assert c.get("h100").tflops_bf16 == 989.4  # NVIDIA H100 datasheet, dense bf16, through an alias
+    assert c.constant("gpu_memory_utilization") == 0.9  # vLLM's default
+    assert c.overridden == {} and "llamacpp-cuda" in c.measured_runtimes()
+    assert list(tmp_path.iterdir()) == []
+    # the first query builds the database, which holds what the export said
+    assert c.sql("SELECT name FROM hardware ORDER BY name")["name"].to_list() == c.names()
+    q = "SELECT DISTINCT runtime FROM benchmarks WHERE model IS NOT NULL ORDER BY runtime"
+    assert c.sql(q)["runtime"].to_list() == c.measured_runtimes()
+    assert [p.name for p in tmp_path.iterdir()] == [c.path.name]
+
+
+def test_catalog_export_keeps_a_changed_file_unless_forced(tmp_path):
+    out = tmp_path / "export.json"
+    shipped = _data.read_text(EXPORT_FILE)
+    code, said, _ = run_main("catalog", "export", "--out", str(out))
+    assert (code, said) == (0, f"wrote {out}; reinstall (pip install .) to ship it\n") and out.read_text() == shipped
+    assert run_main("catalog", "export", "--out", str(out))[:2] == (0, f"unchanged {out}\n")
+    out.write_text("{}")
+    code, _, err = run_main("catalog", "export", "--out", str(out))
+    assert (code, out.read_text()) == (2, "{}") and "differs from what would be written; pass --force" in err
+    assert run_main("catalog", "export", "--out", str(out), "--force")[0] == 0 and out.read_text() == shipped

@@ -221,6 +221,7 @@ def test_an_empty_query_is_refused(query):
 
 def test_a_query_error_stays_a_query_error():
     cat = default_catalog()
+    cat.connect().close()  # the database is built on first use
     mtime = cat.path.stat().st_mtime_ns
     for q in ("SELEC 1", "SELECT * FROM hardwar", "SET memory_limit = '1PB'", "CREATE TABLE t (a INT)"):
         with pytest.raises(CatalogError, match=r"^query failed: "):
@@ -280,7 +281,9 @@ def test_sql_keeps_parameters_and_the_columns_callers_read():
 
 
 def test_a_damaged_json_export_is_rebuilt(tmp_path):
-    c = Catalog(path=tmp_path / "c.duckdb")
+    # a catalog with a user's file caches its export (the shipped data's is compiled in)
+    mine = _csv(tmp_path, "mine.csv", GOOD)
+    c = Catalog(path=tmp_path / "c.duckdb", extra=[mine])
     good = c.export_path.read_bytes()
     export = json.loads(good)
     damages = {
@@ -292,14 +295,35 @@ def test_a_damaged_json_export_is_rebuilt(tmp_path):
     }
     for what, data in damages.items():
         c.export_path.write_bytes(data)
-        again = Catalog(path=tmp_path / "c.duckdb")
+        again = Catalog(path=tmp_path / "c.duckdb", extra=[mine])
         assert again.get("H100_SXM").tflops_bf16 == 989.4, what  # NVIDIA H100 datasheet, dense bf16
+        assert again.get("MY_GPU").memory_bw_gbs == 2000, what
         assert json.loads(c.export_path.read_bytes()) == export, what
+
+
+@pytest.mark.parametrize("shipped", [None, b"", b'{"devices": []}'], ids=["missing", "empty", "no devices"])
+def test_a_build_without_a_readable_shipped_export_says_how_to_make_one(monkeypatch, shipped):
+    from ridgeline import _data
+
+    files, read = _data.list_files, _data.read_bytes
+    export = catalog_module.EXPORT_FILE
+    monkeypatch.setattr(_data, "list_files", lambda p: [f for f in files(p) if shipped is not None or f != export])
+    monkeypatch.setattr(_data, "read_bytes", lambda p: shipped if p == export and shipped is not None else read(p))
+    catalog_module._shipped_export.cache_clear()
+    try:
+        with pytest.raises(CatalogError) as e:
+            Catalog().get("H100_SXM")
+    finally:
+        catalog_module._shipped_export.cache_clear()  # the next test reads the real one
+    assert str(e.value) == (
+        "data/hardware/engine_export.json is missing from this build or unreadable; "
+        "run `ridgeline catalog export --force` from the repository root and reinstall"
+    )
 
 
 def test_a_damaged_database_is_rebuilt_where_it_is_opened(tmp_path):
     path = tmp_path / "c.duckdb"
-    Catalog(path=path)
+    Catalog(path=path).connect().close()  # the database is built on first use
     good = path.read_bytes()
     garbled = bytearray(good)
     garbled[:8192] = b"\x55" * 8192
@@ -340,7 +364,7 @@ def test_a_build_removes_the_temp_files_of_dead_builders_only(tmp_path, monkeypa
     monkeypatch.setenv("RIDGELINE_CACHE_DIR", str(tmp_path))
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
-    dead, live, host = child.pid, os.getpid(), catalog_module._HOST
+    dead, live, host = child.pid, os.getpid(), catalog_module._host()
     stale = [
         tmp_path / f".catalog-{dead}-{host}-k1ll3d.duckdb",
         tmp_path / f".catalog-{dead}-{host}-k1ll3d.duckdb.wal",
@@ -360,11 +384,11 @@ def test_a_build_removes_the_temp_files_of_dead_builders_only(tmp_path, monkeypa
     live_bench = tmp_path / f".bench-{live}-{host}-w0rk"
     live_bench.mkdir()
     c = Catalog()
-    assert c.path.parent == tmp_path and c.get("B200").tflops_bf16 == 2250
+    assert c.path.parent == tmp_path and c.sql("SELECT tflops_bf16 FROM hardware WHERE name = 'B200'").item() == 2250
     assert [p.name for p in [*stale, bench] if p.exists()] == []
     assert [p.name for p in [*kept, live_bench] if not p.exists()] == []
-    # nothing of this build is left behind
-    assert {p.name for p in tmp_path.iterdir()} == {p.name for p in [*kept, live_bench, c.path, c.export_path]}
+    # nothing of this build is left behind (the shipped data's export is compiled in, not written)
+    assert {p.name for p in tmp_path.iterdir()} == {p.name for p in [*kept, live_bench, c.path]}
 
 
 def test_a_failed_build_leaves_no_temp_files(tmp_path, monkeypatch):
@@ -377,7 +401,8 @@ def test_a_failed_build_leaves_no_temp_files(tmp_path, monkeypatch):
 def test_builders_at_once_spare_each_others_temp_files(tmp_path):
     # Each build sweeps the folder for dead builders' files while the others write theirs.
     env = {**os.environ, "RIDGELINE_CACHE_DIR": str(tmp_path)}
-    code = "from ridgeline import Catalog; print(Catalog().get('H100_SXM').tflops_bf16)"
+    query = "SELECT tflops_bf16 FROM hardware WHERE name = 'H100_SXM'"
+    code = f"from ridgeline import Catalog; print(Catalog().sql({query!r}).item())"
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -386,4 +411,4 @@ def test_builders_at_once_spare_each_others_temp_files(tmp_path):
     ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [(p.returncode, out.strip()) for p, (out, _) in zip(procs, outs)] == [(0, "989.4")] * 4, outs
-    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".duckdb", ".json"]
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".duckdb"]

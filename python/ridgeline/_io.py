@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -98,6 +97,8 @@ def atomic_output(path: PathLike, *, force: bool, what: str = "out", hint: str =
     >>> (d / "r.csv").read_text()
     'a\\n1\\n'
     """
+    import tempfile  # here: models read a user's config through this module, estimates write nothing
+
     target = check_output(path, force=force, what=what, hint=hint)
     try:
         fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:64]}.", suffix=".tmp")

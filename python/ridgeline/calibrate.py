@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import functools
 import hashlib
 import io
 import math
@@ -34,19 +33,26 @@ from typing import Any, Optional
 
 import numpy as np
 
-from . import __version__, _data
-from .catalog import Catalog, Device, default_catalog
+from . import __version__
+from ._fits import BOUND_PARAMS, PARAMS, fit_params, memory_technology
+
+# What an estimate reads of the calibration lives in _fits (no numpy); its public names stay here.
+from ._fits import CALIBRATION_FILE as CALIBRATION_FILE
+from ._fits import HOLDOUT_FILE as HOLDOUT_FILE
+from ._fits import default_runtime as default_runtime
+from ._fits import efficiency_json as efficiency_json
+from ._fits import formats_of as formats_of
+from ._fits import lookup as lookup
+from ._fits import shipped_fits as shipped_fits
+from ._fits import shipped_holdout as shipped_holdout
+from .catalog import Catalog, default_catalog
 from .errors import CatalogError, PlanError
 
-PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us", "eta_moe", "eta_compute_quant", "routing_skew",
-          "overlap", "overlap_moe")  # fmt: skip
-UNCALIBRATED = np.array([1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0])
+UNCALIBRATED = np.array(BOUND_PARAMS)
 SKEW = PARAMS.index("routing_skew")
 CQ = PARAMS.index("eta_compute_quant")
 EXPERT_WEIGHT_OPS = ("expert_up", "expert_down")
 MODEL_METRICS = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "throughput_tok_s")
-CALIBRATION_FILE = "data/calibration/fits.csv"
-HOLDOUT_FILE = "data/calibration/holdout.csv"
 HOLDOUT_COLUMNS = ("runtime", "phase", "n_rows", "n_devices", "q10", "q50", "q90", "data_hash", "source")
 FIT_COLUMNS = (
     "hardware", "runtime", "memory", "precision", "phase", *PARAMS, "t_layer_us", "n_rows", "rms_log", "pinned",
@@ -443,18 +449,6 @@ def data_hash(rows: Sequence[Decomposed]) -> str:
     return _digest((d.row["id"], d.row["value"]) for d in rows)
 
 
-def memory_technology(memory_type: Optional[str]) -> str:
-    """hbm, gddr or lpddr (unified memory included): the class a runtime profile is fitted over."""
-    t = (memory_type or "").lower()
-    if t.startswith("hbm"):
-        return "hbm"
-    if t.startswith("gddr"):
-        return "gddr"
-    if "lpddr" in t or "unified" in t:
-        return "lpddr"
-    return "other"
-
-
 def _memtech(cat: Catalog, hardware: str) -> str:
     return memory_technology(cat.get(hardware).memory_type)
 
@@ -549,112 +543,9 @@ def to_csv(fits: Sequence[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def shipped_fits() -> list[dict[str, Any]]:
-    """The calibration rows compiled into the package (parsed once: every calibrated estimate reads them)."""
-    return list(_shipped_fits())
-
-
-@functools.lru_cache(maxsize=1)
-def _shipped_fits() -> tuple[dict[str, Any], ...]:
-    if CALIBRATION_FILE not in _data.list_files("data/calibration/"):
-        return ()
-    return tuple(csv.DictReader(io.StringIO(_data.read_text(CALIBRATION_FILE))))
-
-
-def lookup(
-    hardware: str,
-    runtime: Optional[str],
-    catalog: Optional[Catalog] = None,
-    fits: Optional[Sequence[dict[str, Any]]] = None,
-) -> tuple[str, Optional[dict[str, Any]]]:
-    """The calibration an estimate uses: the device's own row, else its runtime's profile,
-    else none. Rows fitted against another structure version are refused."""
-    if not runtime:
-        return "uncalibrated", None
-    from .snapshot import structure_version
-
-    rows = [f for f in (shipped_fits() if fits is None else fits) if f["runtime"] == runtime]
-    if not rows:
-        return "uncalibrated", None
-    sv = structure_version(catalog)
-    stale = [f for f in rows if f["structure_version"] != sv]
-    if stale:
-        raise CatalogError(
-            f"calibration for {runtime} was fitted against structure version {stale[0]['structure_version']}, "
-            f"the engine is {sv}: run `ridgeline calibrate` to refit"
-        )
-
-    def with_formats(f: dict[str, Any]) -> dict[str, Any]:
-        # the group's per-format quantized-GEMM efficiencies ride along with its row
-        own = {g["precision"]: float(g["eta_compute_quant"]) for g in rows
-               if (g["hardware"], g["memory"]) == (f["hardware"], f["memory"]) and g["precision"] != "*"}  # fmt: skip
-        return {**f, "quant_formats": own}
-
-    whole = [f for f in rows if f["precision"] == "*"]
-    own = next((f for f in whole if f["hardware"] == hardware), None)
-    if own:
-        return f"calibrated ({hardware}, {runtime}, {own['n_rows']} rows)", with_formats(own)
-    mt = _memtech(catalog or default_catalog(), hardware)
-    for memory in (mt, "*"):
-        prof = next((f for f in whole if f["hardware"] == "*" and f["memory"] == memory), None)
-        if prof:
-            what = f"{runtime}, {memory} memory" if memory != "*" else runtime
-            return f"runtime-profile ({what}, {prof['n_rows']} rows)", with_formats(prof)
-    return "uncalibrated", None
-
-
-def default_runtime(
-    fits: Optional[Sequence[dict[str, Any]]] = None, device: Optional[Device] = None
-) -> tuple[Optional[str], str]:
-    """The runtime an estimate describes when none is named (spec 50): among the runtimes that
-    run on ``device`` (runtime_platforms.csv; any device when None), vllm where it has a fitted
-    profile, else the one whose profile rests on the most measured rows; None (the bound) when
-    no calibrated runtime runs there."""
-    from .estimate import runs_on
-
-    profiles = [f for f in (shipped_fits() if fits is None else fits)
-                if f["hardware"] == "*" and f["memory"] == "*" and f["precision"] == "*"]  # fmt: skip
-    if not profiles:
-        return None, "no runtime has a shipped calibration"
-    if device is not None:
-        profiles = [f for f in profiles if runs_on(f["runtime"], device)]
-        if not profiles:
-            return None, (
-                f"no runtime with a shipped calibration runs on {device.name} ({device.vendor} {device.kind}): "
-                f"the efficiency-1 bound"
-            )
-    if any(f["runtime"] == "vllm" for f in profiles):
-        return "vllm", "the default runtime"
-    best = max(profiles, key=lambda f: (int(f["n_rows"]), f["runtime"]))
-    where = f" of those that run on {device.vendor} {device.kind} devices" if device is not None else ""
-    return best["runtime"], f"the best-covered runtime{where} ({best['n_rows']} measured rows; vllm has no fit yet)"
-
-
 def params_of(fit_row: Optional[dict[str, Any]]) -> np.ndarray:
-    if fit_row is None:
-        return UNCALIBRATED
-    return np.array([float(fit_row[k]) for k in PARAMS])
-
-
-def formats_of(fit_row: Optional[dict[str, Any]]) -> dict[str, float]:
-    """The per-format quantized-GEMM efficiencies `lookup` attached to a calibration row."""
-    return dict(fit_row.get("quant_formats") or {}) if fit_row else {}
-
-
-def efficiency_json(fit_row: Optional[dict[str, Any]], roles: Optional[Mapping[str, str]] = None) -> str:
-    """The core's Efficiency for a calibration row (1, 1, 0, 0, 0 without one); `roles` names each
-    weight role's format, so that a role stored in a format with its own fit takes that efficiency."""
-    import json
-
-    from .quant import ROLES
-
-    eta_m, eta_c, tl, ts, eta_moe, eta_cq, _skew, overlap, overlap_moe = params_of(fit_row)
-    tlayer = float(fit_row["t_layer_us"]) if fit_row else 0.0
-    formats = formats_of(fit_row)
-    by_role = [formats.get((roles or {}).get(r, "")) for r in ROLES]
-    return json.dumps({"eta_mem": eta_m, "eta_compute": eta_c, "eta_moe": eta_moe, "eta_compute_quant": eta_cq,
-                       "eta_compute_quant_roles": by_role, "overlap": overlap, "overlap_moe": overlap_moe,
-                       "t_launch_s": tl * 1e-6, "t_layer_s": tlayer * 1e-6, "t_step_s": ts * 1e-6})  # fmt: skip
+    """A calibration row's PARAMS as an array (the efficiency-1 bound without one)."""
+    return np.array(fit_params(fit_row))
 
 
 def predict_shipped(rows: Sequence[Decomposed], catalog: Optional[Catalog] = None,
@@ -760,15 +651,6 @@ def holdout_csv(rows: Sequence[dict[str, Any]]) -> str:
     w.writeheader()
     w.writerows(rows)
     return buf.getvalue()
-
-
-@functools.lru_cache(maxsize=1)
-def shipped_holdout() -> dict[tuple[str, str], dict[str, Any]]:
-    """(runtime, phase) -> the shipped held-out percentiles (data/calibration/holdout.csv)."""
-    if HOLDOUT_FILE not in _data.list_files("data/calibration/"):
-        return {}
-    rows = csv.DictReader(io.StringIO(_data.read_text(HOLDOUT_FILE)))
-    return {(r["runtime"], r["phase"]): r for r in rows}
 
 
 def group_summaries(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -1,12 +1,21 @@
 """The hardware catalog: a DuckDB database built from the text files under data/.
 
-The database is built on first use into a cache folder (or a path the user
-names) and rebuilt whenever the shipped data or a user's extra CSV changes.
-It is the single source of truth: the engine reads its device rows through a
-JSON export written beside the database at build time, so an estimate does
-not pay for opening DuckDB. Either file found damaged (truncated, garbled,
-empty, lacking a table or a key) is rebuilt from the embedded text where it
-is opened; a build leaves no temp file, and removes those of killed builds.
+The database is the single source of truth. The engine reads what it needs of it
+(device rows, aliases, constants, the runtimes with measured rows) through a JSON
+export, so an estimate does not pay for DuckDB:
+
+- the shipped data's export is data/hardware/engine_export.json, written from a
+  DuckDB build by ``ridgeline catalog export`` and compiled into the extension
+  (tests/test_catalog.py checks it against a fresh build, byte for byte). A
+  catalog of the shipped data alone reads it and writes nothing until a query
+  asks for the database, which is then built into a cache folder (or a path the
+  user names), once per version of the data;
+- with a user's hardware or constants file, the catalog builds the database and
+  its export into the cache when it is created, keyed by the files' contents.
+
+Either cache file found damaged (truncated, garbled, empty, lacking a table or a
+key) is rebuilt from the embedded text where it is opened; a build leaves no temp
+file, and removes those of killed builds.
 """
 
 from __future__ import annotations
@@ -21,9 +30,6 @@ import json
 import math
 import os
 import re
-import shutil
-import socket
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -48,15 +54,28 @@ _OPTIONAL_FILES = {
 # Every table of data/schema.sql: a catalog database that lacks one is damaged.
 _TABLES = frozenset({*_TABLE_FILES, *_OPTIONAL_FILES, "benchmarks"})
 # What a JSON export must hold (and of which type) to be used rather than rebuilt.
-_EXPORT_KEYS: dict[str, type] = {"devices": list, "aliases": dict, "constants": dict, "overridden": dict}
+_EXPORT_KEYS: dict[str, type] = {
+    "devices": list, "aliases": dict, "constants": dict, "overridden": dict, "runtimes": list,
+}  # fmt: skip
+#: The shipped data's export, compiled into the extension (``ridgeline catalog export`` writes it).
+EXPORT_FILE = "data/hardware/engine_export.json"
+EXPORT_COMMAND = "ridgeline catalog export --force"
 _HARDWARE_FILE = "expected a CSV with the devices.csv columns"
 _CONSTANTS_FILE = "expected name,value,unit,source,note rows"
 # Temp files of a build carry the builder's pid and host (`.catalog-<pid>-<host>-XXXX.duckdb`,
-# `.bench-<pid>-<host>-XXXX/`) so that a later build can remove the leftovers of a builder that
-# was killed (its pid gone on this host) and never touch a live one's, on this host or another
-# that shares the cache folder.
-_HOST = re.sub(r"[^A-Za-z0-9]+", "_", socket.gethostname()).strip("_") or "host"
+# `.bench-<pid>-<host>-XXXX/`, the host from `_host()`) so that a later build can remove the
+# leftovers of a builder that was killed (its pid gone on this host) and never touch a live
+# one's, on this host or another that shares the cache folder.
 _TEMP_NAME = re.compile(r"\.(?:catalog|bench)-(\d+)-([A-Za-z0-9_]+)-")
+
+
+@functools.lru_cache(maxsize=1)
+def _host() -> str:
+    """This host's name as a build's temp files carry it (asked only when a build runs: the
+    socket module, and tempfile and shutil where they are used, are no cost to an estimate)."""
+    import socket
+
+    return re.sub(r"[^A-Za-z0-9]+", "_", socket.gethostname()).strip("_") or "host"
 
 
 def cache_dir() -> Path:
@@ -115,6 +134,9 @@ class Device:
 class Catalog:
     """The DuckDB-backed hardware catalog.
 
+    Names, devices, aliases and constants come from the engine export (no DuckDB);
+    ``sql``, ``connect`` and ``audit`` open the database, built on first use.
+
     >>> Catalog().get("H100_SXM").tflops_bf16
     989.4
     """
@@ -136,17 +158,20 @@ class Catalog:
         self._extra_text = [_user_text(b, str(p), _HARDWARE_FILE) for p, b in zip(self.extra, raw)]
         env_constants = os.environ.get("RIDGELINE_CONSTANTS")
         self.constants_file = Path(constants) if constants else (Path(env_constants) if env_constants else None)
-        self._constants_text: Optional[str] = None
+        self._constants: Optional[tuple[Path, str]] = None  # the override and its text
         if self.constants_file is not None:
             b = _read_user_file(self.constants_file, "constants override", _CONSTANTS_FILE)
-            self._constants_text = _user_text(b, str(self.constants_file), _CONSTANTS_FILE)
+            self._constants = (self.constants_file, _user_text(b, str(self.constants_file), _CONSTANTS_FILE))
             raw.append(b)
         self.fingerprint = self._fingerprint(raw)
         if path is None:
             path = cache_dir() / f"catalog-{self.fingerprint}.duckdb"
         self.path = Path(path)
         self.export_path = self.path.with_suffix(".json")
-        if not (self.path.exists() and self.export_path.exists()):
+        # The shipped data alone: its export is compiled in, the database waits for a query.
+        # A user's file: its rows are checked and exported now, as the catalog is created.
+        self._shipped = not self.extra and self.constants_file is None
+        if not self._shipped and not (self.path.exists() and self.export_path.exists()):
             self._build()
 
     def _fingerprint(self, raw: Sequence[bytes]) -> str:
@@ -158,15 +183,18 @@ class Catalog:
 
     # -- building ---------------------------------------------------------
     def _build(self) -> None:
-        """Builds the database and its export into temp files, then moves both into place.
+        """Builds the database (and, with a user's file, its export) into temp files, then moves
+        them into place; the shipped data's export is the compiled-in one, so none is written.
 
         Many processes may build the same catalog at once: each writes its own temp
         files and ``os.replace`` makes the move atomic, so a reader sees a whole file.
         """
+        import tempfile
+
         import duckdb
 
         folder = self.path.parent
-        prefix = f".catalog-{os.getpid()}-{_HOST}-"
+        prefix = f".catalog-{os.getpid()}-{_host()}-"
         tmp = tmp_json = ""
         try:
             try:
@@ -177,19 +205,21 @@ class Catalog:
                 os.unlink(tmp)
                 con = duckdb.connect(tmp)
                 try:
-                    export = self._fill(con, folder)
+                    export = _fill(con, folder, list(zip(self.extra, self._extra_text)), self._constants)
                 finally:
                     con.close()
-                fd, tmp_json = tempfile.mkstemp(prefix=prefix, suffix=".json", dir=folder)
-                with os.fdopen(fd, "w") as fh:
-                    json.dump(export, fh)
+                if not self._shipped:
+                    fd, tmp_json = tempfile.mkstemp(prefix=prefix, suffix=".json", dir=folder)
+                    with os.fdopen(fd, "w") as fh:
+                        json.dump(export, fh)
                 # A WAL left beside the final path (never written there by a build) would be
                 # replayed onto the new file.
                 stale_wal = Path(f"{self.path}.wal")
                 if stale_wal.exists():
                     stale_wal.unlink()
                 os.replace(tmp, self.path)
-                os.replace(tmp_json, self.export_path)
+                if tmp_json:
+                    os.replace(tmp_json, self.export_path)
             except (OSError, duckdb.IOException) as e:
                 why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
                 raise CatalogError(
@@ -200,41 +230,11 @@ class Catalog:
                 if leftover and os.path.exists(leftover):
                     os.unlink(leftover)
 
-    def _fill(self, con: Any, folder: Path) -> dict[str, Any]:
-        """Loads the shipped and the user's rows into ``con``; returns the JSON export."""
-        con.execute(_data.read_text("data/schema.sql"))
-        shipped = set(_data.list_files("data/"))
-        for table, f in {**_TABLE_FILES, **_OPTIONAL_FILES}.items():
-            if f in shipped:
-                _load_csv(con, table, _data.read_text(f), f)
-        claims = _Claims(
-            shipped={n for (n,) in con.execute("SELECT name FROM hardware").fetchall()},
-            aliases=dict(con.execute("SELECT alias, name FROM hardware_alias").fetchall()),
-        )
-        for p, text in zip(self.extra, self._extra_text):
-            _load_csv(con, "hardware", text, str(p), user=True, claims=claims)
-        if self.constants_file is not None and self._constants_text is not None:
-            known = {n for (n,) in con.execute("SELECT name FROM constants").fetchall()}
-            _load_csv(
-                con, "constants", self._constants_text, str(self.constants_file), replace=True, user=True, known=known
-            )
-        with tempfile.TemporaryDirectory(prefix=f".bench-{os.getpid()}-{_HOST}-", dir=folder) as work:
-            _load_benchmarks(con, Path(work))
-        rows = con.execute(_data.query("device_for_engine")).fetchall()
-        cols = [d[0] for d in con.description]
-        return {
-            "devices": [dict(zip(cols, r)) for r in rows],
-            "aliases": dict(con.execute("SELECT alias, name FROM hardware_alias").fetchall()),
-            "constants": {
-                n: {"value": v, "unit": u, "source": s}
-                for n, v, u, s in con.execute("SELECT name, value, unit, source FROM constants").fetchall()
-            },
-            "overridden": claims.overridden,
-        }
-
     # -- the engine's fast path -------------------------------------------
     @functools.cached_property
     def _export(self) -> dict[str, Any]:
+        if self._shipped:
+            return _shipped_export()
         export = _read_export(self.export_path)
         if export is None:
             # Truncated, garbled, empty or from an older layout: rebuild it from the embedded text.
@@ -311,15 +311,27 @@ class Catalog:
         except KeyError:
             raise CatalogError(f"constant '{name}' is missing from data/constants.csv") from None
 
+    def measured_runtimes(self) -> list[str]:
+        """The runtimes of the measured model rows (the ``benchmarks`` table), from the export.
+
+        >>> "vllm" in Catalog().measured_runtimes()
+        True
+        """
+        return [str(r) for r in self._export["runtimes"]]
+
     # -- SQL --------------------------------------------------------------
     def connect(self) -> Any:
-        """A read-only DuckDB connection to the catalog database (rebuilt first if the file is damaged)."""
+        """A read-only DuckDB connection to the catalog database (built on first use, rebuilt first
+        if the file is damaged)."""
         return self._open({}, check_tables=True)
 
     def _open(self, config: dict[str, Any], check_tables: bool) -> Any:
-        """A read-only connection; a file DuckDB cannot open (or, checked, lacking a table) is rebuilt once."""
+        """A read-only connection; a file not built yet is built, one DuckDB cannot open (or,
+        checked, lacking a table) is rebuilt once."""
         import duckdb
 
+        if not self.path.exists():
+            self._build()
         for attempt in (1, 2):
             try:
                 con = duckdb.connect(str(self.path), read_only=True, config=config)
@@ -657,11 +669,91 @@ def _user_text(data: bytes, origin: str, expected: str) -> str:
     return text
 
 
+def _fill(
+    con: Any, folder: Path, extra: Sequence[tuple[Path, str]] = (), constants: Optional[tuple[Path, str]] = None
+) -> dict[str, Any]:
+    """Loads the shipped rows, and the user's (``extra`` hardware files and a ``constants``
+    override, each with its text), into ``con``; returns the engine export. ``folder`` holds the
+    benchmarks' work file while they load."""
+    import tempfile
+
+    con.execute(_data.read_text("data/schema.sql"))
+    shipped = set(_data.list_files("data/"))
+    for table, f in {**_TABLE_FILES, **_OPTIONAL_FILES}.items():
+        if f in shipped:
+            _load_csv(con, table, _data.read_text(f), f)
+    claims = _Claims(
+        shipped={n for (n,) in con.execute("SELECT name FROM hardware").fetchall()},
+        aliases=dict(con.execute("SELECT alias, name FROM hardware_alias").fetchall()),
+    )
+    for p, text in extra:
+        _load_csv(con, "hardware", text, str(p), user=True, claims=claims)
+    if constants is not None:
+        known = {n for (n,) in con.execute("SELECT name FROM constants").fetchall()}
+        _load_csv(con, "constants", constants[1], str(constants[0]), replace=True, user=True, known=known)
+    with tempfile.TemporaryDirectory(prefix=f".bench-{os.getpid()}-{_host()}-", dir=folder) as work:
+        _load_benchmarks(con, Path(work))
+    rows = con.execute(_data.query("device_for_engine")).fetchall()
+    cols = [d[0] for d in con.description]
+    return {
+        "devices": [dict(zip(cols, r)) for r in rows],
+        "aliases": dict(con.execute("SELECT alias, name FROM hardware_alias").fetchall()),
+        "constants": {
+            n: {"value": v, "unit": u, "source": s}
+            for n, v, u, s in con.execute("SELECT name, value, unit, source FROM constants").fetchall()
+        },
+        "overridden": claims.overridden,
+        "runtimes": [r for (r,) in con.execute(_data.query("measured_runtimes")).fetchall()],
+    }
+
+
+def engine_export_text() -> str:
+    """The shipped data's engine export, built now through DuckDB by the code that builds every
+    catalog (``_fill``), as ``ridgeline catalog export`` writes it to ``EXPORT_FILE``: keys
+    sorted, floats as Python writes them (the shortest text that reads back to the same double),
+    one value a line, so that the same data gives the same bytes and a change reads as a diff."""
+    import tempfile
+
+    import duckdb
+
+    con = duckdb.connect()  # in memory: nothing of the export's build stays behind
+    try:
+        with tempfile.TemporaryDirectory(prefix="ridgeline-export-") as work:
+            export = _fill(con, Path(work))
+    finally:
+        con.close()
+    export["generated_by"] = f"`{EXPORT_COMMAND}` from the DuckDB build of data/; regenerate, do not edit"
+    return json.dumps(export, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_export() -> dict[str, Any]:
+    """The shipped data's export compiled into the extension (parsed once a process)."""
+    export = None
+    if EXPORT_FILE in _data.list_files("data/hardware/"):
+        export = _parse_export(_data.read_bytes(EXPORT_FILE))
+    if export is None:
+        raise CatalogError(
+            f"{EXPORT_FILE} is missing from this build or unreadable; run `{EXPORT_COMMAND}` "
+            "from the repository root and reinstall"
+        )
+    return export
+
+
 def _read_export(path: Path) -> Optional[dict[str, Any]]:
+    """The JSON export at ``path`` if it can be read and passes ``_parse_export``, else None."""
+    try:
+        data = path.read_bytes()
+    except (OSError, MemoryError):
+        return None
+    return _parse_export(data)
+
+
+def _parse_export(data: bytes) -> Optional[dict[str, Any]]:
     """The JSON export if it parses and holds every key with at least one device, else None."""
     try:
-        export = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, MemoryError):
+        export = json.loads(data.decode("utf-8"))
+    except (ValueError, MemoryError):
         return None
     if not isinstance(export, dict) or any(not isinstance(export.get(k), t) for k, t in _EXPORT_KEYS.items()):
         return None
@@ -686,6 +778,8 @@ def _alive(pid: int) -> bool:
 
 def _remove_stale_temps(folder: Path) -> None:
     """Removes the temp files and folders of builds on this host whose process is gone."""
+    import shutil
+
     if os.name == "nt":  # os.kill(pid, 0) there would send a console event, not probe
         return
     try:
@@ -694,7 +788,7 @@ def _remove_stale_temps(folder: Path) -> None:
         return
     for entry in entries:
         m = _TEMP_NAME.match(entry.name)
-        if m is None or m.group(2) != _HOST or _alive(int(m.group(1))):
+        if m is None or m.group(2) != _host() or _alive(int(m.group(1))):
             continue
         try:
             if entry.is_dir(follow_symlinks=False):

@@ -756,6 +756,28 @@ def catalog_audit(fmt: str, out: Optional[str], force: bool) -> None:
         sys.exit(1)
 
 
+@catalog.command("export")
+@click.option(
+    "--out",
+    default="data/hardware/engine_export.json",
+    show_default=True,
+    help="Where to write the export (the extension carries the one in data/hardware/).",
+)
+@click.option("--force", is_flag=True, help="Replace a file that differs from the fresh export.")
+def catalog_export(out: str, force: bool) -> None:
+    """Write what estimates read of the shipped catalog (devices, aliases, constants, measured
+    runtimes), built now through DuckDB; rerun it after editing data/, then reinstall.
+
+    A file that already holds the export is left alone; one that differs is replaced only with --force."""
+    from ._io import changed_files, check_output, write_files
+    from .catalog import engine_export_text
+
+    path = check_output(out, force=True, what="--out", hint="run from the repository root, or pass --out")
+    changed = changed_files({path: engine_export_text()}, force=force, what="catalog export")
+    write_files(changed, what="catalog export")
+    click.echo(f"wrote {path}; reinstall (pip install .) to ship it" if changed else f"unchanged {path}")
+
+
 @catalog.command("sql")
 @click.argument("query")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)

@@ -8,8 +8,6 @@ import re
 from collections.abc import Sequence
 from typing import Any, Optional
 
-import numpy as np
-
 from . import _core
 from ._checks import MAX_EXACT, number, whole
 from .catalog import Catalog, Device, default_catalog
@@ -137,6 +135,8 @@ def collective(
     >>> round(r.busbw_gbs[0])
     382
     """
+    import numpy as np  # here, not at import: an estimate imports this module and needs no numpy
+
     cat = catalog or default_catalog()
     dev = hardware if isinstance(hardware, Device) else cat.get(hardware)
     ranks = whole("ranks", ranks, 1)

@@ -83,7 +83,7 @@ def choose_runtime(runtime: Any, dev: Device, cat: Catalog) -> tuple[Optional[st
     (None) the default for the device (``calibrate.default_runtime``). ``estimate``, ``sweep``
     and the CLI all choose through here, so one plan gets one answer whichever door it takes."""
     if runtime is None:
-        from .calibrate import default_runtime
+        from ._fits import default_runtime
 
         rt, why = default_runtime(device=dev)
         return rt, f"{rt}: {why}" if rt else why
@@ -626,7 +626,7 @@ def _prepare(
     if scaleout_latency_us is not None:
         scaleout_latency_us = _number("scaleout_latency_us", scaleout_latency_us)
     topo = resolve_topology(dev, devices_per_node, scaleout_gbs, scaleout_latency_us)
-    from .calibrate import efficiency_json, lookup
+    from ._fits import efficiency_json, lookup
 
     label, fit_row = lookup(dev.name, runtime, cat) if calibrated else (UNCALIBRATED, None)
     formats = weights.format_names()
@@ -704,10 +704,9 @@ def runtime_execution(
 
 def known_runtimes(cat: Catalog) -> list[str]:
     """Runtimes ridgeline knows from its data: measured rows, GEMM paths or a calibration."""
-    from .calibrate import shipped_fits
+    from ._fits import shipped_fits
 
-    q = "SELECT DISTINCT runtime FROM benchmarks WHERE model IS NOT NULL"
-    measured = {r["runtime"] for r in cat.sql(q).to_dicts()}
+    measured = set(cat.measured_runtimes())  # the export's: no DuckDB on an estimate's path
     paths = {rt for rt, _ in quant.runtime_paths()}
     return sorted(measured | paths | {f["runtime"] for f in shipped_fits()})
 
@@ -746,7 +745,7 @@ _KNOWN_RUNTIMES: dict[int, list[str]] = {}
 def _held_out(runtime: Optional[str], ttft_s: float, tpot_s: Optional[float]) -> dict[str, Any]:
     """The range 80% of ``runtime``'s held-out rows put around this estimate's TTFT and TPOT
     (data/calibration/holdout.csv, written by ``ridgeline calibrate``)."""
-    from .calibrate import shipped_holdout
+    from ._fits import shipped_holdout
 
     out: dict[str, Any] = {}
     for phase, key, t in (("prefill", "ttft_s", ttft_s), ("decode", "tpot_s", tpot_s)):

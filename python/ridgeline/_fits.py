@@ -1,0 +1,171 @@
+"""What an estimate reads of the calibration: the fitted rows and held-out ranges compiled into
+the package, the row a device and runtime take, the runtime a device defaults to, and the core's
+efficiencies for a row.
+
+Pure Python and the standard library: every calibrated estimate comes through here, and none
+needs numpy, which ``calibrate`` (the fit and its validation, which re-exports these names)
+imports.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
+
+from . import _data
+from .catalog import Catalog, Device, default_catalog
+from .errors import CatalogError
+
+PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us", "eta_moe", "eta_compute_quant", "routing_skew",
+          "overlap", "overlap_moe")  # fmt: skip
+#: PARAMS at the efficiency-1 bound: efficiencies 1, no launch or step time, uniform routing
+#: (skew 0), compute and memory fully overlapped (the roofline).
+BOUND_PARAMS = (1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0)
+CALIBRATION_FILE = "data/calibration/fits.csv"
+HOLDOUT_FILE = "data/calibration/holdout.csv"
+
+
+def shipped_fits() -> list[dict[str, Any]]:
+    """The calibration rows compiled into the package (parsed once: every calibrated estimate reads them)."""
+    return list(_shipped_fits())
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_fits() -> tuple[dict[str, Any], ...]:
+    if CALIBRATION_FILE not in _data.list_files("data/calibration/"):
+        return ()
+    return tuple(csv.DictReader(io.StringIO(_data.read_text(CALIBRATION_FILE))))
+
+
+def lookup(
+    hardware: str,
+    runtime: Optional[str],
+    catalog: Optional[Catalog] = None,
+    fits: Optional[Sequence[dict[str, Any]]] = None,
+) -> tuple[str, Optional[dict[str, Any]]]:
+    """The calibration an estimate uses: the device's own row, else its runtime's profile,
+    else none.
+
+    Rows given as ``fits`` that were fitted against another structure version are refused
+    (principle 2). The shipped rows are not checked here: the check prices ~175 probe plans
+    (about 60 ms), which every process would pay on its first calibrated estimate, and what it
+    guards is fixed when the package is built. ``ridgeline calibrate`` stamps each row it
+    writes with the structure version it fitted against, and
+    tests/test_calibration.py::test_shipped_fits_match_the_engine_structure fails when the
+    physics changed without a refit, so stale shipped rows do not pass CI. Rows passed in
+    went through neither, so they are checked (once a process per catalog)."""
+    if not runtime:
+        return "uncalibrated", None
+    rows = [f for f in (shipped_fits() if fits is None else fits) if f["runtime"] == runtime]
+    if not rows:
+        return "uncalibrated", None
+    if fits is not None:
+        from .snapshot import structure_version
+
+        sv = structure_version(catalog)
+        stale = [f for f in rows if f["structure_version"] != sv]
+        if stale:
+            raise CatalogError(
+                f"calibration for {runtime} was fitted against structure version {stale[0]['structure_version']}, "
+                f"the engine is {sv}: run `ridgeline calibrate` to refit"
+            )
+
+    def with_formats(f: dict[str, Any]) -> dict[str, Any]:
+        # the group's per-format quantized-GEMM efficiencies ride along with its row
+        own = {g["precision"]: float(g["eta_compute_quant"]) for g in rows
+               if (g["hardware"], g["memory"]) == (f["hardware"], f["memory"]) and g["precision"] != "*"}  # fmt: skip
+        return {**f, "quant_formats": own}
+
+    whole = [f for f in rows if f["precision"] == "*"]
+    own = next((f for f in whole if f["hardware"] == hardware), None)
+    if own:
+        return f"calibrated ({hardware}, {runtime}, {own['n_rows']} rows)", with_formats(own)
+    mt = memory_technology((catalog or default_catalog()).get(hardware).memory_type)
+    for memory in (mt, "*"):
+        prof = next((f for f in whole if f["hardware"] == "*" and f["memory"] == memory), None)
+        if prof:
+            what = f"{runtime}, {memory} memory" if memory != "*" else runtime
+            return f"runtime-profile ({what}, {prof['n_rows']} rows)", with_formats(prof)
+    return "uncalibrated", None
+
+
+def default_runtime(
+    fits: Optional[Sequence[dict[str, Any]]] = None, device: Optional[Device] = None
+) -> tuple[Optional[str], str]:
+    """The runtime an estimate describes when none is named (spec 50): among the runtimes that
+    run on ``device`` (runtime_platforms.csv; any device when None), vllm where it has a fitted
+    profile, else the one whose profile rests on the most measured rows; None (the bound) when
+    no calibrated runtime runs there."""
+    from .estimate import runs_on
+
+    profiles = [f for f in (shipped_fits() if fits is None else fits)
+                if f["hardware"] == "*" and f["memory"] == "*" and f["precision"] == "*"]  # fmt: skip
+    if not profiles:
+        return None, "no runtime has a shipped calibration"
+    if device is not None:
+        profiles = [f for f in profiles if runs_on(f["runtime"], device)]
+        if not profiles:
+            return None, (
+                f"no runtime with a shipped calibration runs on {device.name} ({device.vendor} {device.kind}): "
+                f"the efficiency-1 bound"
+            )
+    if any(f["runtime"] == "vllm" for f in profiles):
+        return "vllm", "the default runtime"
+    best = max(profiles, key=lambda f: (int(f["n_rows"]), f["runtime"]))
+    where = f" of those that run on {device.vendor} {device.kind} devices" if device is not None else ""
+    return best["runtime"], f"the best-covered runtime{where} ({best['n_rows']} measured rows; vllm has no fit yet)"
+
+
+def fit_params(fit_row: Optional[dict[str, Any]]) -> tuple[float, ...]:
+    """A calibration row's PARAMS as floats (the efficiency-1 bound without one).
+
+    >>> fit_params(None) == BOUND_PARAMS
+    True
+    """
+    if fit_row is None:
+        return BOUND_PARAMS
+    return tuple(float(fit_row[k]) for k in PARAMS)
+
+
+def formats_of(fit_row: Optional[dict[str, Any]]) -> dict[str, float]:
+    """The per-format quantized-GEMM efficiencies `lookup` attached to a calibration row."""
+    return dict(fit_row.get("quant_formats") or {}) if fit_row else {}
+
+
+def efficiency_json(fit_row: Optional[dict[str, Any]], roles: Optional[Mapping[str, str]] = None) -> str:
+    """The core's Efficiency for a calibration row (1, 1, 0, 0, 0 without one); `roles` names each
+    weight role's format, so that a role stored in a format with its own fit takes that efficiency."""
+    from .quant import ROLES
+
+    eta_m, eta_c, tl, ts, eta_moe, eta_cq, _skew, overlap, overlap_moe = fit_params(fit_row)
+    tlayer = float(fit_row["t_layer_us"]) if fit_row else 0.0
+    formats = formats_of(fit_row)
+    by_role = [formats.get((roles or {}).get(r, "")) for r in ROLES]
+    return json.dumps({"eta_mem": eta_m, "eta_compute": eta_c, "eta_moe": eta_moe, "eta_compute_quant": eta_cq,
+                       "eta_compute_quant_roles": by_role, "overlap": overlap, "overlap_moe": overlap_moe,
+                       "t_launch_s": tl * 1e-6, "t_layer_s": tlayer * 1e-6, "t_step_s": ts * 1e-6})  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_holdout() -> dict[tuple[str, str], dict[str, Any]]:
+    """(runtime, phase) -> the shipped held-out percentiles (data/calibration/holdout.csv)."""
+    if HOLDOUT_FILE not in _data.list_files("data/calibration/"):
+        return {}
+    rows = csv.DictReader(io.StringIO(_data.read_text(HOLDOUT_FILE)))
+    return {(r["runtime"], r["phase"]): r for r in rows}
+
+
+def memory_technology(memory_type: Optional[str]) -> str:
+    """hbm, gddr or lpddr (unified memory included): the class a runtime profile is fitted over."""
+    t = (memory_type or "").lower()
+    if t.startswith("hbm"):
+        return "hbm"
+    if t.startswith("gddr"):
+        return "gddr"
+    if "lpddr" in t or "unified" in t:
+        return "lpddr"
+    return "other"
