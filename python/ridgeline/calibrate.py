@@ -28,6 +28,7 @@ import functools
 import hashlib
 import io
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
@@ -422,6 +423,22 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, dict[str,
     return q, formats, float(np.sqrt(np.mean(np.log(batch.speed_ratio(q, formats)) ** 2)))
 
 
+def fit_all(
+    groups: Sequence[Sequence[Decomposed]], cat: Catalog
+) -> list[Optional[tuple[np.ndarray, dict[str, float], float]]]:
+    """``fit`` of each group (None where it has fewer rows than free parameters), in order. The
+    fits run on threads: each one's Python bookkeeping overlaps another's objective, which the
+    core computes with the GIL released. Every fit is deterministic on its own, so the results do
+    not depend on the threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(g: Sequence[Decomposed]) -> Optional[tuple[np.ndarray, dict[str, float], float]]:
+        return fit(g, cat) if g and len(g) >= sum(Batch(g).free()) else None
+
+    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+        return list(pool.map(one, groups))
+
+
 def _own_formats(batch: Batch, cat: Catalog) -> list[str]:
     """The weight formats that get their own quantized-GEMM efficiency: llama.cpp's MMQ kernels
     unpack each ggml type differently before the int8 dot products, so the dequantisation cost is
@@ -480,13 +497,16 @@ def calibrate(catalog: Optional[Catalog] = None, min_device_rows: int = 8) -> li
         groups.setdefault(("*", rt, "*"), []).append(d)
         groups.setdefault(("*", rt, mt), []).append(d)
         groups.setdefault((hw, rt, mt), []).append(d)
+    chosen = []
     for (hw, runtime, mt), g in sorted(groups.items()):
         if hw != "*" and (len(g) < min_device_rows or len({x.row["metric"] for x in g}) < 2):
             continue
         b = Batch(g)
-        if len(g) < sum(b.free()):
-            continue
-        p, formats, err = fit(g, cat)
+        if len(g) >= sum(b.free()):
+            chosen.append((hw, runtime, mt, g, b))
+    for (hw, runtime, mt, g, b), fitted in zip(chosen, fit_all([c[3] for c in chosen], cat)):
+        assert fitted is not None  # every chosen group has rows enough to fit
+        p, formats, err = fitted
         row = {
             "hardware": hw, "runtime": runtime, "memory": mt, "precision": "*", "phase": "*",
             **{k: float(f"{v:.6g}") for k, v in zip(PARAMS, p)}, "t_layer_us": 0.0, "n_rows": len(g),
@@ -591,33 +611,32 @@ def validation(catalog: Optional[Catalog] = None, fits: Optional[Sequence[dict[s
         by_rt.setdefault(d.row["runtime"], []).append(d)
     fits = shipped_fits() if fits is None else fits
     records = []
-    for rt, rs in sorted(by_rt.items()):
-        devices = sorted({d.row["hardware"] for d in rs})
-        for dev in devices:
-            own = [d for d in rs if d.row["hardware"] == dev]
-            rest = _profile_rows(rs, cat, _memtech(cat, dev), exclude=dev)
-            label, f = lookup(dev, rt, cat, fits)
-            p_in = params_of(f)
-            out = fit(rest, cat) if rest and len(rest) >= sum(Batch(rest).free()) else None
-            b = Batch(own)
-            r_in = b.speed_ratio(p_in, formats_of(f))
-            r_out = b.speed_ratio(out[0], out[1]) if out is not None else np.full(len(own), np.nan)
-            # the bound: efficiency 1 under the routing the calibration found (uniform without MoE rows)
-            at_bound = UNCALIBRATED.copy()
-            at_bound[SKEW] = p_in[SKEW]
-            bound = b.speed_ratio(at_bound)
-            for i, d in enumerate(own):
-                r = d.row
-                over = float(bound[i]) > BOUND_TOLERANCE
-                records.append({
-                    "id": r["id"], "hardware": dev, "runtime": rt, "model": r["model"], "metric": r["metric"],
-                    "phase": PHASE_OF[r["metric"]], "moe": "moe" if _is_moe(r["model"]) else "dense",
-                    "context": _context_bucket(r), "observed": r["value"], "unit": r["unit"],
-                    "in_sample": float(r_in[i]), "lodo": float(r_out[i]), "vs_bound": float(bound[i]),
-                    "calibration": label, "beats_bound": over,
-                    "explanation": _bound_explanation(r) if over else None,
-                    "batch": int(r["batch"] or 1), "flags": r["flags"],
-                })  # fmt: skip
+    # each device held out in turn: its runtime's profile refitted without it
+    held = [(rt, dev, rs) for rt, rs in sorted(by_rt.items()) for dev in sorted({d.row["hardware"] for d in rs})]
+    rests = [_profile_rows(rs, cat, _memtech(cat, dev), exclude=dev) for rt, dev, rs in held]
+    for (rt, dev, rs), out in zip(held, fit_all(rests, cat)):
+        own = [d for d in rs if d.row["hardware"] == dev]
+        label, f = lookup(dev, rt, cat, fits)
+        p_in = params_of(f)
+        b = Batch(own)
+        r_in = b.speed_ratio(p_in, formats_of(f))
+        r_out = b.speed_ratio(out[0], out[1]) if out is not None else np.full(len(own), np.nan)
+        # the bound: efficiency 1 under the routing the calibration found (uniform without MoE rows)
+        at_bound = UNCALIBRATED.copy()
+        at_bound[SKEW] = p_in[SKEW]
+        bound = b.speed_ratio(at_bound)
+        for i, d in enumerate(own):
+            r = d.row
+            over = float(bound[i]) > BOUND_TOLERANCE
+            records.append({
+                "id": r["id"], "hardware": dev, "runtime": rt, "model": r["model"], "metric": r["metric"],
+                "phase": PHASE_OF[r["metric"]], "moe": "moe" if _is_moe(r["model"]) else "dense",
+                "context": _context_bucket(r), "observed": r["value"], "unit": r["unit"],
+                "in_sample": float(r_in[i]), "lodo": float(r_out[i]), "vs_bound": float(bound[i]),
+                "calibration": label, "beats_bound": over,
+                "explanation": _bound_explanation(r) if over else None,
+                "batch": int(r["batch"] or 1), "flags": r["flags"],
+            })  # fmt: skip
     return {"rows": records, "refused": refused}
 
 

@@ -34,26 +34,30 @@ pub const PARAMS: [&str; 9] = [
     "overlap_moe",
 ];
 
-/// One routed-expert weight read whose bytes follow the routing: operator `at` (row-major index
-/// into the rows' operators) of MoE group `group`, memory time `w` per distinct expert, the
-/// `tokens`-th token count of its group, `d0` distinct experts at skew 0.
+/// One routed-expert weight read whose bytes follow the routing: an operator of MoE group
+/// `group`, memory time `w` per distinct expert, the `tokens`-th token count of its group, `d0`
+/// distinct experts at skew 0.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct ExpertRead {
-    at: usize,
     group: usize,
     tokens: usize,
     w: f64,
     d0: f64,
 }
 
-/// Many decomposed rows as padded arrays (`width` operators a row, `len[i]` of them used).
+/// No routed read: an operator whose memory time does not follow the routing skew.
+const NO_READ: u32 = u32::MAX;
+
+/// Many decomposed rows, their operators packed row after row (row `i`'s are
+/// `start[i]..start[i + 1]`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rows {
     n: usize,
-    width: usize,
-    len: Vec<usize>,
+    start: Vec<usize>,
     c: Vec<f64>,
     m: Vec<f64>,
+    /// The `reads` index of an operator whose bytes follow the routing, `NO_READ` elsewhere.
+    read: Vec<u32>,
     /// Which efficiencies price an operator: bit 0 set for a grouped expert kernel (eta_moe,
     /// overlap_moe), the rest the compute efficiency's index (0 eta_compute, 1 eta_compute_quant,
     /// 2 + f weight format f's own).
@@ -141,9 +145,18 @@ impl Rows {
         }
         let mut groups: Vec<(u64, u64, Vec<f64>)> = a.moe_ek.iter().map(|&(e, k)| (e, k, Vec::new())).collect();
         let mut reads = Vec::new();
-        for at in 0..cells {
+        let mut read = Vec::new();
+        let mut start = Vec::with_capacity(n + 1);
+        let mut kept = Vec::new();
+        for (i, &l) in len.iter().enumerate() {
+            start.push(kept.len());
+            kept.extend(i * a.width..i * a.width + l);
+        }
+        start.push(kept.len());
+        for &at in &kept {
             let g = a.moe_group[at];
             if g < 0 {
+                read.push(NO_READ);
                 continue;
             }
             let (e, k, ts) = groups
@@ -160,8 +173,8 @@ impl Rows {
                     ts.len() - 1
                 }
             };
+            read.push(reads.len() as u32);
             reads.push(ExpertRead {
-                at,
                 group: g as usize,
                 tokens,
                 w: a.moe_w[at],
@@ -170,12 +183,13 @@ impl Rows {
         }
         Ok(Rows {
             n,
-            width: a.width,
-            len,
-            c: a.compute.to_vec(),
-            m: a.memory.to_vec(),
-            class: (0..cells)
-                .map(|at| {
+            start,
+            c: kept.iter().map(|&at| a.compute[at]).collect(),
+            m: kept.iter().map(|&at| a.memory[at]).collect(),
+            read,
+            class: kept
+                .iter()
+                .map(|&at| {
                     let compute = match (a.quant[at], a.fmt[at]) {
                         (false, _) => 0,
                         (true, f) if f < 0 => 1,
@@ -213,7 +227,7 @@ impl Rows {
     fn predict_into(&self, p: &[f64; 9], fe: &[f64], out: &mut [f64]) {
         let [eta_m, eta_c, tl, ts, eta_moe, eta_cq, skew, overlap, overlap_moe] = *p;
         // the expert weight reads' extra memory time under this skew (none at uniform routing)
-        let mut extra: Vec<(usize, f64)> = Vec::new();
+        let mut extra: Vec<f64> = Vec::new();
         if skew != 0.0 && !self.reads.is_empty() {
             let distinct: Vec<Vec<f64>> = self
                 .groups
@@ -226,30 +240,30 @@ impl Rows {
             extra = self
                 .reads
                 .iter()
-                .map(|x| (x.at, x.w * (distinct[x.group][x.tokens] - x.d0)))
+                .map(|x| x.w * (distinct[x.group][x.tokens] - x.d0))
                 .collect();
         }
-        // each class's efficiencies: compute by `class >> 1`, memory and overlap by `class & 1`
-        let compute: Vec<f64> = [eta_c, eta_cq].into_iter().chain(fe.iter().copied()).collect();
-        let (memory, overlaps) = ([eta_m, eta_moe], [overlap, overlap_moe]);
-        let mut next = extra.iter().peekable();
+        // each class's efficiencies, as reciprocals: compute by `class >> 1`, memory and
+        // overlap by `class & 1`
+        let compute: Vec<f64> = [eta_c, eta_cq].iter().chain(fe).map(|e| 1.0 / e).collect();
+        let (memory, overlaps) = ([1.0 / eta_m, 1.0 / eta_moe], [overlap, overlap_moe]);
         for (i, o) in out.iter_mut().enumerate() {
-            let base = i * self.width;
+            let ops = self.start[i]..self.start[i + 1];
             let mut t = 0.0;
-            for at in base..base + self.len[i] {
-                let mut mem = self.m[at];
-                while let Some(&&(x, dm)) = next.peek() {
-                    if x > at {
-                        break;
-                    }
-                    if x == at {
-                        mem += dm;
-                    }
-                    next.next();
-                }
-                let k = self.class[at] as usize;
-                let c = self.c[at] / compute[k >> 1];
-                let m = mem / memory[k & 1];
+            for (((&c, &m), &k), &r) in self.c[ops.clone()]
+                .iter()
+                .zip(&self.m[ops.clone()])
+                .zip(&self.class[ops.clone()])
+                .zip(&self.read[ops])
+            {
+                let k = k as usize;
+                let mem = if r == NO_READ || extra.is_empty() {
+                    m
+                } else {
+                    m + extra[r as usize]
+                };
+                let c = c * compute[k >> 1];
+                let m = mem * memory[k & 1];
                 let ov = overlaps[k & 1];
                 t += ov * c.max(m) + (1.0 - ov) * (c + m);
             }
