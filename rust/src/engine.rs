@@ -964,21 +964,24 @@ fn check_finite(e: &Numbers, breakdown: &[BreakdownRow]) -> Result<()> {
         ("parallel.stage_s", e.parallel.stage_s),
         ("parallel.round_s", e.parallel.round_s),
     ];
-    let phases = phase(&e.prefill)
-        .into_iter()
-        .map(|v| ("prefill", v))
-        .chain(phase(&e.decode).into_iter().map(|v| ("decode", v)));
-    let rows = breakdown
-        .iter()
-        .flat_map(|r| r.cost.values().into_iter().map(|v| ("breakdown", v)));
-    for (name, v) in scalars.into_iter().chain(phases).chain(rows) {
-        if !v.is_finite() || v < 0.0 {
-            return Err(Error::Input(format!(
-                "{name} evaluated to {v}; the inputs are out of range"
-            )));
-        }
+    let (pre, dec) = (phase(&e.prefill), phase(&e.decode));
+    let ok = |v: &f64| v.is_finite() && *v >= 0.0;
+    // every number checked in one pass; the names are looked up only for the error
+    if scalars.iter().all(|(_, v)| ok(v))
+        && pre.iter().chain(&dec).all(ok)
+        && breakdown.iter().all(|r| r.cost.values().iter().all(ok))
+    {
+        return Ok(());
     }
-    Ok(())
+    let named = scalars
+        .into_iter()
+        .chain(pre.into_iter().map(|v| ("prefill", v)))
+        .chain(dec.into_iter().map(|v| ("decode", v)))
+        .chain(breakdown.iter().flat_map(|r| r.cost.values().map(|v| ("breakdown", v))));
+    let (name, v) = named.into_iter().find(|(_, v)| !ok(v)).unwrap_or(("a number", f64::NAN));
+    Err(Error::Input(format!(
+        "{name} evaluated to {v}; the inputs are out of range"
+    )))
 }
 
 #[cfg(test)]
