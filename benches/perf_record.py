@@ -136,13 +136,17 @@ def genz(given: Optional[str], rounds: int) -> Optional[dict[str, float]]:
         return None
 
 
+def git_head() -> str:
+    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    return r.stdout.strip()
+
+
 def record(args: argparse.Namespace) -> dict[str, Any]:
     me, base = sys.executable, args.baseline_python
     numpy_s = median([wall([me, "-c", "import numpy"])[0] for _ in range(args.rounds)])
     out: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d"),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                 cwd=ROOT).stdout.strip(),  # fmt: skip
+        "commit": git_head(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "rounds": args.rounds,
         "numpy_import_s": numpy_s,
@@ -184,7 +188,7 @@ def table(r: dict[str, Any]) -> str:
     def sweep_cell(s: Optional[dict[str, Any]]) -> str:
         if not s:
             return "-"
-        return f"{s['plans_per_s'] / 1e6:.2f}M plans/s ({s['plans'] / 1e6:g}e6 plans, {s['peak_rss_mb']:.0f} MB)"
+        return f"{s['plans_per_s'] / 1e6:.2f}M plans/s ({s['plans']:,} plans, peak {s['peak_rss_mb']:.0f} MB)"
 
     bound, priced = me["sweep_bound"]["plans_per_s"], me["sweep_runtime"]["plans_per_s"]
     rows = [
@@ -206,7 +210,7 @@ def table(r: dict[str, Any]) -> str:
     ]  # fmt: skip
     lines = [
         f"Measured {r['date']} at {r['commit']} on {r['machine']} by `python benches/perf_record.py` "
-        f"(median of {r['rounds']} runs; `python -c \"import numpy\"` took {fmt_s(r['numpy_import_s'])}):",
+        f'(median of {r["rounds"]} runs; `python -c "import numpy"` took {fmt_s(r["numpy_import_s"])}):',
         "",
         "| figure | ridgeline | previous release | GenZ | goal |",
         "| --- | --- | --- | --- | --- |",

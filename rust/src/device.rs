@@ -122,8 +122,14 @@ impl Device {
         };
         positive("memory_gb", Some(self.memory_gb))?;
         positive("memory_bw_gbs", Some(self.memory_bw_gbs))?;
-        for d in DType::ALL {
-            positive(&format!("tflops_{}", d.name()), self.tflops(d))?;
+        // the column's name is written only for an error (an estimate validates its device)
+        for d in DType::ALL.into_iter().chain([DType::Fp16Acc16]) {
+            if let Some(x) = self.tflops(d).filter(|x| !(x.is_finite() && *x > 0.0)) {
+                return Err(Error::hardware(
+                    &self.name,
+                    format!("tflops_{} must be > 0, got {x}", d.name()),
+                ));
+            }
         }
         positive("scaleup_bw_gbs", self.scaleup_bw_gbs)?;
         positive("host_link_bw_gbs", self.host_link_bw_gbs)?;

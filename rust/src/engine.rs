@@ -978,7 +978,10 @@ fn check_finite(e: &Numbers, breakdown: &[BreakdownRow]) -> Result<()> {
         .chain(pre.into_iter().map(|v| ("prefill", v)))
         .chain(dec.into_iter().map(|v| ("decode", v)))
         .chain(breakdown.iter().flat_map(|r| r.cost.values().map(|v| ("breakdown", v))));
-    let (name, v) = named.into_iter().find(|(_, v)| !ok(v)).unwrap_or(("a number", f64::NAN));
+    let (name, v) = named
+        .into_iter()
+        .find(|(_, v)| !ok(v))
+        .unwrap_or(("a number", f64::NAN));
     Err(Error::Input(format!(
         "{name} evaluated to {v}; the inputs are out of range"
     )))
