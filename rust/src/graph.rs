@@ -686,9 +686,12 @@ impl Builder<'_, '_> {
                 let first_expert_op = self.out.len();
                 if c.ep > 1 {
                     // Expert parallelism: E/ep whole experts per device; each token's
-                    // hidden state is sent to its k experts and the results sent back.
+                    // hidden state is sent to its k experts and the results sent back. The
+                    // step's t tokens (every rank holds them all after the attention
+                    // all-reduce) are dispatched once, each rank sending its t/ep share: a
+                    // rank's all-to-all buffer is (t/ep) k d, not t k d.
                     let epf = c.ep as f64;
-                    let msg = t * k * d * c.act_b;
+                    let msg = t / epf * k * d * c.act_b;
                     self.comm(OpKind::ExpertDispatch, Collective::AllToAll, c.ep, msg);
                     self.mlp(
                         [OpKind::ExpertUp, OpKind::ExpertAct, OpKind::ExpertDown],

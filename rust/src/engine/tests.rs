@@ -791,3 +791,28 @@ fn work_bounds_refuse_before_the_work() {
     deep.layer_groups[0].count = crate::model::MAX_LAYERS + 1;
     assert!(matches!(deep.validate(), Err(Error::ModelConfig { .. })));
 }
+
+#[test]
+fn expert_dispatch_sends_each_rank_its_share_of_the_tokens() {
+    // EP = TP = 8: every rank holds all t tokens after the attention all-reduce; each sends its
+    // t/8 share to the experts they route to and gets the results back: two all-to-alls of
+    // (t/8) k d elements per rank per MoE layer, not t k d
+    let m = crate::fixtures::mixtral_8x7b();
+    let mut p = plan(4, 512, 2);
+    (p.tp, p.ep) = (8, 8);
+    let e = estimate(&m, &h100(), &p, &Efficiency::uncalibrated(), proto(), true).unwrap();
+    let r = resolve(&m, &h100(), &p, proto()).unwrap();
+    let topo = r.ctx.topo.expect("8 ranks have links");
+    let tokens = 4.0 * 512.0;
+    let msg = tokens / 8.0 * 2.0 * 4096.0 * 2.0; // (t/ep) x top-2 x d x bf16
+    let one = topo
+        .time(crate::collectives::Collective::AllToAll, 8, msg, &proto())
+        .time_s;
+    let layers = m.num_layers() as f64;
+    let got = row(&e, Phase::Prefill, OpKind::ExpertDispatch).comm_s;
+    assert!(
+        (got - 2.0 * layers * one).abs() <= 1e-12 * got,
+        "{got} vs {}",
+        2.0 * layers * one
+    );
+}
