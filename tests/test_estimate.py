@@ -263,7 +263,7 @@ def test_llamacpp_kv_padding_and_replayed_decode_graphs():
 
 def test_a_runtime_prices_only_the_devices_it_runs_on(tmp_path):
     from ridgeline.calibrate import default_runtime, shipped_fits
-    from ridgeline.estimate import known_runtimes, runs_on, runtime_platforms
+    from ridgeline.runtimes import known_runtimes, runs_on, runtime_platforms
 
     cat = default_catalog()
     # every runtime ridgeline has data for says where it runs, and every measured or fitted

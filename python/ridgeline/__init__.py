@@ -6,6 +6,7 @@
 True
 """
 
+from ._version import __version__
 from .catalog import Catalog, Device
 from .errors import (
     CatalogError,
@@ -18,8 +19,6 @@ from .errors import (
 )
 from .estimate import Estimate, estimate
 from .models import Model
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Catalog",

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from . import _data
-from .catalog import Catalog, Device, default_catalog
+from .catalog import Catalog, default_catalog
 from .errors import CatalogError
 
 PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us", "eta_moe", "eta_compute_quant", "routing_skew",
@@ -46,33 +46,32 @@ def lookup(
     runtime: Optional[str],
     catalog: Optional[Catalog] = None,
     fits: Optional[Sequence[dict[str, Any]]] = None,
+    structure: Optional[str] = None,
 ) -> tuple[str, Optional[dict[str, Any]]]:
     """The calibration an estimate uses: the device's own row, else its runtime's profile,
     else none.
 
-    Rows given as ``fits`` that were fitted against another structure version are refused
-    (principle 2). The shipped rows are not checked here: the check prices ~175 probe plans
+    Rows fitted against a structure version other than ``structure`` are refused (principle 2):
+    ``calibrate.lookup`` passes the engine's for rows given as ``fits``. The shipped rows are not
+    checked here: the check prices ~175 probe plans
     (about 60 ms), which every process would pay on its first calibrated estimate, and what it
     guards is fixed when the package is built. ``ridgeline calibrate`` stamps each row it
     writes with the structure version it fitted against, and
     tests/test_calibration.py::test_shipped_fits_match_the_engine_structure fails when the
     physics changed without a refit, so stale shipped rows do not pass CI. Rows passed in
-    went through neither, so they are checked (once a process per catalog)."""
+    went through neither, so ``calibrate.lookup`` checks them (this module sits below the engine
+    whose structure it would have to price)."""
     if not runtime:
         return "uncalibrated", None
     rows = [f for f in (shipped_fits() if fits is None else fits) if f["runtime"] == runtime]
     if not rows:
         return "uncalibrated", None
-    if fits is not None:
-        from .snapshot import structure_version
-
-        sv = structure_version(catalog)
-        stale = [f for f in rows if f["structure_version"] != sv]
-        if stale:
-            raise CatalogError(
-                f"calibration for {runtime} was fitted against structure version {stale[0]['structure_version']}, "
-                f"the engine is {sv}: run `ridgeline calibrate` to refit"
-            )
+    stale = [f for f in rows if structure is not None and f["structure_version"] != structure]
+    if stale:
+        raise CatalogError(
+            f"calibration for {runtime} was fitted against structure version {stale[0]['structure_version']}, "
+            f"the engine is {structure}: run `ridgeline calibrate` to refit"
+        )
 
     def with_formats(f: dict[str, Any]) -> dict[str, Any]:
         # the group's per-format quantized-GEMM efficiencies ride along with its row
@@ -91,33 +90,6 @@ def lookup(
             what = f"{runtime}, {memory} memory" if memory != "*" else runtime
             return f"runtime-profile ({what}, {prof['n_rows']} rows)", with_formats(prof)
     return "uncalibrated", None
-
-
-def default_runtime(
-    fits: Optional[Sequence[dict[str, Any]]] = None, device: Optional[Device] = None
-) -> tuple[Optional[str], str]:
-    """The runtime an estimate describes when none is named (spec 50): among the runtimes that
-    run on ``device`` (runtime_platforms.csv; any device when None), vllm where it has a fitted
-    profile, else the one whose profile rests on the most measured rows; None (the bound) when
-    no calibrated runtime runs there."""
-    from .estimate import runs_on
-
-    profiles = [f for f in (shipped_fits() if fits is None else fits)
-                if f["hardware"] == "*" and f["memory"] == "*" and f["precision"] == "*"]  # fmt: skip
-    if not profiles:
-        return None, "no runtime has a shipped calibration"
-    if device is not None:
-        profiles = [f for f in profiles if runs_on(f["runtime"], device)]
-        if not profiles:
-            return None, (
-                f"no runtime with a shipped calibration runs on {device.name} ({device.vendor} {device.kind}): "
-                f"the efficiency-1 bound"
-            )
-    if any(f["runtime"] == "vllm" for f in profiles):
-        return "vllm", "the default runtime"
-    best = max(profiles, key=lambda f: (int(f["n_rows"]), f["runtime"]))
-    where = f" of those that run on {device.vendor} {device.kind} devices" if device is not None else ""
-    return best["runtime"], f"the best-covered runtime{where} ({best['n_rows']} measured rows; vllm has no fit yet)"
 
 
 def fit_params(fit_row: Optional[dict[str, Any]]) -> tuple[float, ...]:

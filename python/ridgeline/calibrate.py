@@ -35,20 +35,19 @@ from typing import Any, Optional
 
 import numpy as np
 
-from . import __version__
 from ._fits import BOUND_PARAMS, PARAMS, fit_params, memory_technology
 
 # What an estimate reads of the calibration lives in _fits (no numpy); its public names stay here.
 from ._fits import CALIBRATION_FILE as CALIBRATION_FILE
 from ._fits import HOLDOUT_FILE as HOLDOUT_FILE
-from ._fits import default_runtime as default_runtime
 from ._fits import efficiency_json as efficiency_json
 from ._fits import formats_of as formats_of
-from ._fits import lookup as lookup
 from ._fits import shipped_fits as shipped_fits
 from ._fits import shipped_holdout as shipped_holdout
+from ._version import __version__
 from .catalog import Catalog, default_catalog
 from .errors import CatalogError, PlanError
+from .runtimes import default_runtime as default_runtime
 
 UNCALIBRATED = np.array(BOUND_PARAMS)
 SKEW = PARAMS.index("routing_skew")
@@ -60,6 +59,21 @@ FIT_COLUMNS = (
     "hardware", "runtime", "memory", "precision", "phase", *PARAMS, "t_layer_us", "n_rows", "rms_log", "pinned",
     "structure_version", "data_hash", "fitted_at", "source",
 )  # fmt: skip
+
+
+def lookup(
+    hardware: str,
+    runtime: Optional[str],
+    catalog: Optional[Catalog] = None,
+    fits: Optional[Sequence[dict[str, Any]]] = None,
+) -> tuple[str, Optional[dict[str, Any]]]:
+    """``_fits.lookup``, with rows given as ``fits`` refused when they were fitted against another
+    structure version than the engine's (the shipped rows are checked by a test instead)."""
+    from . import _fits
+    from .snapshot import structure_version
+
+    structure = None if fits is None else structure_version(catalog)
+    return _fits.lookup(hardware, runtime, catalog, fits, structure)
 
 
 @dataclasses.dataclass
@@ -98,7 +112,7 @@ def n_ubatch(r: dict[str, Any]) -> Optional[int]:
 
 def _estimate_kwargs(r: dict[str, Any], max_len: int, cat: Catalog) -> tuple[dict[str, Any], str]:
     """The plan a row measured, and the phase whose time its metric reads."""
-    from .estimate import runtime_execution
+    from .runtimes import runtime_execution
 
     b = int(r["batch"] or 1)
     wq = r["weight_quant"]

@@ -30,12 +30,14 @@ import json
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 from . import _data
 from .errors import CatalogError, UnknownNameError
+
+T = TypeVar("T")
 
 _TABLE_FILES = {
     "hardware": "data/hardware/devices.csv",
@@ -164,6 +166,7 @@ class Catalog:
             self._constants = (self.constants_file, _user_text(b, str(self.constants_file), _CONSTANTS_FILE))
             raw.append(b)
         self.fingerprint = self._fingerprint(raw)
+        self._memo: dict[str, Any] = {}
         if path is None:
             path = cache_dir() / f"catalog-{self.fingerprint}.duckdb"
         self.path = Path(path)
@@ -304,6 +307,18 @@ class Catalog:
 
     def get(self, name: str) -> Device:
         return self._devices[self.resolve(name)]
+
+    def memo(self, key: str, build: Callable[[Catalog], T]) -> T:
+        """``build(self)``, computed once for this catalog (hot paths derive tables from a catalog,
+        which never changes once made).
+
+        >>> Catalog().memo("devices", lambda c: len(c.names())) > 100
+        True
+        """
+        if key not in self._memo:
+            self._memo[key] = build(self)
+        out: T = self._memo[key]
+        return out
 
     def constant(self, name: str) -> float:
         try:

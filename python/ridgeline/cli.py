@@ -606,8 +606,8 @@ def snapshot_save(db: str, label: Optional[str], to_text: bool, force: bool) -> 
     """Evaluate the panel and store it; a label already saved is kept unless --force."""
     import duckdb
 
-    from . import __version__
     from ._io import changed_files, check_output, write_files
+    from ._version import __version__
     from .errors import PlanError
     from .snapshot import GOLDEN, evaluate, has_label, save, structure_version
     from .snapshot import to_text as as_text

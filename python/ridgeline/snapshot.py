@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from . import __version__, _data
+from . import _data
+from ._version import __version__
 from .catalog import Catalog, default_catalog
 from .errors import PlanError
 

@@ -227,7 +227,8 @@ def iter_sweep(
     said in ``calibration``) and run the way that runtime runs it (``runtime_execution``: for
     llama.cpp the prompt in n_ubatch steps unless the grid has a ``chunk`` axis, which is then
     its n_ubatch, padded KV reads, one-token decode steps replayed from a CUDA graph)."""
-    from .estimate import _prepare, runtime_execution
+    from .estimate import _prepare
+    from .runtimes import runtime_execution
 
     whole("threads", threads, 0)
     whole("chunk_size", chunk_size, 1)
