@@ -103,6 +103,8 @@ def test_streamed_and_lazy_sweeps_hold_the_eager_rows_in_grid_order(tmp_path):
     assert pl.read_parquet(tmp_path / "lazy.parquet").equals(eager)
     with pytest.raises(ridgeline.UnknownNameError, match="unknown model"):
         sweep({**GRID, "model": "no/such-model"}, lazy=True)
+    with pytest.raises(PlanError, match="lazy: must be True or False"):
+        sweep(GRID, lazy="yes")
 
 
 def test_parquet_and_duckdb_outputs_are_queryable(tmp_path):

@@ -338,7 +338,7 @@ def sweep(
     import polars as pl
 
     whole("threads", threads, 0)
-    if not lazy:
+    if not flag("lazy", lazy):
         frames = list(iter_sweep(grid, threads=threads, catalog=catalog, calibrated=calibrated))
         return pl.concat(frames) if frames else pl.DataFrame()
     # the first part is priced now, so a grid that cannot run fails here, not inside Polars
