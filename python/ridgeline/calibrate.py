@@ -419,8 +419,7 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, dict[str,
         return p, {}, rms(best)
     # the second stage: the free parameters but eta_compute_quant (held at best[slot]), then one
     # efficiency per format; quantized rows make eta_compute_quant free, so it has a slot in best
-    cq = CQ
-    slot = sum(free[:cq])
+    slot = sum(free[:CQ])
     n = len(best) - 1
 
     def split(x: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
@@ -429,8 +428,8 @@ def fit(rows: Sequence[Decomposed], cat: Catalog) -> tuple[np.ndarray, dict[str,
     def residuals2(x: np.ndarray) -> np.ndarray:
         return np.asarray(-np.log(batch.speed_ratio(*split(x))))
 
-    b2 = [*bounds[:slot], *bounds[slot + 1 :]] + [_bounds(cat)[cq]] * len(own)
-    x0 = np.concatenate([np.delete(best, slot), np.full(len(own), p[cq])])
+    b2 = [*bounds[:slot], *bounds[slot + 1 :]] + [_bounds(cat)[CQ]] * len(own)
+    x0 = np.concatenate([np.delete(best, slot), np.full(len(own), p[CQ])])
     ls2 = least_squares(residuals2, x0, bounds=([b[0] for b in b2], [b[1] for b in b2]))
     q, formats = split(ls2.x)
     formats = {k: float(f"{v:.6g}") for k, v in formats.items()}

@@ -337,7 +337,6 @@ def sweep(
     """
     import polars as pl
 
-    whole("threads", threads, 0)
     if not flag("lazy", lazy):
         frames = list(iter_sweep(grid, threads=threads, catalog=catalog, calibrated=calibrated))
         return pl.concat(frames) if frames else pl.DataFrame()

@@ -655,8 +655,6 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
     (total, embed, head)
 }
 
-/// KV-cache bytes one rank holds for `seqs` sequences of `tokens` tokens;
-/// windowed layers hold at most their window.
 /// KV-cache bytes one rank holds for `seqs` sequences of `tokens` tokens; windowed layers hold
 /// at most their window. `kv_layers`: (layers, values per token, window) at the plan's TP.
 fn kv_bytes_per_rank(kv_layers: &[(u64, u64, Option<u64>)], kv_b: f64, seqs: u64, tokens: u64) -> f64 {
@@ -883,7 +881,7 @@ pub fn numbers(
             round_s,
         },
     };
-    check_finite(&n, &[])?;
+    check_finite(&n)?;
     Ok(n)
 }
 
@@ -918,7 +916,10 @@ pub fn estimate(
     for run in [pre, dec] {
         rows.extend(run.acc.rows.unwrap_or_default());
     }
-    check_finite(&n, &rows)?;
+    // `numbers` checked the plan's numbers; the breakdown's rows are checked here
+    if let Some(v) = rows.iter().flat_map(|r| r.cost.values()).find(|v| !in_range(v)) {
+        return Err(out_of_range("breakdown", v));
+    }
     let r = l.r;
     Ok(Estimate {
         numbers: n,
@@ -933,9 +934,18 @@ pub fn estimate(
     })
 }
 
+/// Whether a number may reach the user: finite and not negative.
+fn in_range(v: &f64) -> bool {
+    v.is_finite() && *v >= 0.0
+}
+
+fn out_of_range(name: &str, v: f64) -> Error {
+    Error::Input(format!("{name} evaluated to {v}; the inputs are out of range"))
+}
+
 /// A NaN or infinity is a bug in the physics or an input that slipped
 /// validation; it never reaches the user as a number.
-fn check_finite(e: &Numbers, breakdown: &[BreakdownRow]) -> Result<()> {
+fn check_finite(e: &Numbers) -> Result<()> {
     let phase = |p: &PhaseTotals| {
         [
             p.flops,
@@ -965,26 +975,19 @@ fn check_finite(e: &Numbers, breakdown: &[BreakdownRow]) -> Result<()> {
         ("parallel.round_s", e.parallel.round_s),
     ];
     let (pre, dec) = (phase(&e.prefill), phase(&e.decode));
-    let ok = |v: &f64| v.is_finite() && *v >= 0.0;
     // every number checked in one pass; the names are looked up only for the error
-    if scalars.iter().all(|(_, v)| ok(v))
-        && pre.iter().chain(&dec).all(ok)
-        && breakdown.iter().all(|r| r.cost.values().iter().all(ok))
-    {
+    if scalars.iter().all(|(_, v)| in_range(v)) && pre.iter().chain(&dec).all(in_range) {
         return Ok(());
     }
     let named = scalars
         .into_iter()
         .chain(pre.into_iter().map(|v| ("prefill", v)))
-        .chain(dec.into_iter().map(|v| ("decode", v)))
-        .chain(breakdown.iter().flat_map(|r| r.cost.values().map(|v| ("breakdown", v))));
+        .chain(dec.into_iter().map(|v| ("decode", v)));
     let (name, v) = named
         .into_iter()
-        .find(|(_, v)| !ok(v))
+        .find(|(_, v)| !in_range(v))
         .unwrap_or(("a number", f64::NAN));
-    Err(Error::Input(format!(
-        "{name} evaluated to {v}; the inputs are out of range"
-    )))
+    Err(out_of_range(name, v))
 }
 
 #[cfg(test)]

@@ -332,7 +332,9 @@ fn run(
     out
 }
 
-/// Evaluates every plan; `threads` = 0 uses all cores.
+/// Evaluates every plan; `threads` = 0 uses all cores. The plans differ from the first only in
+/// a grid's axes (TP, PP, EP, DP, chunk, batch, prompt, output): consecutive plans reuse the
+/// parts those leave alone (`Pricer`).
 pub fn evaluate(
     m: &Model,
     dev: &Device,
