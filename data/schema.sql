@@ -54,6 +54,26 @@ CREATE TABLE link_measurements (
     PRIMARY KEY (name, fabric)
 );
 
+-- Measured collectives on one device's own link (scale-up fabric, or the host link where it has
+-- none), fitted by `ridgeline calibrate --comm` to the runtimes' kernel tables: per collective
+-- library, collective and rank count, the per-call floor, the per-hop latency and the share of
+-- the protocol rate (catalog link x NCCL beta table) reached.
+CREATE TABLE link_collectives (
+    name          VARCHAR NOT NULL,
+    fabric        VARCHAR NOT NULL CHECK (fabric IN ('scaleup', 'host_link')),
+    library       VARCHAR NOT NULL,
+    version       VARCHAR NOT NULL,
+    op            VARCHAR NOT NULL CHECK (op IN ('all_reduce', 'all_gather', 'reduce_scatter', 'all_to_all')),
+    ranks         INTEGER NOT NULL CHECK (ranks >= 2),
+    floor_us      DOUBLE NOT NULL CHECK (isfinite(floor_us) AND floor_us >= 0),
+    latency_us    DOUBLE NOT NULL CHECK (isfinite(latency_us) AND latency_us >= 0),
+    bw_efficiency DOUBLE NOT NULL CHECK (isfinite(bw_efficiency) AND bw_efficiency > 0),
+    n_rows        INTEGER NOT NULL CHECK (n_rows > 0),
+    within_1_5x   DOUBLE NOT NULL CHECK (within_1_5x BETWEEN 0 AND 1),
+    source        VARCHAR NOT NULL,
+    PRIMARY KEY (name, library, op, ranks)
+);
+
 -- Binned parts: the same die with GPU cores fused off. Their compute is the parent's
 -- scaled by the core count and their bandwidth the parent's scaled by the memory bus
 -- they keep (audit_bin_derivations checks both).

@@ -17,14 +17,72 @@ from ridgeline.validate import comm_report
 MIB = 2**20
 
 
+def _fit(dev: str, op: str, ranks: int, library: str = "nccl") -> dict:
+    (row,) = [
+        x for x in default_catalog().get(dev).links if (x["library"], x["op"], x["ranks"]) == (library, op, ranks)
+    ]
+    return row
+
+
 def test_hierarchical_allreduce_joint_case_by_hand():
     r = collective("allreduce", 12, 4 * MIB, "H100_SXM", devices_per_node=8, scaleout_gbs=50)
     assert r.nodes == 2 and r.hierarchical and r.topology.startswith("explicit")
-    # 8-way intra reduce-scatter + 2-node ring all-reduce of M/8 + 8-way intra all-gather, by hand:
-    rs = 7 / 8 * 4 * MIB / (450e9 * 0.85)  # 9.594 us on NVLink (Simple protocol)
-    ar = 2 * (1 / 2) * (4 * MIB / 8) / (50e9 * 0.65)  # 16.131 us on the NIC (LL128 at 512 KiB)
-    hand = rs + ar + rs
-    assert r.time_s[0] == pytest.approx(hand, rel=0.01)
+
+    # 8-way intra reduce-scatter + 2-node ring all-reduce of M/8 + 8-way intra all-gather, by hand,
+    # the intra parts with H100's measured NCCL floor, per-hop latency and efficiency:
+    def intra(op: str) -> float:
+        f = _fit("H100_SXM", op, 8)
+        return (f["floor_us"] + 7 * f["latency_us"]) * 1e-6 + 7 / 8 * 4 * MIB / (450e9 * 0.85 * f["bw_efficiency"])
+
+    ar = 2 * (1 / 2) * (4 * MIB / 8) / (50e9 * 0.65)  # 16.131 us on the NIC (LL128 at 512 KiB, nothing measured)
+    hand = intra("reduce_scatter") + ar + intra("all_gather")
+    assert r.time_s[0] == pytest.approx(hand, rel=1e-9)
+    # spec 40's joint case on a fabric with no measurement: the bare closed form, within 1%
+    bare = collective("allreduce", 12, 4 * MIB, "MI300X", devices_per_node=8, scaleout_gbs=50)
+    rs = 7 / 8 * 4 * MIB / (448e9 * 0.85)  # MI300X: 896 GB/s Infinity Fabric aggregate, Simple protocol
+    assert bare.time_s[0] == pytest.approx(rs + ar + rs, rel=0.01)
+
+
+def test_measured_collectives_closed_form_per_rank_count():
+    # floor + 2(n-1) hops + 2(n-1)/n M / (link x beta x efficiency of that rank count), for NCCL and
+    # for vLLM's own all-reduce (the library a vllm plan uses)
+    for lib, n, size in (("nccl", 2, 4096), ("nccl", 4, 64 * MIB), ("vllm", 8, 512 * 1024)):
+        f = _fit("H100_SXM", "all_reduce", n, lib)
+        beta = {4096: 0.40, 512 * 1024: 0.65, 64 * MIB: 0.85}[size]
+        want = (f["floor_us"] + 2 * (n - 1) * f["latency_us"]) * 1e-6 + 2 * (n - 1) / n * size / (
+            450e9 * beta * f["bw_efficiency"]
+        )
+        got = collective("allreduce", n, size, "H100_SXM", library=lib).time_s[0]
+        assert got == pytest.approx(want, rel=1e-9), (lib, n, size)
+    # 3 ranks take the 2-rank fit, 16 ranks on one fabric the 8-rank one
+    f2, f8 = _fit("H100_SXM", "all_reduce", 2), _fit("H100_SXM", "all_reduce", 8)
+    t3 = collective("allreduce", 3, 64 * MIB, "H100_SXM", devices_per_node=16).time_s[0]
+    assert t3 == pytest.approx((f2["floor_us"] + 4 * f2["latency_us"]) * 1e-6
+                               + 4 / 3 * 64 * MIB / (450e9 * 0.85 * f2["bw_efficiency"]), rel=1e-9)  # fmt: skip
+    t16 = collective("allreduce", 16, 64 * MIB, "H100_SXM", devices_per_node=16).time_s[0]
+    assert t16 == pytest.approx((f8["floor_us"] + 30 * f8["latency_us"]) * 1e-6
+                                + 30 / 16 * 64 * MIB / (450e9 * 0.85 * f8["bw_efficiency"]), rel=1e-9)  # fmt: skip
+
+
+def test_devices_without_measurements_take_their_vendor_and_fabric_median_and_say_so():
+    import statistics
+
+    cat = default_catalog()
+    h200 = cat.get("H200_SXM")
+    assert not h200.links_source_is_measured and "A100_SXM_80GB, B200, H100_SXM" in h200.links_source
+    (row,) = [x for x in h200.links if (x["library"], x["op"], x["ranks"]) == ("nccl", "all_reduce", 8)]
+    peers = [_fit(d, "all_reduce", 8) for d in ("A100_SXM_80GB", "B200", "H100_SXM")]
+    for k in ("floor_us", "latency_us", "bw_efficiency"):
+        assert row[k] == pytest.approx(statistics.median(p[k] for p in peers), rel=1e-12)
+    r = collective("allreduce", 8, 4096, "H200_SXM")
+    assert any("no measurement of this device" in n for n in r.notes)
+    e = ridgeline.estimate("meta-llama/Llama-3.1-8B", "H200_SXM", tp=2)
+    assert any("H200_SXM collectives: no measurement" in w for w in e.warnings)
+    # a vendor with no measured device keeps the bare catalog link, and says its latency is missing
+    mi = collective("allreduce", 8, 4096, "MI300X")
+    assert cat.get("MI300X").links == () and any("alpha terms omitted" in n for n in mi.notes)
+    with pytest.raises(PlanError, match="library: 'vllm' has no measurement for MI300X; accepted: nccl"):
+        collective("allreduce", 8, 4096, "MI300X", library="vllm")
 
 
 def test_group_sizes_and_flat_ring_note():
@@ -39,7 +97,10 @@ def test_group_sizes_and_flat_ring_note():
 def test_busbw_the_nccl_tests_way():
     r = collective("allreduce", 8, 2**30, "H100_SXM")
     assert r.busbw_gbs[0] == pytest.approx(r.algbw_gbs[0] * 2 * 7 / 8, rel=1e-12)
-    assert r.busbw_gbs[0] == pytest.approx(0.85 * 450, rel=1e-9)  # approaches beta_simple x per-direction link
+    f = _fit("H100_SXM", "all_reduce", 8)
+    # approaches beta_simple x the measured efficiency x the per-direction link (the floor and
+    # 14 hops are 0.6% of a 1 GiB all-reduce)
+    assert r.busbw_gbs[0] == pytest.approx(0.85 * f["bw_efficiency"] * 450, rel=0.01)
     ag = collective("allgather", 4, 2**30, "H100_SXM")
     assert ag.busbw_gbs[0] == pytest.approx(ag.algbw_gbs[0] * 3 / 4, rel=1e-12)
 

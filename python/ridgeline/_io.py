@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -175,6 +175,19 @@ def read_text(path: PathLike, *, what: str, error: type[RidgelineError]) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise error(f"{what} {p}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") from None
+
+
+def csv_text(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    """Rows as CSV text with ``columns`` in that order (other keys left out), ``\n`` line ends:
+    the bytes a shipped data file is compared with."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n", extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
 
 
 def has_table(con: Any, table: str) -> bool:

@@ -22,11 +22,9 @@ engine at two skews, so the routing skew s is fitted like an efficiency.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
 import hashlib
-import io
 import math
 import os
 import re
@@ -44,6 +42,7 @@ from ._fits import efficiency_json as efficiency_json
 from ._fits import formats_of as formats_of
 from ._fits import shipped_fits as shipped_fits
 from ._fits import shipped_holdout as shipped_holdout
+from ._io import csv_text
 from ._version import __version__
 from .catalog import Catalog, default_catalog
 from .errors import CatalogError, PlanError
@@ -569,12 +568,7 @@ def _at_bound(v: float, lo: float, hi: float) -> bool:
 
 
 def to_csv(fits: Sequence[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=FIT_COLUMNS, lineterminator="\n")
-    w.writeheader()
-    for f in fits:
-        w.writerow(f)
-    return buf.getvalue()
+    return csv_text(fits, FIT_COLUMNS)
 
 
 def params_of(fit_row: Optional[dict[str, Any]]) -> np.ndarray:
@@ -679,11 +673,7 @@ def holdout(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def holdout_csv(rows: Sequence[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=HOLDOUT_COLUMNS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
+    return csv_text(rows, HOLDOUT_COLUMNS)
 
 
 def group_summaries(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -51,6 +51,7 @@ _OPTIONAL_FILES = {
     "hardware_bins": "data/hardware/hardware_bins.csv",
     "hardware_cost": "data/hardware/hardware_cost.csv",
     "link_measurements": "data/hardware/link_measurements.csv",
+    "link_collectives": "data/hardware/link_collectives.csv",
     "calibration": "data/calibration/fits.csv",
 }
 # Every table of data/schema.sql: a catalog database that lacks one is damaged.
@@ -123,14 +124,42 @@ class Device:
     tdp_w: Optional[float]
     idle_w: Optional[float]
     source: Optional[str]
+    #: Measured collectives on the device's own link, per library (data/hardware/link_collectives.csv),
+    #: or the median of its vendor's measured devices on the same fabric; ``links_source`` says which.
+    links: tuple[dict[str, Any], ...] = ()
+    links_source: Optional[str] = None
 
-    @functools.cached_property
-    def core(self) -> Any:
+    def collective_links(self, library: str = "nccl") -> list[dict[str, Any]]:
+        """The link measurements a plan's collectives use: NCCL's for every collective, with the
+        all-reduce of ``library`` (a runtime's own kernel) where this device has it measured."""
+        own = [x for x in self.links if x["library"] == library and x["op"] == "all_reduce"]
+        nccl = [x for x in self.links if x["library"] == "nccl" and not (own and x["op"] == "all_reduce")]
+        keep = ("op", "ranks", "floor_us", "latency_us", "bw_efficiency")
+        return [{k: x[k] for k in keep} for x in (*nccl, *own)]
+
+    @property
+    def links_source_is_measured(self) -> bool:
+        return bool(self.links_source and self.links_source.startswith("measured"))
+
+    def core_for(self, library: str = "nccl") -> Any:
+        """The Rust core's device, its collectives as ``library`` runs them (built once each)."""
         from . import _core
 
-        fields = {"name", "memory_gb", "memory_bw_gbs", "scaleup_bw_gbs", "scaleup_latency_us", "host_link_bw_gbs"}
-        row = {k: v for k, v in dataclasses.asdict(self).items() if k in fields or k.startswith("tflops_")}
-        return _core.CoreDevice(json.dumps(row))
+        cores: dict[str, Any] = self.__dict__.setdefault("_cores", {})  # frozen: memo beside the fields
+        if library not in cores:
+            fields = {"name", "memory_gb", "memory_bw_gbs", "scaleup_bw_gbs", "scaleup_latency_us", "host_link_bw_gbs"}
+            row = {k: getattr(self, k) for k in (f.name for f in dataclasses.fields(self))
+                   if k in fields or k.startswith("tflops_")}  # fmt: skip
+            row["links"] = self.collective_links(library)
+            if self.links and not self.links_source_is_measured:
+                row["links_note"] = self.links_source
+            cores[library] = _core.CoreDevice(json.dumps(row))
+        return cores[library]
+
+    @property
+    def core(self) -> Any:
+        """The Rust core's device with NCCL collectives."""
+        return self.core_for("nccl")
 
 
 class Catalog:
@@ -277,7 +306,11 @@ class Catalog:
     @functools.cached_property
     def _devices(self) -> dict[str, Device]:
         fields = {f.name for f in dataclasses.fields(Device)}
-        return {r["name"]: Device(**{k: v for k, v in r.items() if k in fields}) for r in self._export["devices"]}
+        out = {}
+        for r in self._export["devices"]:
+            kw: dict[str, Any] = {k: (tuple(v) if k == "links" else v) for k, v in r.items() if k in fields}
+            out[r["name"]] = Device(**kw)
+        return out
 
     def names(self) -> list[str]:
         return sorted(self._devices)

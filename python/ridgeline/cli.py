@@ -292,6 +292,10 @@ def _breakdown_text(rows: list[dict[str, Any]]) -> str:
 @click.option("--scaleout-gbs", type=float, default=None, help="Scale-out GB/s per device per direction.")
 @click.option("--scaleout-latency-us", type=float, default=None, help="Scale-out per-hop latency in us.")
 @click.option("--sweep-sizes", is_flag=True, help="Sweep sizes 8 B .. 8 GiB by x2, as nccl-tests -b 8 -e 8G -f 2.")
+@click.option(
+    "--library", default="nccl", show_default=True,
+    help="Whose all-reduce: nccl, or a runtime's own kernel measured on the device (vllm, sglang, trtllm).",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True)
 def collective(
     op: str,
@@ -302,15 +306,17 @@ def collective(
     scaleout_gbs: Optional[float],
     scaleout_latency_us: Optional[float],
     sweep_sizes: bool,
+    library: str,
     as_json: bool,
 ) -> None:
-    """Time, algBW and busBW of one collective (alpha-beta, NCCL protocol table)."""
+    """Time, algBW and busBW of one collective (alpha-beta, NCCL protocol table, the device's
+    measured floor, latency and efficiency)."""
     from .collectives import collective as run
     from .collectives import parse_size
 
     sizes = [2**k for k in range(3, 34)] if sweep_sizes else [parse_size(size)]
     r = run(op, ranks, sizes, hardware, devices_per_node=devices_per_node, scaleout_gbs=scaleout_gbs,
-            scaleout_latency_us=scaleout_latency_us)  # fmt: skip
+            scaleout_latency_us=scaleout_latency_us, library=library)  # fmt: skip
     if as_json:
         out = {k: v for k, v in r.__dict__.items() if k not in ("size_bytes", "time_s", "algbw_gbs", "busbw_gbs")}
         click.echo(json.dumps({**out, "notes": list(r.notes), "rows": r.rows()}, indent=2))
@@ -425,17 +431,28 @@ def sweep(
 
 
 @cli.command()
+@click.option("--comm", is_flag=True, help="Fit the collectives (link measurements) instead of the runtime profiles.")
+@click.option(
+    "--kernels", default="data/benchmarks/aic", show_default=True,
+    help="With --comm: the folder of measured kernel tables (AIConfigurator layout).",
+)  # fmt: skip
 @click.option(
     "--out",
-    default="data/calibration/fits.csv",
-    show_default=True,
-    help="Where to write the fitted rows (holdout.csv, the held-out ranges, goes beside it).",
+    default=None,
+    help="Where to write the fitted rows (holdout.csv, the held-out ranges, goes beside it); default "
+    "data/calibration/fits.csv, with --comm data/hardware/link_collectives.csv.",
 )
 @click.option("--force", is_flag=True, help="Replace fits.csv and holdout.csv when the fit differs from them.")
-def calibrate(out: str, force: bool) -> None:
+def calibrate(out: Optional[str], force: bool, comm: bool, kernels: str) -> None:
     """Fit efficiencies per runtime profile and per device to the measured rows (deterministic).
 
-    A file that already holds the fit is left alone; one that differs is replaced only with --force."""
+    A file that already holds the fit is left alone; one that differs is replaced only with --force.
+    With --comm: fit each device's collectives (floor, per-hop latency, efficiency per rank count)
+    to the runtimes' measured collectives under --kernels, into data/hardware/link_collectives.csv."""
+    if comm:
+        _calibrate_comm(out or "data/hardware/link_collectives.csv", force, kernels)
+        return
+    out = out or "data/calibration/fits.csv"
     from ._io import changed_files, check_output, write_files
     from .calibrate import calibrate as run
     from .calibrate import holdout, holdout_csv, to_csv, validation
@@ -473,16 +490,48 @@ def calibrate(out: str, force: bool) -> None:
     click.echo("; ".join(f"{'wrote' if p in changed else 'unchanged'} {said[p]} in {p}" for p in texts))
 
 
+def _calibrate_comm(out: str, force: bool, kernels: str) -> None:
+    from ._io import changed_files, check_output, write_files
+    from .comm_fit import fit_links, holdout, links_csv
+    from .kernels import comm_rows
+
+    path = check_output(out, force=True, what="--out", hint="run from the repository root, or pass --out")
+    rows = comm_rows(kernels)
+    fits = fit_links(rows)
+    changed = changed_files({path: links_csv(fits)}, force=force, what="calibrate --comm")
+    write_files(changed, what="calibrate --comm")
+    for f in fits:
+        click.echo(f"  {f['name']:<15} {f['library']:<7} {f['op']:<15} {f['ranks']:>2} ranks: "
+                   f"floor {f['floor_us']:<7.4g} us hop {f['latency_us']:<7.4g} us efficiency "
+                   f"{f['bw_efficiency']:<7.4g} within 1.5x {f['within_1_5x']:.1%} of {f['n_rows']}")  # fmt: skip
+    for h in holdout(rows, fits):
+        held = (
+            "-"
+            if h["within_1_5x"] is None
+            else f"{h['within_1_5x']:.1%}, median obs/pred {h['median_obs_over_pred']:.3f}"
+        )
+        click.echo(f"  held out: {h['hardware']:<15} {h['library']:<7} {h['op']:<15} {h['rows']:>4} rows: {held}"
+                   + (f" (from {', '.join(h['peers'])})" if h.get("peers") else f" ({h['reason']})"))  # fmt: skip
+    click.echo(f"{'wrote' if path in changed else 'unchanged'} {len(fits)} link measurements in {path}")
+
+
 @cli.command()
 @click.option("--comm", is_flag=True, help="Communication and link rows: link-rate bound and protocol model.")
+@click.option(
+    "--kernels", default=None,
+    help="With --comm: also the runtimes' measured collectives under this folder (AIConfigurator layout; "
+         "a source checkout has data/benchmarks/aic, read by default when it is there).",
+)  # fmt: skip
 @click.option("--rows", "rows_file", type=click.Path(exists=True, dir_okay=False), help="Predict the rows of this CSV.")
 @click.option("--json", "as_json", is_flag=True, help="The summary as JSON.")
 @click.option("--per-row", is_flag=True, help="With --json: every row with observed and predicted values.")
 @click.option("--plot", "plot_dir", default=None, help="Write a log-log scatter and a residual plot (PNG) here.")
-def validate(comm: bool, rows_file: Optional[str], as_json: bool, per_row: bool, plot_dir: Optional[str]) -> None:
+def validate(
+    comm: bool, kernels: Optional[str], rows_file: Optional[str], as_json: bool, per_row: bool, plot_dir: Optional[str]
+) -> None:
     """Predict measured rows and report the agreement (exit 1 on an unexplained bound violation)."""
     if comm:
-        _validate_comm(as_json, per_row)
+        _validate_comm(as_json, per_row, kernels)
     elif rows_file:
         _validate_rows(rows_file, as_json)
     else:
@@ -562,22 +611,31 @@ def _validate_rows(path: str, as_json: bool) -> None:
             click.echo(f"  {o['id']:<40} observed {o.get('observed', '-')!s:<10} predicted {pred:<10} {label}")
 
 
-def _validate_comm(as_json: bool, per_row: bool) -> None:
+def _validate_comm(as_json: bool, per_row: bool, kernels: Optional[str]) -> None:
+    from .kernels import KERNEL_DIR
     from .validate import comm_report
 
-    rep = comm_report()
+    if kernels is None and Path(KERNEL_DIR).is_dir():
+        kernels = KERNEL_DIR
+    rep = comm_report(kernels=kernels)
     if as_json:
         out = dict(rep)
         if not per_row:
             out.pop("per_row")
         click.echo(json.dumps(out, indent=2, default=str))
     else:
-        click.echo(f"communication rows: {rep['rows']} ({rep['priced']} priced)")
+        click.echo(f"communication rows: {rep['rows']} ({rep['priced']} priced)"
+                   + (f"; kernel tables: {kernels} ({rep['kernel_rows_left_out']} eager rows left out)"
+                      if kernels else "; no kernel tables (--kernels)"))  # fmt: skip
+        click.echo("  obs/pred: observed over predicted rate (busBW); held out: predicted from the other devices' fits")
         for kind in ("metric", "size_bucket", "setup"):
             click.echo(f"\n  by {kind.replace('_', ' ')}:")
-            click.echo(f"    {'group':<72} {'rows':>5} {'obs/pred':>9} {'obs/bound':>10} {'max o/b':>8}")
+            click.echo(f"    {'group':<66} {'rows':>5} {'obs/pred':>9} {'<1.5x':>6} {'held out':>9} "
+                       f"{'obs/bound':>10} {'max o/b':>8}")  # fmt: skip
             for key, v in rep["summary"][kind].items():
-                click.echo(f"    {key[:72]:<72} {v['rows']:>5} {v['median_obs_over_pred']:>9.3f} "
+                held = v["median_obs_over_held_out"]
+                click.echo(f"    {key[:66]:<66} {v['rows']:>5} {v['median_obs_over_pred']:>9.3f} "
+                           f"{v['within_1_5x']:>6.1%} {'-' if held is None else f'{held:.3f}':>9} "
                            f"{v['median_obs_over_bound']:>10.3f} {v['max_obs_over_bound']:>8.3f}")  # fmt: skip
         for r in rep["not_priced"]:
             click.echo(f"  not priced: {r['id']}: {r['reason']}")

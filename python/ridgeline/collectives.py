@@ -4,6 +4,7 @@ explicit arguments, then the catalog, then a flat ring (flagged as such)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -105,8 +106,6 @@ class CollectiveResult:
 
 def _protocol_json(cat: Catalog) -> str:
     """The NCCL protocol table from the constants table (one source for every collective)."""
-    import json
-
     return json.dumps(
         {
             "beta_ll": cat.constant("nccl_beta_ll"),
@@ -128,8 +127,10 @@ def collective(
     scaleout_gbs: Optional[float] = None,
     scaleout_latency_us: Optional[float] = None,
     catalog: Optional[Catalog] = None,
+    library: str = "nccl",
 ) -> CollectiveResult:
-    """Time, algBW and busBW of one collective over message sizes (bytes).
+    """Time, algBW and busBW of one collective over message sizes (bytes), with the device's
+    measured collectives (``library``: nccl, or a runtime whose own all-reduce was measured).
 
     >>> r = collective("allreduce", 8, 2**30, "H100_SXM")
     >>> round(r.busbw_gbs[0])
@@ -156,14 +157,20 @@ def collective(
         notes.append(f"{dev.name} has no scale-up fabric in the catalog: the host link carries the collective")
     else:
         raise PlanError(f"hardware: {dev.name} has no scale-up or host-link bandwidth in the catalog")
-    if latency is None:
+    libraries = sorted({"nccl", *(x["library"] for x in dev.links)})
+    if library not in libraries:
+        raise PlanError(f"library: {library!r} has no measurement for {dev.name}; accepted: {', '.join(libraries)}")
+    links = dev.collective_links(library)
+    if links:
+        notes.append(f"{library if library != 'nccl' else 'NCCL'} collectives: {dev.links_source}")
+    elif latency is None:
         notes.append("scale-up latency not in the catalog: alpha terms omitted (optimistic)")
     elif dev.scaleup_latency_source:
         notes.append(f"scale-up latency {latency} us: {dev.scaleup_latency_source[:100]}")
     topo = resolve_topology(dev, devices_per_node, scaleout_gbs, scaleout_latency_us)
     r = _core.collective(
         op, ranks, np.asarray(size_list, dtype=np.float64), link, latency or 0.0, _protocol_json(cat),
-        topo.devices_per_node, topo.scaleout_bw_gbs, topo.scaleout_latency_us,
+        topo.devices_per_node, topo.scaleout_bw_gbs, topo.scaleout_latency_us, json.dumps(links),
     )  # fmt: skip
     if r["flat_ring_fallback"] or topo.source == FLAT_RING_NOTE:
         notes.append(FLAT_RING_NOTE)

@@ -13,7 +13,7 @@ from .catalog import Catalog, Device, default_catalog
 from .collectives import _protocol_json, resolve_topology
 from .errors import DoesNotFitError, PlanError
 from .models import Model
-from .runtimes import _NO_RUNTIME_EXECUTION, choose_runtime, runtime_execution
+from .runtimes import _NO_RUNTIME_EXECUTION, choose_runtime, collective_library, runtime_execution
 
 GB = 1e9
 
@@ -615,7 +615,8 @@ def _prepare(
         tail["routing_skew"] = _number("routing_skew", routing_skew)
     core_plan = {"batch": 1, "prompt": 1, "output": 1, **head, **tail, "weights": weights.core(),
                  "topology": topo.core()}  # fmt: skip
-    core = _core.Prepared(m._core, dev.core, _plan_json(core_plan), eff, _protocol_cached(cat))
+    core = _core.Prepared(m._core, dev.core_for(collective_library(runtime)), _plan_json(core_plan), eff,
+                          _protocol_cached(cat))  # fmt: skip
     warnings = []
     overridden = cat.override_note(dev.name)
     if overridden:

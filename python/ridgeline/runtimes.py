@@ -66,6 +66,20 @@ _NO_RUNTIME_EXECUTION: Mapping[str, Any] = {
     "swa_cache_extra": 0, "kv_pad": 1, "kv_skip_masked_tail": False, "decode_graphs": False, "chunk": None,
 }  # fmt: skip
 
+#: Runtimes that all-reduce tensor-parallel activations with their own kernel on one node, by
+#: default: vLLM's CustomAllreduce (vllm/distributed/device_communicators/custom_all_reduce.py;
+#: off with --disable-custom-all-reduce), SGLang's custom all-reduce (sglang/srt/distributed/
+#: device_communicators/custom_all_reduce.py), TensorRT-LLM's AllReduce op (tensorrt_llm/_torch/
+#: distributed/ops.py, AllReduceStrategy.AUTO). The key is the library name of their measured
+#: tables in data/hardware/link_collectives.csv; where a device has none, NCCL's rows price it.
+_CUSTOM_ALL_REDUCE = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
+
+
+def collective_library(runtime: Optional[str]) -> str:
+    """Whose all-reduce a plan under ``runtime`` runs: the runtime's own kernel, else NCCL's
+    (llama.cpp has no measured collective kernel of its own: NCCL's rows price its transfers)."""
+    return _CUSTOM_ALL_REDUCE.get(runtime or "", "nccl")
+
 
 def runtime_execution(
     runtime: Optional[str], cat: Catalog, *, flash_attention: bool, ubatch: Optional[int] = None

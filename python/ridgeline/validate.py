@@ -47,9 +47,10 @@ def _collective_bw(cat: Catalog, row: dict[str, Any], bound: bool) -> Optional[f
     if link is None:
         return None
     latency = 0.0 if bound else (dev.scaleup_latency_us or 0.0)
+    links = [] if bound else dev.collective_links("nccl")
     r = _core.collective(
         op, ranks, np.array([size]), link, latency, json.dumps(proto),
-        row["devices_per_node"], dev.scaleout_bw_gbs, None if bound else dev.scaleout_latency_us,
+        row["devices_per_node"], dev.scaleout_bw_gbs, None if bound else dev.scaleout_latency_us, json.dumps(links),
     )  # fmt: skip
     t = float(r["time_s"][0])
     return size / t * bus_factor(op, ranks) / 1e9
@@ -69,6 +70,55 @@ def _link_bw(cat: Catalog, row: dict[str, Any], bound: bool) -> Optional[float]:
     if metric == "copy_bidirectional_gbs" and dev.scaleup_bw_gbs:
         return dev.scaleup_bw_gbs * beta
     return None
+
+
+def kernel_comm_rows(kernels: str, cat: Catalog) -> tuple[list[dict[str, Any]], int]:
+    """The runtimes' measured collectives under ``kernels`` (``kernels.comm_rows``) as comm rows:
+    busBW observed and predicted with the device's own link measurements of that library, and
+    ``held_out``: predicted with the median of the other measured devices of its vendor and
+    fabric (what a device without measurements gets). Returns the rows and how many were left out."""
+    from . import comm_fit
+    from .kernels import comm_rows as read
+
+    fits = [
+        {**x, "name": name}
+        for name in cat.names()
+        for x in cat.get(name).links
+        if cat.get(name).links_source_is_measured
+    ]
+    every = read(kernels)
+    rows = [r for r in every if r["excluded"] is None]
+    left_out = len(every) - len(rows)
+    out = []
+    groups: dict[tuple[str, str, str, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["hardware"], r["library"], r["op"], r["ranks"]), []).append(r)
+    for (hw, lib, op, n), g in sorted(groups.items()):
+        dev = cat.get(hw)
+        kind, _ = comm_fit.fabric(dev)
+        sizes = [r["size_bytes"] for r in g]
+        mine = [x for x in dev.links if x["library"] == lib and x["op"] == op]
+        peers = [
+            p for p in comm_fit.pooled(fits, dev.vendor, kind, cat, exclude=hw) if p["library"] == lib and p["op"] == op
+        ]
+        pred = comm_fit.predict(op, n, sizes, dev, mine, cat)
+        bound = _core.collective(op, n, np.asarray(sizes, dtype=float), comm_fit.fabric(dev)[1], 0.0,
+                                 json.dumps({**json.loads(_protocol_json(cat)), **_BOUND_PROTO}))["time_s"]  # fmt: skip
+        held = comm_fit.predict(op, n, sizes, dev, peers, cat) if peers else [None] * len(g)
+        f = bus_factor(op, n)
+        for r, tp, tb, th in zip(g, pred, bound, held):
+            size, t = r["size_bytes"], r["time_s"]
+            out.append({
+                "id": r["id"], "hardware": hw, "file_hardware": f"{r['file_hardware']} ({lib} {r['version']})",
+                "metric": f"{op.replace('_', '')}_busbw_gbs", "op": op, "ranks": n, "nodes": 1, "size_bytes": size,
+                "bucket": size_bucket(size), "observed": size / t * f / 1e9, "unit": "GB/s", "source": r["file"],
+                "bound": size / tb * f / 1e9, "predicted": size / tp * f / 1e9, "reason": None,
+                "held_out": None if th is None else size / th * f / 1e9, "library": lib,
+                "obs_over_bound": tb / t, "obs_over_pred": tp / t,
+                "obs_over_held_out": None if th is None else th / t,
+                "beats_bound": tb / t > BOUND_TOLERANCE, "in_switch_reduction": False,
+            })  # fmt: skip
+    return out, left_out
 
 
 def comm_rows(catalog: Optional[Catalog] = None) -> list[dict[str, Any]]:
@@ -108,9 +158,16 @@ def _median(xs: list[float]) -> Optional[float]:
     return float(np.median(xs)) if xs else None
 
 
-def comm_report(catalog: Optional[Catalog] = None) -> dict[str, Any]:
-    """Medians of observed/predicted per size bucket and per setup, and the bound violations."""
-    rows = comm_rows(catalog)
+def comm_report(catalog: Optional[Catalog] = None, kernels: Optional[str] = None) -> dict[str, Any]:
+    """Medians of observed/predicted per size bucket and per setup, and the bound violations;
+    with ``kernels``, the runtimes' measured collectives under that folder too (with the
+    leave-one-device-out prediction beside the device's own)."""
+    cat = catalog or default_catalog()
+    rows = comm_rows(cat)
+    left_out = 0
+    if kernels is not None:
+        extra, left_out = kernel_comm_rows(kernels, cat)
+        rows += extra
     priced = [r for r in rows if r["bound"]]
     groups: dict[str, dict[str, list[dict[str, Any]]]] = {"size_bucket": {}, "setup": {}, "metric": {}}
     for r in priced:
@@ -124,6 +181,10 @@ def comm_report(catalog: Optional[Catalog] = None) -> dict[str, Any]:
                 "rows": len(v),
                 "median_obs_over_pred": _median([x["obs_over_pred"] for x in v]),
                 "median_obs_over_bound": _median([x["obs_over_bound"] for x in v]),
+                "median_obs_over_held_out": _median(
+                    [x["obs_over_held_out"] for x in v if x.get("obs_over_held_out") is not None]
+                ),
+                "within_1_5x": float(np.mean([1 / 1.5 < x["obs_over_pred"] < 1.5 for x in v])),
                 "max_obs_over_bound": max(x["obs_over_bound"] for x in v),
             }
             for key, v in sorted(g.items())
@@ -138,6 +199,7 @@ def comm_report(catalog: Optional[Catalog] = None) -> dict[str, Any]:
     return {
         "rows": len(rows),
         "priced": len(priced),
+        "kernel_rows_left_out": left_out,
         "not_priced": [{"id": r["id"], "reason": r["reason"]} for r in rows if not r["bound"]],
         "violations": violations,
         "unexplained_violations": [v for v in violations if not v["in_switch_reduction"]],

@@ -34,6 +34,13 @@ pub struct Device {
     pub scaleup_latency_us: Option<f64>,
     #[serde(default)]
     pub host_link_bw_gbs: Option<f64>,
+    /// Measured collectives on the device's own scale-up (or host) link, for the
+    /// collective library the plan's runtime uses (`link_measurements`).
+    #[serde(default)]
+    pub links: Vec<crate::collectives::LinkFit>,
+    /// Said on every multi-device plan when `links` were not measured on this device.
+    #[serde(default)]
+    pub links_note: Option<String>,
 }
 
 /// The dense peak an operator is priced at, and how it was chosen.
@@ -133,12 +140,15 @@ impl Device {
         }
         positive("scaleup_bw_gbs", self.scaleup_bw_gbs)?;
         positive("host_link_bw_gbs", self.host_link_bw_gbs)?;
-        match self.scaleup_latency_us {
-            Some(x) if !(x.is_finite() && x >= 0.0) => Err(Error::hardware(
+        if let Some(x) = self.scaleup_latency_us.filter(|x| !(x.is_finite() && *x >= 0.0)) {
+            return Err(Error::hardware(
                 &self.name,
                 format!("scaleup_latency_us must be >= 0, got {x}"),
-            )),
-            _ => Ok(()),
+            ));
+        }
+        match self.links.iter().find_map(|f| f.problem()) {
+            Some(why) => Err(Error::hardware(&self.name, why)),
+            None => Ok(()),
         }
     }
 }

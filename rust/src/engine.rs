@@ -1,7 +1,7 @@
 //! A whole plan in one call: prefill (one step, or chunk steps), decode
 //! summed exactly over every output step, memory footprint and fit.
 
-use crate::collectives::{Link, ProtocolTable, Topology};
+use crate::collectives::{Link, LinkFits, ProtocolTable, Topology};
 use crate::device::{Device, MICRO};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -251,19 +251,22 @@ fn topology(dev: &Device, plan: &Plan, warnings: &mut Vec<String>) -> Result<Opt
             ))
         }
     };
-    if latency.is_none() {
+    if let Some(note) = &dev.links_note {
+        warnings.push(format!("{} collectives: {note}", dev.name));
+    }
+    if latency.is_none() && dev.links.is_empty() {
         warnings.push(format!(
             "{} {what} latency is not in the catalog: collective alpha terms omitted (optimistic)",
             dev.name
         ));
     }
     let t = &plan.topology;
-    let scaleout = t.scaleout_bw_gbs.map(|bw| Link {
-        bw_per_direction: bw * 1e9,
-        alpha_s: t.scaleout_latency_us.unwrap_or(0.0) * MICRO,
-    });
+    let scaleout = t
+        .scaleout_bw_gbs
+        .map(|bw| Link::per_direction(bw * 1e9, t.scaleout_latency_us.unwrap_or(0.0) * MICRO));
     let topo = Topology {
         scaleup: Link::from_bidirectional_gbs(agg, latency.unwrap_or(0.0) * MICRO),
+        fits: LinkFits::new(&dev.links),
         devices_per_node: t.devices_per_node,
         scaleout,
     };

@@ -58,6 +58,8 @@ pub fn h100() -> Device {
         scaleup_bw_gbs: Some(900.0),
         scaleup_latency_us: None,
         host_link_bw_gbs: Some(126.0),
+        links: Vec::new(),
+        links_note: None,
     }
 }
 

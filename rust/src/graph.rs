@@ -290,7 +290,13 @@ impl BuildCtx<'_> {
                 };
                 match (crosses, topo.scaleout) {
                     (true, Some(out)) => crate::collectives::time(Collective::PointToPoint, 2, msg, out, &self.proto),
-                    _ => crate::collectives::time(Collective::PointToPoint, 2, msg, topo.scaleup, &self.proto),
+                    _ => crate::collectives::time(
+                        Collective::PointToPoint,
+                        2,
+                        msg,
+                        topo.local(Collective::PointToPoint, 2),
+                        &self.proto,
+                    ),
                 }
             })
             .sum()

@@ -2,7 +2,7 @@
 //! wrappers that pass whole plans and grids across the boundary.
 
 use crate::calib;
-use crate::collectives::{Collective, Link, ProtocolTable, Topology};
+use crate::collectives::{Collective, Link, LinkFit, LinkFits, ProtocolTable, Topology};
 use crate::device::Device;
 use crate::embedded;
 use crate::engine::{self, Estimate, Phase};
@@ -536,9 +536,10 @@ fn sweep_grid<'py>(
 
 /// Times of one collective over a range of message sizes (bytes), on a
 /// scale-up link (bidirectional aggregate, as the catalog quotes it) and an
-/// optional scale-out link (per direction) between nodes.
+/// optional scale-out link (per direction) between nodes. `links_json` holds
+/// the device's measured collectives (a list of link measurements).
 #[pyfunction]
-#[pyo3(signature = (op, ranks, sizes, scaleup_bw_gbs, scaleup_latency_us, protocol_json, devices_per_node=None, scaleout_bw_gbs=None, scaleout_latency_us=None))]
+#[pyo3(signature = (op, ranks, sizes, scaleup_bw_gbs, scaleup_latency_us, protocol_json, devices_per_node=None, scaleout_bw_gbs=None, scaleout_latency_us=None, links_json=None))]
 #[allow(clippy::too_many_arguments)]
 fn collective<'py>(
     py: Python<'py>,
@@ -551,7 +552,15 @@ fn collective<'py>(
     devices_per_node: Option<u64>,
     scaleout_bw_gbs: Option<f64>,
     scaleout_latency_us: Option<f64>,
+    links_json: Option<&str>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let links: Vec<LinkFit> = match links_json {
+        Some(text) => from_json("links", text)?,
+        None => Vec::new(),
+    };
+    if let Some(why) = links.iter().find_map(|f| f.problem()) {
+        return Err(Error::plan("links", why).into());
+    }
     let op = match op.to_ascii_lowercase().replace(['-', '_'], "").as_str() {
         "allreduce" => Collective::AllReduce,
         "allgather" => Collective::AllGather,
@@ -595,11 +604,9 @@ fn collective<'py>(
     let proto: ProtocolTable = from_json("protocol", protocol_json)?;
     let topo = Topology {
         scaleup: Link::from_bidirectional_gbs(scaleup_bw_gbs, scaleup_latency_us * 1e-6),
+        fits: LinkFits::new(&links),
         devices_per_node,
-        scaleout: scaleout_bw_gbs.map(|bw| Link {
-            bw_per_direction: bw * 1e9,
-            alpha_s: scaleout_latency_us.unwrap_or(0.0) * 1e-6,
-        }),
+        scaleout: scaleout_bw_gbs.map(|bw| Link::per_direction(bw * 1e9, scaleout_latency_us.unwrap_or(0.0) * 1e-6)),
     };
     let sizes = sizes.as_slice()?;
     if let Some(bad) = sizes.iter().find(|m| !(m.is_finite() && **m > 0.0)) {

@@ -1,0 +1,77 @@
+"""Importers for the production runtimes' own measured kernel tables (AIConfigurator's
+layout, ``data/benchmarks/aic/<system>/<op family>/<framework>/<version>/*.parquet``).
+
+The tables are read as they are (AIC's columns and units); each row gets the catalog
+device its ``device`` column names (``data/benchmarks/hardware_map.csv``) and the
+framework and version its path names. They are calibration inputs: the wheel does not
+carry them, so the functions here take the folder to read.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .benchmarks import hardware_map
+from .errors import PlanError
+
+# Where a source checkout keeps the tables (relative to the repository root).
+KERNEL_DIR = "data/benchmarks/aic"
+# Collective names as AIC writes them -> the engine's (rust/src/collectives.rs).
+COMM_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+            "alltoall": "all_to_all"}  # fmt: skip
+# Bytes per element of the dtypes the comm tables use (message_size is an element count).
+_DTYPE_BYTES = {"half": 2, "float16": 2, "bfloat16": 2, "int8": 1, "fp8": 1}
+
+
+def _tables(root: Path, family: str, pattern: str) -> list[Path]:
+    if not root.is_dir():
+        raise PlanError(
+            f"kernel tables: {str(root)!r} is not a folder; pass the folder that holds "
+            f"<system>/{family}/<framework>/<version>/{pattern} (a source checkout has {KERNEL_DIR})"
+        )
+    return sorted(root.glob(f"*/{family}/*/*/{pattern}"))
+
+
+def comm_rows(root: str | os.PathLike[str] = KERNEL_DIR) -> list[dict[str, Any]]:
+    """Every measured collective in the NCCL and custom all-reduce tables under ``root``.
+
+    Each row: ``hardware`` (catalog name), ``file_hardware`` (AIC's device string),
+    ``library`` (nccl, or the framework whose custom all-reduce it is), ``version``, ``op``
+    (the engine's name), ``ranks``, ``size_bytes``, ``time_s``, ``file`` and ``excluded``
+    (None, or why a fit leaves the row out: eager custom all-reduce rows, since the runtimes
+    replay CUDA graphs; rows of a device the catalog does not map).
+    """
+    import polars as pl
+
+    base = Path(root)
+    files = _tables(base, "comm", "nccl_perf.parquet") + _tables(base, "comm", "custom_allreduce_perf.parquet")
+    if not files:
+        raise PlanError(f"kernel tables: no comm tables under {str(base)!r}")
+    mapped = hardware_map()
+    out: list[dict[str, Any]] = []
+    for f in files:
+        rel = f.relative_to(base).as_posix()
+        framework, version = f.parent.parent.name, f.parent.name
+        d = pl.read_parquet(f)
+        dtype_col = "nccl_dtype" if "nccl_dtype" in d.columns else "allreduce_dtype"
+        variant = next((c for c in ("backend", "implementation") if c in d.columns), None)
+        for i, r in enumerate(d.iter_rows(named=True)):
+            op = COMM_OPS.get(r["op_name"])
+            width = _DTYPE_BYTES.get(r[dtype_col])
+            hw = mapped.get(r["device"])
+            why = None
+            if op is None or width is None:
+                why = f"op {r['op_name']!r} / dtype {r[dtype_col]!r} not read"
+            elif hw is None:
+                why = f"device {r['device']!r} is not in data/benchmarks/hardware_map.csv"
+            elif variant and "eager" in str(r[variant]):
+                why = "eager launch (the runtimes replay CUDA graphs; the graph row of this size is fitted)"
+            out.append({
+                "id": f"{rel}:{i}", "file": rel, "hardware": hw[0] if hw else None, "file_hardware": r["device"],
+                "library": framework, "version": version, "op": op, "ranks": int(r["num_gpus"]),
+                "size_bytes": int(r["message_size"]) * (width or 0), "time_s": float(r["latency"]) * 1e-3,
+                "dtype": r[dtype_col], "excluded": why,
+            })  # fmt: skip
+    return out
