@@ -12,6 +12,8 @@ CREATE TABLE hardware (
     tflops_fp16         DOUBLE CHECK (isfinite(tflops_fp16) AND tflops_fp16 > 0),
     tflops_fp16_acc16   DOUBLE CHECK (isfinite(tflops_fp16_acc16) AND tflops_fp16_acc16 > 0),
     tflops_fp8          DOUBLE CHECK (isfinite(tflops_fp8) AND tflops_fp8 > 0),
+    -- dense FP4 (NVFP4 / MXFP4 elements, E2M1) tensor rate where the device has an FP4 path
+    tflops_fp4          DOUBLE CHECK (isfinite(tflops_fp4) AND tflops_fp4 > 0),
     tflops_int8         DOUBLE CHECK (isfinite(tflops_int8) AND tflops_int8 > 0),
     tflops_tf32         DOUBLE CHECK (isfinite(tflops_tf32) AND tflops_tf32 > 0),
     tflops_fp32         DOUBLE CHECK (isfinite(tflops_fp32) AND tflops_fp32 > 0),

@@ -24,6 +24,7 @@ FROM hardware a JOIN hardware b
  AND a.tdp_w IS NOT DISTINCT FROM b.tdp_w AND a.name < b.name
 WHERE a.tflops_bf16 IS DISTINCT FROM b.tflops_bf16
    OR a.tflops_fp8 IS DISTINCT FROM b.tflops_fp8
+   OR a.tflops_fp4 IS DISTINCT FROM b.tflops_fp4
    OR a.tflops_fp32 IS DISTINCT FROM b.tflops_fp32
 EXCEPT
 SELECT least(a, b), greatest(a, b), 'same memory system, different compute figures'

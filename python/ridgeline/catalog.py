@@ -107,6 +107,7 @@ class Device:
     tflops_fp16: Optional[float]
     tflops_fp16_acc16: Optional[float]
     tflops_fp8: Optional[float]
+    tflops_fp4: Optional[float]
     tflops_int8: Optional[float]
     tflops_tf32: Optional[float]
     tflops_fp32: Optional[float]

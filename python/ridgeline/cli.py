@@ -738,7 +738,7 @@ def catalog_list(fmt: str) -> None:
     from .catalog import default_catalog
 
     df = default_catalog().sql(
-        "SELECT name, vendor, arch, tflops_bf16, tflops_fp8, tflops_fp32, memory_gb, memory_bw_gbs, "
+        "SELECT name, vendor, arch, tflops_bf16, tflops_fp8, tflops_fp4, tflops_fp32, memory_gb, memory_bw_gbs, "
         "scaleup_bw_gbs, verified FROM hardware ORDER BY vendor, name"
     )
     _frame_out(df, fmt)

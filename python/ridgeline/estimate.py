@@ -569,7 +569,11 @@ def _prepare(
     flags = {"identical_sequences": identical_sequences, "flash_attention": flash_attention, "calibrated": calibrated}
     for k, v in flags.items():
         _flag(k, v)
-    runtime, runtime_note = choose_runtime(runtime, dev, cat)
+    dtype = canonical_dtype("dtype", dtype)
+    weight_dtype = None if weight_dtype is None else _text("weight_dtype", weight_dtype)
+    # the weights' formats as stored: a runtime that has no type for one of them cannot run the plan
+    stored = quant.resolve(m, dtype, weight_dtype)
+    runtime, runtime_note = choose_runtime(runtime, dev, cat, stored.format_names().values())
     given = {"chunk": chunk, "swa_cache_extra": swa_cache_extra, "kv_pad": kv_pad,
              "kv_skip_masked_tail": kv_skip_masked_tail, "decode_graphs": decode_graphs}  # fmt: skip
     ex = runtime_execution(runtime, cat, flash_attention=flash_attention,
@@ -579,8 +583,6 @@ def _prepare(
     from_runtime = tuple(k for k, v in given.items() if v is None and ex[k] != _NO_RUNTIME_EXECUTION[k]
                          and (windowed or k != "swa_cache_extra"))  # fmt: skip
     run = {k: ex[k] if v is None else v for k, v in given.items()}
-    dtype = canonical_dtype("dtype", dtype)
-    weight_dtype = None if weight_dtype is None else _text("weight_dtype", weight_dtype)
     head = {
         "identical_sequences": identical_sequences,
         "attention_score_bytes": 0.0 if flash_attention else cat.constant("unfused_attention_score_bytes"),
@@ -596,7 +598,7 @@ def _prepare(
         "chunk": None if run["chunk"] is None else _positive_int("chunk", run["chunk"]),
         "gpu_memory_utilization": cat.constant("gpu_memory_utilization"),
     }
-    weights = quant.resolve(m, dtype, weight_dtype, runtime)
+    weights = stored if runtime is None else quant.resolve(m, dtype, weight_dtype, runtime)
     if devices_per_node is not None:
         devices_per_node = _positive_int("devices_per_node", devices_per_node)
     if scaleout_gbs is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
 
 from . import _checks, _data, quant
@@ -21,27 +21,53 @@ from .errors import PlanError
 NO_RUNTIME = "none"
 
 
-def choose_runtime(runtime: Any, dev: Device, cat: Catalog) -> tuple[Optional[str], str]:
+def choose_runtime(runtime: Any, dev: Device, cat: Catalog, formats: Iterable[str] = ()) -> tuple[Optional[str], str]:
     """The runtime a plan on ``dev`` runs under, and why: the one named, ``"none"`` for none, or
-    (None) the default for the device (``calibrate.default_runtime``). ``estimate``, ``sweep``
-    and the CLI all choose through here, so one plan gets one answer whichever door it takes."""
+    (None) the default for the device (``calibrate.default_runtime``) among the runtimes that
+    store the plan's weight ``formats``. ``estimate``, ``sweep`` and the CLI all choose through
+    here, so one plan gets one answer whichever door it takes."""
+    formats = tuple(formats)
     if runtime is None:
-        rt, why = default_runtime(device=dev)
+        rt, why = default_runtime(device=dev, formats=formats)
         return rt, f"{rt}: {why}" if rt else why
     name = _checks.text("runtime", runtime).strip()
     if name.lower() == NO_RUNTIME:
         return None, "none: the plan as written (one prefill step, exact KV reads), priced at the efficiency-1 bound"
     check_runtime(name, cat, dev)
+    missing = cannot_store(name, formats)
+    if missing:
+        raise PlanError(
+            f"runtime: {name} has no weight type for {', '.join(missing)} (it stores "
+            f"{', '.join(sorted(runtime_formats()[name]))}; data/calibration/runtime_formats.csv); "
+            f"name a runtime that runs {missing[0]} weights, or a weight format {name} stores (--weight-dtype)"
+        )
     return name, f"{name}: given"
 
 
+@functools.lru_cache(maxsize=1)
+def runtime_formats() -> dict[str, frozenset[str]]:
+    """runtime -> the weight formats it stores, for the runtimes data/calibration/runtime_formats.csv
+    lists (a runtime it does not list is not restricted)."""
+    out: dict[str, set[str]] = {}
+    for r in csv.DictReader(_data.read_text("data/calibration/runtime_formats.csv").splitlines()):
+        out.setdefault(r["runtime"], set()).add(r["format"])
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def cannot_store(runtime: str, formats: Iterable[str]) -> list[str]:
+    """The weight formats among ``formats`` that ``runtime`` has no type for (sorted)."""
+    own = runtime_formats().get(runtime)
+    return [] if own is None else sorted(set(formats) - own)
+
+
 def default_runtime(
-    fits: Optional[Sequence[dict[str, Any]]] = None, device: Optional[Device] = None
+    fits: Optional[Sequence[dict[str, Any]]] = None, device: Optional[Device] = None, formats: Iterable[str] = ()
 ) -> tuple[Optional[str], str]:
     """The runtime an estimate describes when none is named (spec 50): among the runtimes that
-    run on ``device`` (runtime_platforms.csv; any device when None), vllm where it has a fitted
-    profile, else the one whose profile rests on the most measured rows; None (the bound) when
-    no calibrated runtime runs there."""
+    run on ``device`` (runtime_platforms.csv; any device when None) and store the weight
+    ``formats`` (runtime_formats.csv), vllm where it has a fitted profile, else the one whose
+    profile rests on the most measured rows; None (the bound) when no calibrated runtime runs there."""
+    formats = tuple(formats)
     profiles = [f for f in (shipped_fits() if fits is None else fits)
                 if f["hardware"] == "*" and f["memory"] == "*" and f["precision"] == "*"]  # fmt: skip
     if not profiles:
@@ -53,11 +79,18 @@ def default_runtime(
                 f"no runtime with a shipped calibration runs on {device.name} ({device.vendor} {device.kind}): "
                 f"the efficiency-1 bound"
             )
+    skipped = {f["runtime"]: cannot_store(f["runtime"], formats) for f in profiles}
+    unstored = "".join(f"; {rt} stores no {', '.join(m)} weights" for rt, m in sorted(skipped.items()) if m)
+    profiles = [f for f in profiles if not skipped[f["runtime"]]]
+    if not profiles:
+        return None, f"no runtime with a shipped calibration runs these weights{unstored}: the efficiency-1 bound"
     if any(f["runtime"] == "vllm" for f in profiles):
         return "vllm", "the default runtime"
     best = max(profiles, key=lambda f: (int(f["n_rows"]), f["runtime"]))
     where = f" of those that run on {device.vendor} {device.kind} devices" if device is not None else ""
-    return best["runtime"], f"the best-covered runtime{where} ({best['n_rows']} measured rows; vllm has no fit yet)"
+    return best["runtime"], (
+        f"the best-covered runtime{where} ({best['n_rows']} measured rows; vllm has no fit yet){unstored}"
+    )
 
 
 #: How a plan runs when no runtime says otherwise: every prompt token in one prefill step, each

@@ -52,7 +52,7 @@ def _probe_device() -> Any:
     none = None
     return Device(
         name="PROBE", vendor="-", arch="-", kind="gpu", verified=True, tflops_bf16=1.0, tflops_fp16=none,
-        tflops_fp16_acc16=none, tflops_fp8=none, tflops_int8=none, tflops_tf32=none, tflops_fp32=none,
+        tflops_fp16_acc16=none, tflops_fp8=none, tflops_fp4=none, tflops_int8=none, tflops_tf32=none, tflops_fp32=none,
         memory_gb=1.0, memory_bw_gbs=1.0, memory_type=none, scaleup_bw_gbs=1.0, scaleup_latency_us=none,
         scaleup_latency_source=none, scaleup_domain=none, scaleout_bw_gbs=none, scaleout_latency_us=none,
         host_link=none, host_link_bw_gbs=none, tdp_w=none, idle_w=none, source="structure-version probe",

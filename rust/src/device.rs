@@ -21,6 +21,8 @@ pub struct Device {
     #[serde(default)]
     pub tflops_fp8: Option<f64>,
     #[serde(default)]
+    pub tflops_fp4: Option<f64>,
+    #[serde(default)]
     pub tflops_int8: Option<f64>,
     #[serde(default)]
     pub tflops_tf32: Option<f64>,
@@ -64,6 +66,7 @@ impl Device {
             DType::Fp16 => self.tflops_fp16,
             DType::Fp16Acc16 => self.tflops_fp16_acc16,
             DType::Fp8 => self.tflops_fp8,
+            DType::Fp4 => self.tflops_fp4,
             DType::Int8 => self.tflops_int8,
             DType::Tf32 => self.tflops_tf32,
             DType::Fp32 => self.tflops_fp32,
@@ -79,6 +82,7 @@ impl Device {
             DType::Fp16 => &[DType::Fp16, DType::Bf16, DType::Fp32],
             DType::Fp16Acc16 => &[DType::Fp16Acc16, DType::Fp16, DType::Bf16, DType::Fp32],
             DType::Fp8 => &[DType::Fp8, DType::Bf16, DType::Fp16, DType::Fp32],
+            DType::Fp4 => &[DType::Fp4, DType::Bf16, DType::Fp16, DType::Fp32],
             DType::Int8 => &[DType::Int8, DType::Bf16, DType::Fp16, DType::Fp32],
             DType::Tf32 => &[DType::Tf32, DType::Fp32],
             DType::Fp32 => &[DType::Fp32],

@@ -11,6 +11,8 @@ pub enum DType {
     Bf16,
     Fp16,
     Fp8,
+    /// FP4 E2M1 tensor math (NVFP4 / MXFP4 elements; a GEMM compute path, never an activation dtype).
+    Fp4,
     Int8,
     /// fp16 tensor math with fp16 accumulate (a compute path, stored as fp16):
     /// the consumer-card rate that llama.cpp's cuBLAS F16 GEMMs use.
@@ -18,12 +20,13 @@ pub enum DType {
 }
 
 impl DType {
-    pub const ALL: [DType; 6] = [
+    pub const ALL: [DType; 7] = [
         DType::Fp32,
         DType::Tf32,
         DType::Bf16,
         DType::Fp16,
         DType::Fp8,
+        DType::Fp4,
         DType::Int8,
     ];
 
@@ -33,6 +36,7 @@ impl DType {
             DType::Fp32 | DType::Tf32 => 4.0,
             DType::Bf16 | DType::Fp16 | DType::Fp16Acc16 => 2.0,
             DType::Fp8 | DType::Int8 => 1.0,
+            DType::Fp4 => 0.5,
         }
     }
 
@@ -43,6 +47,7 @@ impl DType {
             DType::Bf16 => "bf16",
             DType::Fp16 => "fp16",
             DType::Fp8 => "fp8",
+            DType::Fp4 => "fp4",
             DType::Int8 => "int8",
             DType::Fp16Acc16 => "fp16acc16",
         }
@@ -57,20 +62,22 @@ impl DType {
             "bf16" | "bfloat16" => DType::Bf16,
             "fp16" | "float16" | "half" | "f16" => DType::Fp16,
             "fp8" | "float8" | "fp8_e4m3" | "e4m3" | "fp8_e5m2" | "e5m2" => DType::Fp8,
+            "fp4" | "fp4_e2m1" | "e2m1" => DType::Fp4,
             "int8" | "i8" => DType::Int8,
             "fp16acc16" | "fp16_acc16" => DType::Fp16Acc16,
             _ => {
                 return Err(Error::plan(
                     field,
-                    format!("unknown dtype {s:?}; accepted: fp32, tf32, bf16, fp16, fp8, int8, fp16acc16"),
+                    format!("unknown dtype {s:?}; accepted: fp32, tf32, bf16, fp16, fp8, fp4, int8, fp16acc16"),
                 ))
             }
         })
     }
 
-    /// A format values are stored in (tf32 and fp16acc16 are compute paths on fp32 and fp16).
+    /// A format values are stored in (tf32 and fp16acc16 are compute paths on fp32 and fp16;
+    /// fp4 values are stored in a block-scaled quant format, nvfp4 or mxfp4, with its scales).
     pub fn is_storage_format(self) -> bool {
-        !matches!(self, DType::Tf32 | DType::Fp16Acc16)
+        !matches!(self, DType::Tf32 | DType::Fp16Acc16 | DType::Fp4)
     }
 
     /// Activations are kept in a 16- or 32-bit float format.

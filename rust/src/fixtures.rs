@@ -50,6 +50,7 @@ pub fn h100() -> Device {
         tflops_fp16: Some(989.4),
         tflops_fp16_acc16: None,
         tflops_fp8: Some(1978.9),
+        tflops_fp4: None,
         tflops_int8: Some(1978.9),
         tflops_tf32: Some(494.7),
         tflops_fp32: Some(66.9),
