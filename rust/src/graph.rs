@@ -41,7 +41,6 @@ pub enum OpKind {
     FfnAct,
     FfnDown,
     Router,
-    ExpertDispatch,
     ExpertUp,
     ExpertAct,
     ExpertDown,
@@ -81,7 +80,6 @@ impl OpKind {
             OpKind::FfnAct => "ffn_act",
             OpKind::FfnDown => "ffn_down",
             OpKind::Router => "router",
-            OpKind::ExpertDispatch => "expert_dispatch_combine",
             OpKind::ExpertUp => "expert_up",
             OpKind::ExpertAct => "expert_act",
             OpKind::ExpertDown => "expert_down",
@@ -114,7 +112,6 @@ impl OpKind {
         matches!(
             self,
             OpKind::EmbeddingAllReduce
-                | OpKind::ExpertDispatch
                 | OpKind::AttnAllReduce
                 | OpKind::FfnAllReduce
                 | OpKind::LogitsAllGather
@@ -691,14 +688,17 @@ impl Builder<'_, '_> {
                 let fe = *expert_intermediate_size as f64;
                 let first_expert_op = self.out.len();
                 if c.ep > 1 {
-                    // Expert parallelism: E/ep whole experts per device; each token's
-                    // hidden state is sent to its k experts and the results sent back. The
-                    // step's t tokens (every rank holds them all after the attention
-                    // all-reduce) are dispatched once, each rank sending its t/ep share: a
-                    // rank's all-to-all buffer is (t/ep) k d, not t k d.
+                    // Expert parallelism over the TP group: E/ep whole experts per device. Every
+                    // rank holds all t tokens after the attention all-reduce, so each runs its own
+                    // experts on the tokens routed to them (t k / ep token-rows in expectation)
+                    // with no all-to-all, and the FFN all-reduce below sums the ranks' outputs:
+                    // vLLM's FusedMoE all-reduces its output when EP spans the TP group and uses
+                    // dispatch/combine all-to-all kernels only with data-parallel attention
+                    // (vllm/model_executor/layers/fused_moe: "all2all backends ... implement
+                    // expert parallelism" for DP+EP; FusedMoENaivePrepareAndFinalize "for DP+EP
+                    // without all2all kernels"); TensorRT-LLM likewise all-reduces its MoE output
+                    // without attention DP.
                     let epf = c.ep as f64;
-                    let msg = t / epf * k * d * c.act_b;
-                    self.comm(OpKind::ExpertDispatch, Collective::AllToAll, c.ep, msg);
                     self.mlp(
                         [OpKind::ExpertUp, OpKind::ExpertAct, OpKind::ExpertDown],
                         [Role::ExpertUp, Role::ExpertDown],
@@ -709,7 +709,6 @@ impl Builder<'_, '_> {
                         *bias,
                         distinct / epf,
                     );
-                    self.comm(OpKind::ExpertDispatch, Collective::AllToAll, c.ep, msg);
                 } else {
                     self.mlp(
                         [OpKind::ExpertUp, OpKind::ExpertAct, OpKind::ExpertDown],

@@ -793,26 +793,29 @@ fn work_bounds_refuse_before_the_work() {
 }
 
 #[test]
-fn expert_dispatch_sends_each_rank_its_share_of_the_tokens() {
-    // EP = TP = 8: every rank holds all t tokens after the attention all-reduce; each sends its
-    // t/8 share to the experts they route to and gets the results back: two all-to-alls of
-    // (t/8) k d elements per rank per MoE layer, not t k d
+fn expert_parallel_over_the_tp_group_sends_no_all_to_all() {
+    // EP = TP = 8: every rank holds all t tokens after the attention all-reduce and runs its
+    // E/8 whole experts on the t k / 8 token-rows routed to them; the FFN all-reduce (the same
+    // as TP 8's) sums the outputs: no dispatch or combine all-to-all
     let m = crate::fixtures::mixtral_8x7b();
     let mut p = plan(4, 512, 2);
     (p.tp, p.ep) = (8, 8);
-    let e = estimate(&m, &h100(), &p, &Efficiency::uncalibrated(), proto(), true).unwrap();
-    let r = resolve(&m, &h100(), &p, proto()).unwrap();
-    let topo = r.ctx.topo.expect("8 ranks have links");
+    let ep = estimate(&m, &h100(), &p, &Efficiency::uncalibrated(), proto(), true).unwrap();
+    p.ep = 1;
+    let tp = estimate(&m, &h100(), &p, &Efficiency::uncalibrated(), proto(), true).unwrap();
+    for phase in [Phase::Prefill, Phase::Decode] {
+        let comm = |e: &Estimate| -> f64 {
+            e.breakdown
+                .iter()
+                .filter(|r| r.phase == phase && r.kind.is_comm())
+                .map(|r| r.cost.comm_s)
+                .sum()
+        };
+        assert_eq!(comm(&ep), comm(&tp), "{phase:?}");
+    }
     let tokens = 4.0 * 512.0;
-    let msg = tokens / 8.0 * 2.0 * 4096.0 * 2.0; // (t/ep) x top-2 x d x bf16
-    let one = topo
-        .time(crate::collectives::Collective::AllToAll, 8, msg, &proto())
-        .time_s;
-    let layers = m.num_layers() as f64;
-    let got = row(&e, Phase::Prefill, OpKind::ExpertDispatch).comm_s;
-    assert!(
-        (got - 2.0 * layers * one).abs() <= 1e-12 * got,
-        "{got} vs {}",
-        2.0 * layers * one
-    );
+    let up = row(&ep, Phase::Prefill, OpKind::ExpertUp);
+    // gate and up of 14336 from 4096, top-2 of 8 experts, a 1/8 share of the token-rows
+    let want = m.num_layers() as f64 * 2.0 * (tokens * 2.0 / 8.0) * 4096.0 * 2.0 * 14336.0;
+    assert!((up.flops - want).abs() <= 1e-9 * want, "{} vs {want}", up.flops);
 }
