@@ -205,6 +205,74 @@ def _vllm(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
         yield out
 
 
+# AIConfigurator's quant modes -> ridgeline weight formats (data/quant_formats.csv)
+_AIC_QUANT = {"fp8": "fp8", "fp8_block": "fp8_block128", "nvfp4": "nvfp4", "int4_wo": "int4_g128"}
+
+
+@functools.cache
+def _ships_quantized(model: str) -> bool:
+    from .models import Model
+
+    return bool(Model.from_config(model).quantization)
+
+
+@functools.cache
+def _is_moe(model: str) -> bool:
+    from .models import Model
+
+    return bool(Model.from_config(model).is_moe)
+
+
+def _silicon(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
+    """AIConfigurator's silicon_calibration.csv: closed-loop serving runs (batch_size requests in
+    flight, each isl prompt and osl output tokens). One row per measured metric: ttft_ms and
+    tpot_ms. TPOT is priced as the steady-state decode step at the run's concurrency with the
+    contexts spread over isl .. isl+osl (the plan's decode average); TTFT only at concurrency 1
+    (above it, arrivals and chunked prefill among running decodes set it: the serving simulator)."""
+    for i, r in enumerate(rows, start=2):
+        moe = (r["moe_quant_mode"] or "").strip()
+        gemm = (r["gemm_quant_mode"] or "").strip()
+        adp, mtp, mep, tp = (_int(r[k]) or 1 for k in ("attention_dp_size", "moe_tp_size", "moe_ep_size", "tp_size"))
+        why = None
+        if r["mode"] != "agg":
+            why = "prefill/decode-disaggregated run (mode disagg): needs the serving simulator"
+        elif adp > 1:
+            why = f"attention data parallelism (attention_dp_size {adp}) is not in the engine's plans yet"
+        moe_split = None if mtp * mep == tp and mep in (1, tp) else (
+            f"MoE TP {mtp} x EP {mep} under attention TP {tp}: only EP 1 or EP = TP is in the engine's plans"
+        )  # fmt: skip
+        base = {
+            "source": f"AIConfigurator silicon_calibration.csv ({r['silicon_data_source']})",
+            "file_hardware": r["system"], "file_model": r["model_path"], "runtime": r["backend"],
+            "runtime_version": r["backend_version"] or None, "tp": tp, "pp": _int(r["pp_size"]) or 1,
+            "ep": mep if mep > 1 else None, "batch": _int(r["batch_size"]), "prompt_tokens": _int(r["isl"]),
+            "output_tokens": _int(r["osl"]), "depth": 0,
+            # the checkpoint's own formats where the model ships quantised weights of its own kind
+            "weight_quant": _AIC_QUANT.get(moe or gemm) if (moe or gemm) else None,
+            "notes": f"AIC run {r['id']}; precision {r['precision'] or '-'}, gemm {gemm or '-'}, moe {moe or '-'}; "
+                     f"KV dtype not stated (the plan's default)",
+        }  # fmt: skip
+        for metric, col in (("ttft_ms", "silicon_ttft_ms"), ("tpot_ms", "silicon_tpot_ms")):
+            out = _row(file, i, **base, phase="prefill" if metric == "ttft_ms" else "decode", metric=metric,
+                       value=float(r[col]), unit="ms")  # fmt: skip
+            out["id"] += f":{metric}"
+            if out["model"] and _ships_quantized(out["model"]):
+                # the checkpoint's own formats (gpt-oss: MXFP4 experts), not AIC's label for them
+                out["weight_quant"] = None
+            if why is None and moe_split and out["model"] and _is_moe(out["model"]):
+                why_row: Optional[str] = moe_split
+            elif why is None and metric == "ttft_ms" and (out["batch"] or 1) > 1:
+                why_row = (
+                    "TTFT under concurrency (staggered arrivals, chunked prefill among running decodes): "
+                    "needs the serving simulator"
+                )
+            else:
+                why_row = why
+            if why_row and not out["not_priced"]:
+                out["not_priced"] = why_row
+            yield out
+
+
 def _gemm(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
     """GEMM throughput: best-shape MAMF and per-shape linear-layer kernel times."""
     for i, r in enumerate(rows, start=2):
@@ -303,6 +371,7 @@ FORMATS: dict[frozenset[str], Callable[[str, Iterable[dict[str, str]]], Iterable
     frozenset({"trtllm_version", "ep_note", "scenario"}): _trtllm_throughput,
     frozenset({"vllm_version", "concurrency_or_batch", "request_rate"}): _vllm,
     frozenset({"M", "N", "K", "achieved_TFLOPS"}): _gemm,
+    frozenset({"silicon_ttft_ms", "silicon_tpot_ms", "backend", "mode"}): _silicon,
     # last: the source formats above share some of these names, none has all of them
     frozenset({"hardware", "runtime", "model", "metric", "value", "unit", "phase"}): _unified,
 }

@@ -52,7 +52,7 @@ UNCALIBRATED = np.array(BOUND_PARAMS)
 SKEW = PARAMS.index("routing_skew")
 CQ = PARAMS.index("eta_compute_quant")
 EXPERT_WEIGHT_OPS = ("expert_up", "expert_down")
-MODEL_METRICS = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "throughput_tok_s")
+MODEL_METRICS = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "throughput_tok_s", "tpot_ms")
 HOLDOUT_COLUMNS = ("runtime", "phase", "n_rows", "n_devices", "q10", "q50", "q90", "data_hash", "source")
 FIT_COLUMNS = (
     "hardware", "runtime", "memory", "precision", "phase", *PARAMS, "t_layer_us", "n_rows", "rms_log", "pinned",
@@ -149,6 +149,11 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int, cat: Catalog) -> tuple[dic
     if m == "ttft_ms":
         kw.update(prompt=int(r["prompt_tokens"]), output=1)
         return kw, "prefill"
+    if m == "tpot_ms":
+        # steady-state decode at the run's concurrency, the contexts spread over isl .. isl+osl:
+        # the plan's decode steps from the prompt, averaged (the KV read is linear in context)
+        kw.update(prompt=int(r["prompt_tokens"]), output=int(r["output_tokens"]))
+        return kw, "decode"
     kw.update(prompt=int(r["prompt_tokens"]), output=int(r["output_tokens"]))
     return kw, "e2e"
 
@@ -184,6 +189,7 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
         "prefill_tok_s": b * float(kw["prompt"]),
         "throughput_tok_s": b * float(r["output_tokens"] or 0) / (e.parallel["devices"] if has_flag(r, "per_gpu")
                                                                   else 1),
+        "tpot_ms": float(kw["output"] - 1),
     }.get(r["metric"], 1.0)  # fmt: skip
     return Decomposed(
         row=r, compute=df["compute_s"].to_numpy() * scale, memory=df["memory_s"].to_numpy() * scale,
@@ -191,7 +197,7 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
         fixed=float(df["comm_s"].sum()) * scale, steps=steps * scale,
         launches=float(df["launches"].sum()) * scale,
         work=work,
-        kind="time_ms" if r["metric"] == "ttft_ms" else "rate", **moe,
+        kind="time_ms" if r["metric"] in ("ttft_ms", "tpot_ms") else "rate", **moe,
     )  # fmt: skip
 
 
@@ -590,7 +596,8 @@ def predict_shipped(rows: Sequence[Decomposed], catalog: Optional[Catalog] = Non
     return out
 
 
-PHASE_OF = {"decode_tok_s": "decode", "prefill_tok_s": "prefill", "ttft_ms": "prefill", "throughput_tok_s": "e2e"}
+PHASE_OF = {"decode_tok_s": "decode", "prefill_tok_s": "prefill", "ttft_ms": "prefill", "throughput_tok_s": "e2e",
+            "tpot_ms": "decode"}  # fmt: skip
 
 
 # Spec 50: a row may not beat the efficiency-1 prediction by more than 5%.

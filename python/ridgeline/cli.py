@@ -609,6 +609,15 @@ def _validate_rows(path: str, as_json: bool) -> None:
             pred = "-" if o["predicted"] is None else f"{o['predicted']:.4g}"
             label = o.get("calibration", o.get("reason", ""))
             click.echo(f"  {o['id']:<40} observed {o.get('observed', '-')!s:<10} predicted {pred:<10} {label}")
+        from .validate import rows_summary
+
+        summary = rows_summary(out)
+        click.echo(f"\n  {'runtime / hardware / metric':<44} {'rows':>5} {'MedAPE':>7} {'obs/pred':>9} {'<1.5x':>6}")
+        for key, v in summary["groups"].items():
+            click.echo(f"  {key:<44} {v['rows']:>5} {v['medape']:>7.1%} {v['median_obs_over_pred']:>9.3f} "
+                       f"{v['within_1_5x']:>6.1%}")  # fmt: skip
+        for reason, n in summary["not_priced"].items():
+            click.echo(f"  not priced: {n:>5} rows: {reason}")
 
 
 def _validate_comm(as_json: bool, per_row: bool, kernels: Optional[str]) -> None:

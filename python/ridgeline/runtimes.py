@@ -146,10 +146,11 @@ def runtime_execution(
 
 
 def known_runtimes(cat: Catalog) -> list[str]:
-    """Runtimes ridgeline knows from its data: measured rows, GEMM paths or a calibration."""
+    """Runtimes ridgeline knows from its data: measured rows, GEMM paths, the platforms it runs
+    on (runtime_platforms.csv) or a calibration."""
     measured = set(cat.measured_runtimes())  # the export's: no DuckDB on an estimate's path
     paths = {rt for rt, _ in quant.runtime_paths()}
-    return sorted(measured | paths | {f["runtime"] for f in shipped_fits()})
+    return sorted(measured | paths | set(runtime_platforms()) | {f["runtime"] for f in shipped_fits()})
 
 
 @functools.lru_cache(maxsize=1)

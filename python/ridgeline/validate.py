@@ -206,3 +206,30 @@ def comm_report(catalog: Optional[Catalog] = None, kernels: Optional[str] = None
         "summary": summary,
         "per_row": rows,
     }
+
+
+def rows_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per (runtime, hardware, metric): rows priced, median absolute percentage error, median
+    observed/predicted and the share within 1.5x; and the rows not priced, counted by reason
+    (the reason's text up to its first colon: the runs it names differ only in their numbers)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    reasons: dict[str, int] = {}
+    for r in records:
+        if r["predicted"] is None:
+            key = str(r.get("reason") or "not priced")
+            key = key.split(":")[0] if ":" in key else key
+            reasons[key] = reasons.get(key, 0) + 1
+            continue
+        groups.setdefault(f"{r['runtime']} / {r['hardware']} / {r['metric']}", []).append(r)
+    out = {}
+    for key, g in sorted(groups.items()):
+        obs = np.array([x["observed"] for x in g], dtype=float)
+        pred = np.array([x["predicted"] for x in g], dtype=float)
+        ratio = obs / pred
+        out[key] = {
+            "rows": len(g),
+            "medape": float(np.median(np.abs(pred - obs) / obs)),
+            "median_obs_over_pred": float(np.median(ratio)),
+            "within_1_5x": float(np.mean((ratio < 1.5) & (ratio > 1 / 1.5))),
+        }
+    return {"groups": out, "not_priced": dict(sorted(reasons.items(), key=lambda kv: -kv[1]))}

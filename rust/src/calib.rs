@@ -268,7 +268,8 @@ impl Rows {
                 t += ov * c.max(m) + (1.0 - ov) * (c + m);
             }
             let t = t + self.fixed[i] + self.launches[i] * tl * 1e-6 + self.steps[i] * ts * 1e-6;
-            *o = if self.time_ms[i] { t * 1e3 } else { self.work[i] / t };
+            // a time row's work is the count it averages over (1 for TTFT, the decode steps for TPOT)
+            *o = if self.time_ms[i] { t * 1e3 / self.work[i] } else { self.work[i] / t };
         }
     }
 

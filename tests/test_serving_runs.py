@@ -1,0 +1,52 @@
+"""The production runtimes' measured serving runs (AIConfigurator silicon_calibration.csv): read as
+they are, one record per measured metric, priced where a static plan can price them."""
+
+from pathlib import Path
+
+import pytest
+import ridgeline
+from ridgeline.benchmarks import import_file
+from ridgeline.calibrate import decompose, predict_shipped
+from ridgeline.catalog import default_catalog
+from ridgeline.validate import rows_summary
+
+SILICON = Path(__file__).resolve().parents[1] / "data" / "benchmarks" / "aic" / "silicon_calibration.csv"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return import_file(str(SILICON), SILICON.read_text())
+
+
+def test_one_record_per_metric_with_reasons(rows):
+    assert len(rows) == 2 * 2969
+    assert {r["metric"] for r in rows} == {"ttft_ms", "tpot_ms"}
+    one = next(r for r in rows if r["id"].endswith(":tpot_ms") and r["model"] == "meta-llama/Llama-3.1-70B"
+               and r["runtime"] == "vllm" and r["hardware"] == "H100_SXM")  # fmt: skip
+    assert one["weight_quant"] == "fp8" and one["unit"] == "ms" and one["not_priced"] is None
+    reasons = {r["not_priced"].split(":")[0] for r in rows if r["not_priced"]}
+    assert "prefill/decode-disaggregated run (mode disagg)" in reasons
+    assert "TTFT under concurrency (staggered arrivals, chunked prefill among running decodes)" in reasons
+    # every TPOT row of a bundled model in agg mode is priced, or says which plan it needs
+    for r in rows:
+        if r["metric"] == "tpot_ms" and r["not_priced"] and r["model"]:
+            assert (
+                "disagg" in r["not_priced"] or "data parallelism" in r["not_priced"] or "MoE TP" in r["not_priced"]
+            ), r["not_priced"]
+    # gpt-oss ships its own MXFP4 experts: AIC's nvfp4 label does not override them
+    gpt = next(r for r in rows if r["model"] == "openai/gpt-oss-120b")
+    assert gpt["weight_quant"] is None
+
+
+def test_tpot_is_the_plans_average_decode_step(rows):
+    cat = default_catalog()
+    r = next(r for r in rows if r["id"].endswith(":tpot_ms") and not r["not_priced"] and r["runtime"] == "vllm"
+             and r["model"] == "Qwen/Qwen3-32B")  # fmt: skip
+    (got,) = predict_shipped([decompose(r, cat)], cat)
+    plan = {"batch": r["batch"], "prompt": r["prompt_tokens"], "output": r["output_tokens"], "tp": r["tp"]}
+    e = ridgeline.estimate(r["model"], r["hardware"], runtime="vllm", weight_dtype=r["weight_quant"],
+                           allow_no_fit=True, **plan)  # fmt: skip
+    assert got["predicted"] == pytest.approx(e.tpot_s * 1e3, rel=1e-6)
+    summary = rows_summary([got, {**got, "predicted": None, "reason": "x: y"}])
+    (g,) = summary["groups"].values()
+    assert g["rows"] == 1 and summary["not_priced"] == {"x": 1}
