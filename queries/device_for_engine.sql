@@ -33,7 +33,7 @@ pooled_list AS (
            max(peers) AS peers
     FROM pooled GROUP BY vendor, fabric
 )
-SELECT d.name, d.vendor, d.arch, d.kind, d.verified,
+SELECT d.name, d.vendor, d.arch, d.family, d.kind, d.verified,
        d.tflops_bf16, d.tflops_fp16, d.tflops_fp16_acc16, d.tflops_fp8, d.tflops_fp4, d.tflops_int8,
        d.tflops_tf32, d.tflops_fp32, d.memory_gb, d.memory_bw_gbs, d.memory_type,
        d.scaleup_bw_gbs,

@@ -19,7 +19,7 @@ print(json.dumps({{"heavy": sorted(m for m in {HEAVY!r} if m in sys.modules),
 API = f"""
 import ridgeline
 e = ridgeline.estimate({LLAMA!r}, "H100_SXM")
-assert e.fits and e.calibration.startswith("runtime-profile"), e.calibration
+assert e.fits and e.calibration.startswith("calibrated (H100_SXM, vllm"), e.calibration
 ridgeline.estimate({LLAMA!r}, "H100_SXM", runtime="llamacpp-cuda")
 """
 CLI = f"""

@@ -62,9 +62,9 @@ def test_wrong_types_for_model_and_hardware_are_typed_errors():
 
 def test_what_wrapped_before_is_now_a_plan_that_runs():
     # batch 2^40 in llama.cpp's 512-token steps: 2^41 steps of two shapes, priced in closed form
-    e = ridgeline.estimate(LLAMA, "H100_SXM", batch=2**40, allow_no_fit=True)
+    e = ridgeline.estimate(LLAMA, "H100_SXM", batch=2**40, allow_no_fit=True, runtime="llamacpp-cuda")
     assert e.prefill["steps"] == 2**41 and not e.fits
-    one = ridgeline.estimate(LLAMA, "H100_SXM")
+    one = ridgeline.estimate(LLAMA, "H100_SXM", runtime="llamacpp-cuda")
     assert e.ttft_s == pytest.approx(one.ttft_s * 2**40, rel=1e-9)
     # tf32 computes on fp32 values: its KV cache is stored as fp32, not refused as "kv_dtype tf32"
     t = ridgeline.estimate(LLAMA, "H100_SXM", dtype="tf32", runtime="none")

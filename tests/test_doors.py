@@ -89,15 +89,18 @@ def test_three_doors_one_answer(model, hw, plan, tmp_path):
 
 
 def test_the_default_runtime_is_the_devices_and_said_the_same_everywhere():
-    # no runtime named: llama.cpp CUDA's profile on an NVIDIA part, Metal's on Apple, the bound on AMD
-    for hw, rt in (("H100_SXM", "llamacpp-cuda"), ("M2_ULTRA", "llamacpp-metal"), ("MI300X", None)):
+    # no runtime named: vLLM on an NVIDIA data-centre part, llama.cpp CUDA's profile on a consumer
+    # card, Metal's on Apple, the bound on AMD
+    for hw, rt in (("H100_SXM", "vllm"), ("RTX_4090", "llamacpp-cuda"), ("M2_ULTRA", "llamacpp-metal"),
+                   ("MI300X", None)):  # fmt: skip
         e = ridgeline.estimate(LLAMA, hw)
         assert e.plan["runtime"] == rt
         assert (e.calibration == "uncalibrated") == (rt is None)
         assert e.runtime_note.startswith(f"{rt}:") if rt else "no runtime" in e.runtime_note
     # the bound of the same plan runs it the same way: the same prefill steps, the same memory
     cal, bound = (
-        ridgeline.estimate(LLAMA, "H100_SXM", batch=256, calibrated=c, allow_no_fit=True) for c in (True, False)
+        ridgeline.estimate(LLAMA, "H100_SXM", batch=256, calibrated=c, allow_no_fit=True, runtime="llamacpp-cuda")
+        for c in (True, False)
     )
     assert bound.calibration == "uncalibrated" and cal.calibration != "uncalibrated"
     assert bound.prefill["steps"] == cal.prefill["steps"] == 256 * 1024 // 512

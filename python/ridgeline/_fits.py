@@ -27,6 +27,9 @@ PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us", "eta_moe", "eta_
 BOUND_PARAMS = (1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0)
 CALIBRATION_FILE = "data/calibration/fits.csv"
 HOLDOUT_FILE = "data/calibration/holdout.csv"
+#: vLLM, SGLang and TensorRT-LLM fitted from their kernels and serving runs (kernel_fit).
+KERNEL_FITS_FILE = "data/calibration/kernel_fits.csv"
+KERNEL_HOLDOUT_FILE = "data/calibration/kernel_holdout.csv"
 
 
 def shipped_fits() -> list[dict[str, Any]]:
@@ -36,9 +39,10 @@ def shipped_fits() -> list[dict[str, Any]]:
 
 @functools.lru_cache(maxsize=1)
 def _shipped_fits() -> tuple[dict[str, Any], ...]:
-    if CALIBRATION_FILE not in _data.list_files("data/calibration/"):
-        return ()
-    return tuple(csv.DictReader(io.StringIO(_data.read_text(CALIBRATION_FILE))))
+    """The benchmark-row fits (llama.cpp) and the production runtimes' kernel fits, one table."""
+    shipped = _data.list_files("data/calibration/")
+    return tuple(r for f in (CALIBRATION_FILE, KERNEL_FITS_FILE) if f in shipped
+                 for r in csv.DictReader(io.StringIO(_data.read_text(f))))  # fmt: skip
 
 
 def lookup(
@@ -124,11 +128,11 @@ def efficiency_json(fit_row: Optional[dict[str, Any]], roles: Optional[Mapping[s
 
 @functools.lru_cache(maxsize=1)
 def shipped_holdout() -> dict[tuple[str, str], dict[str, Any]]:
-    """(runtime, phase) -> the shipped held-out percentiles (data/calibration/holdout.csv)."""
-    if HOLDOUT_FILE not in _data.list_files("data/calibration/"):
-        return {}
-    rows = csv.DictReader(io.StringIO(_data.read_text(HOLDOUT_FILE)))
-    return {(r["runtime"], r["phase"]): r for r in rows}
+    """(runtime, phase) -> the shipped held-out percentiles (data/calibration/holdout.csv, and
+    kernel_holdout.csv for the production runtimes)."""
+    shipped = _data.list_files("data/calibration/")
+    return {(r["runtime"], r["phase"]): r for f in (HOLDOUT_FILE, KERNEL_HOLDOUT_FILE) if f in shipped
+            for r in csv.DictReader(io.StringIO(_data.read_text(f)))}  # fmt: skip
 
 
 def memory_technology(memory_type: Optional[str]) -> str:

@@ -291,6 +291,27 @@ class Batch:
         self.observed = np.array([float(d.row["value"]) for d in rows])
         self.lengths = np.array([len(d.compute) for d in rows], dtype=np.int64)
 
+    @classmethod
+    def ops(cls, compute: np.ndarray, memory: np.ndarray, quant: bool, fmt: str, observed_ms: np.ndarray) -> Batch:
+        """Single-kernel time rows (a measured kernel each, in ms), built as arrays: the same rows
+        ``Decomposed`` would give, without one object per row (kernel tables hold 10^5 rows)."""
+        b = cls.__new__(cls)
+        n = len(compute)
+        b.rows = []
+        b.c, b.m = np.asarray(compute, dtype=float).reshape(n, 1), np.asarray(memory, dtype=float).reshape(n, 1)
+        b.e = np.zeros((n, 1), dtype=bool)
+        b.q = np.full((n, 1), quant)
+        b.has_experts, b.has_quant, b.has_skew = False, quant, False
+        b.formats = [fmt] if quant else []
+        b.f = np.full((n, 1), 0 if quant else -1, dtype=int)
+        b.mw, b.mt, b.md0 = np.zeros((n, 1)), np.zeros((n, 1)), np.zeros((n, 1))
+        b.moe = {}
+        b.fixed, b.launches, b.steps = np.zeros(n), np.ones(n), np.zeros(n)
+        b.work, b.time_ms = np.ones(n), np.ones(n, dtype=bool)
+        b.observed = np.asarray(observed_ms, dtype=float)
+        b.lengths = np.ones(n, dtype=np.int64)
+        return b
+
     @functools.cached_property
     def core(self) -> Any:
         """The rows in the core (built on first use: many Batches only answer ``free``)."""
@@ -501,11 +522,13 @@ def _profile_rows(rows: Sequence[Decomposed], cat: Catalog, memtech: str, exclud
 def calibrate(catalog: Optional[Catalog] = None, min_device_rows: int = 8) -> list[dict[str, Any]]:
     """Fits a profile per runtime (over all its devices, and over each memory technology with two
     or more devices) and a row per (device, runtime) with enough rows of its own."""
+    from .runtimes import KERNEL_RUNTIMES
     from .snapshot import structure_version
 
     cat = catalog or default_catalog()
     rows, _ = decompose_all(cat)
-    rows = [d for d in rows if d.row["metric"] in MODEL_METRICS]
+    # the production runtimes are fitted from their kernels and serving runs (kernel_fit)
+    rows = [d for d in rows if d.row["metric"] in MODEL_METRICS and d.row["runtime"] not in KERNEL_RUNTIMES]
     sv = structure_version(cat)
     out = []
     groups: dict[tuple[str, str, str], list[Decomposed]] = {}
@@ -625,10 +648,16 @@ def validation(catalog: Optional[Catalog] = None, fits: Optional[Sequence[dict[s
         by_rt.setdefault(d.row["runtime"], []).append(d)
     fits = shipped_fits() if fits is None else fits
     records = []
-    # each device held out in turn: its runtime's profile refitted without it
+    # each device held out in turn: its runtime's profile refitted without it (the production
+    # runtimes' profiles come from kernels, not these rows: in sample only)
+    from .runtimes import KERNEL_RUNTIMES
+
     held = [(rt, dev, rs) for rt, rs in sorted(by_rt.items()) for dev in sorted({d.row["hardware"] for d in rs})]
-    rests = [_profile_rows(rs, cat, _memtech(cat, dev), exclude=dev) for rt, dev, rs in held]
-    for (rt, dev, rs), out in zip(held, fit_all(rests, cat)):
+    refit = [h for h in held if h[0] not in KERNEL_RUNTIMES]
+    rests = [_profile_rows(rs, cat, _memtech(cat, dev), exclude=dev) for _, dev, rs in refit]
+    outs = dict(zip([(rt, dev) for rt, dev, _ in refit], fit_all(rests, cat)))
+    for rt, dev, rs in held:
+        out = outs.get((rt, dev))
         own = [d for d in rs if d.row["hardware"] == dev]
         label, f = lookup(dev, rt, cat, fits)
         p_in = params_of(f)

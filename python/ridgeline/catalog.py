@@ -54,6 +54,8 @@ _OPTIONAL_FILES = {
     "link_collectives": "data/hardware/link_collectives.csv",
     "calibration": "data/calibration/fits.csv",
 }
+# More rows for a table above: the production runtimes' kernel fits join the calibration table.
+_MORE_FILES = (("calibration", "data/calibration/kernel_fits.csv"),)
 # Every table of data/schema.sql: a catalog database that lacks one is damaged.
 _TABLES = frozenset({*_TABLE_FILES, *_OPTIONAL_FILES, "benchmarks"})
 # What a JSON export must hold (and of which type) to be used rather than rebuilt.
@@ -129,6 +131,8 @@ class Device:
     #: or the median of its vendor's measured devices on the same fabric; ``links_source`` says which.
     links: tuple[dict[str, Any], ...] = ()
     links_source: Optional[str] = None
+    #: The catalog's product family (nvidia_dc_sxm, nvidia_superchip, nvidia_consumer ...).
+    family: Optional[str] = None
 
     def collective_links(self, library: str = "nccl") -> list[dict[str, Any]]:
         """The link measurements a plan's collectives use: NCCL's for every collective, with the
@@ -728,7 +732,7 @@ def _fill(
 
     con.execute(_data.read_text("data/schema.sql"))
     shipped = set(_data.list_files("data/"))
-    for table, f in {**_TABLE_FILES, **_OPTIONAL_FILES}.items():
+    for table, f in (*{**_TABLE_FILES, **_OPTIONAL_FILES}.items(), *_MORE_FILES):
         if f in shipped:
             _load_csv(con, table, _data.read_text(f), f)
     claims = _Claims(

@@ -238,6 +238,12 @@ def _held_out_text(held: Any) -> str:
             parts.append(f"{name} {lo * 1e3:,.3f}-{hi * 1e3:,.3f} ms")
             counts.append(f"{held[phase]['rows']} {phase} rows on {held[phase]['devices']} devices")
     runtime = next(iter(held.values()))["runtime"]
+    from .runtimes import KERNEL_RUNTIMES
+
+    if runtime in KERNEL_RUNTIMES:
+        where = "data/calibration/kernel_holdout.csv"
+        return (f"{', '.join(parts)}: where 80% of {runtime}'s serving runs fell, each device priced with the "
+                f"step overhead fitted on the other's ({', '.join(counts)}; {where})")  # fmt: skip
     return (f"{', '.join(parts)}: where 80% of {runtime}'s measured rows fell on devices left out of its fit "
             f"({', '.join(counts)}; data/calibration/holdout.csv)")  # fmt: skip
 
@@ -433,6 +439,10 @@ def sweep(
 @cli.command()
 @click.option("--comm", is_flag=True, help="Fit the collectives (link measurements) instead of the runtime profiles.")
 @click.option(
+    "--production", is_flag=True,
+    help="Fit vLLM, SGLang and TensorRT-LLM from their measured kernels and serving runs (kernel_fits.csv).",
+)  # fmt: skip
+@click.option(
     "--kernels", default="data/benchmarks/aic", show_default=True,
     help="With --comm: the folder of measured kernel tables (AIConfigurator layout).",
 )  # fmt: skip
@@ -443,14 +453,19 @@ def sweep(
     "data/calibration/fits.csv, with --comm data/hardware/link_collectives.csv.",
 )
 @click.option("--force", is_flag=True, help="Replace fits.csv and holdout.csv when the fit differs from them.")
-def calibrate(out: Optional[str], force: bool, comm: bool, kernels: str) -> None:
+def calibrate(out: Optional[str], force: bool, comm: bool, production: bool, kernels: str) -> None:
     """Fit efficiencies per runtime profile and per device to the measured rows (deterministic).
 
     A file that already holds the fit is left alone; one that differs is replaced only with --force.
     With --comm: fit each device's collectives (floor, per-hop latency, efficiency per rank count)
-    to the runtimes' measured collectives under --kernels, into data/hardware/link_collectives.csv."""
+    to the runtimes' measured collectives under --kernels, into data/hardware/link_collectives.csv.
+    With --production: fit vLLM, SGLang and TensorRT-LLM from their GEMM kernels and serving runs
+    under --kernels, into data/calibration/kernel_fits.csv."""
     if comm:
         _calibrate_comm(out or "data/hardware/link_collectives.csv", force, kernels)
+        return
+    if production:
+        _calibrate_production(out or "data/calibration/kernel_fits.csv", force, kernels)
         return
     out = out or "data/calibration/fits.csv"
     from ._io import changed_files, check_output, write_files
@@ -488,6 +503,33 @@ def calibrate(out: Optional[str], force: bool, comm: bool, kernels: str) -> None
         )
     said = {path: f"{len(fits)} rows", held_path: f"{len(held)} held-out ranges"}
     click.echo("; ".join(f"{'wrote' if p in changed else 'unchanged'} {said[p]} in {p}" for p in texts))
+
+
+def _calibrate_production(out: str, force: bool, kernels: str) -> None:
+    from ._io import changed_files, check_output, write_files
+    from .calibrate import holdout_csv
+    from .kernel_fit import fit_production, holdout_rows, kernel_fits_csv, transfer
+
+    path = check_output(out, force=True, what="--out", hint="run from the repository root, or pass --out")
+    held_path = path.with_name("kernel_holdout.csv")
+    check_output(held_path, force=True, what="--out", hint="run from the repository root, or pass --out")
+    rows = fit_production(kernels)
+    checks = transfer(kernels, rows)
+    texts = {path: kernel_fits_csv(rows), held_path: holdout_csv(holdout_rows(checks))}
+    changed = changed_files(texts, force=force, what="calibrate --production")
+    write_files(changed, what="calibrate --production")
+    for r in rows:
+        if r["precision"] == "*":
+            click.echo(f"  {r['runtime']:<7} {r['hardware']:<14} eta_mem {r['eta_mem']:<8.4g} eta_compute "
+                       f"{r['eta_compute']:<8.4g} kernel floor {r['t_launch_us']:<7.4g} us "
+                       f"step {r['t_step_us']:<8.4g} us")  # fmt: skip
+    for t in checks:
+        for label, v in t.items():
+            if isinstance(v, dict):
+                click.echo(f"  TPOT {t['runtime']:<7} {t['hardware']:<9} {t['rows']:>4} runs, {label:<15} MedAPE "
+                           f"{v['medape']:6.1%}, within 1.5x {v['within_1_5x']:6.1%}, median obs/pred "
+                           f"{v['median_obs_over_pred']:.3f}")  # fmt: skip
+    click.echo("; ".join(f"{'wrote' if p in changed else 'unchanged'} {p}" for p in texts))
 
 
 def _calibrate_comm(out: str, force: bool, kernels: str) -> None:

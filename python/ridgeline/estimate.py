@@ -13,7 +13,7 @@ from .catalog import Catalog, Device, default_catalog
 from .collectives import _protocol_json, resolve_topology
 from .errors import DoesNotFitError, PlanError
 from .models import Model
-from .runtimes import _NO_RUNTIME_EXECUTION, choose_runtime, collective_library, runtime_execution
+from .runtimes import _NO_RUNTIME_EXECUTION, KERNEL_RUNTIMES, choose_runtime, collective_library, runtime_execution
 
 GB = 1e9
 
@@ -680,7 +680,12 @@ def _calibrated_note(f: Mapping[str, Any]) -> str:
     )
     return (
         f"fitted efficiencies: eta_mem {float(f['eta_mem']):.3g}, eta_compute {float(f['eta_compute']):.3g}{extra}, "
-        f"t_launch {float(f['t_launch_us']):.3g} us, t_step {float(f['t_step_us']):.3g} us "
+        + (
+            f"kernel floor {float(f['t_launch_us']):.3g} us (CUDA graphs), "
+            if f["runtime"] in KERNEL_RUNTIMES
+            else f"t_launch {float(f['t_launch_us']):.3g} us, "
+        )
+        + f"t_step {float(f['t_step_us']):.3g} us "
         f"(rms log error {float(f['rms_log']):.3g} over {f['n_rows']} measured rows)"
     )
 

@@ -75,3 +75,39 @@ def comm_rows(root: str | os.PathLike[str] = KERNEL_DIR) -> list[dict[str, Any]]
                 "dtype": r[dtype_col], "excluded": why,
             })  # fmt: skip
     return out
+
+
+# AIC GEMM dtypes -> ridgeline weight formats (None: the activation dtype, bf16)
+GEMM_FORMATS = {"bfloat16": None, "fp8": "fp8", "fp8_block": "fp8_block128", "nvfp4": "nvfp4"}
+
+
+def gemm_tables(root: str | os.PathLike[str] = KERNEL_DIR) -> list[dict[str, Any]]:
+    """The GEMM tables under ``root``, one entry per (table, dtype): ``hardware``, ``runtime``
+    (the framework), ``version``, ``format`` (None for bf16), ``file``, and the arrays ``m``,
+    ``n``, ``k`` and ``latency_ms`` (AIC's unit: ms per call under CUDA-graph replay). Dtypes
+    ridgeline has no format for (A100's int8_wo, int4_wo, sq) are left out."""
+    import numpy as np
+    import polars as pl
+
+    base = Path(root)
+    mapped = hardware_map()
+    out = []
+    for f in _tables(base, "gemm", "gemm_perf.parquet"):
+        d = pl.read_parquet(f)
+        devices = d["device"].unique().to_list()
+        hw = mapped.get(devices[0]) if len(devices) == 1 else None
+        if hw is None:
+            raise PlanError(
+                f"kernel tables: {f}: device {devices} is not one device in data/benchmarks/hardware_map.csv"
+            )
+        for dtype in sorted(d["gemm_dtype"].unique().to_list()):
+            if dtype not in GEMM_FORMATS:
+                continue
+            g = d.filter(pl.col("gemm_dtype") == dtype).sort("m", "n", "k", "latency")
+            out.append({
+                "hardware": hw[0], "runtime": f.parent.parent.name, "version": f.parent.name,
+                "format": GEMM_FORMATS[dtype], "file": f.relative_to(base).as_posix(),
+                **{c: g[c].to_numpy().astype(np.float64) for c in ("m", "n", "k")},
+                "latency_ms": g["latency"].to_numpy().astype(np.float64),
+            })  # fmt: skip
+    return out

@@ -84,13 +84,29 @@ def default_runtime(
     profiles = [f for f in profiles if not skipped[f["runtime"]]]
     if not profiles:
         return None, f"no runtime with a shipped calibration runs these weights{unstored}: the efficiency-1 bound"
-    if any(f["runtime"] == "vllm" for f in profiles):
-        return "vllm", "the default runtime"
+    if any(f["runtime"] == "vllm" for f in profiles) and (device is None or is_data_centre(device)):
+        return "vllm", "the default runtime on data-centre parts (its profile: measured kernels and serving runs)"
+    # elsewhere (consumer and workstation cards, other vendors) the production runtimes' profiles,
+    # fitted on NVIDIA data-centre kernels, are not the default
+    profiles = [f for f in profiles if f["runtime"] not in KERNEL_RUNTIMES or device is None]
+    if not profiles:
+        return (
+            None,
+            f"no runtime with a shipped calibration is the default for {device.name if device else 'it'}"
+            f"{unstored}: the efficiency-1 bound",
+        )
     best = max(profiles, key=lambda f: (int(f["n_rows"]), f["runtime"]))
     where = f" of those that run on {device.vendor} {device.kind} devices" if device is not None else ""
-    return best["runtime"], (
-        f"the best-covered runtime{where} ({best['n_rows']} measured rows; vllm has no fit yet){unstored}"
-    )
+    return best["runtime"], f"the best-covered runtime{where} ({best['n_rows']} measured rows){unstored}"
+
+
+#: Product families whose parts serve from data centres (data/hardware/devices.csv `family`):
+#: there a plan runs under vLLM by default, elsewhere under the best-covered runtime.
+_DATA_CENTRE_FAMILIES = ("nvidia_dc", "nvidia_superchip")
+
+
+def is_data_centre(dev: Device) -> bool:
+    return (dev.family or "").startswith(_DATA_CENTRE_FAMILIES)
 
 
 #: How a plan runs when no runtime says otherwise: every prompt token in one prefill step, each
@@ -106,6 +122,10 @@ _NO_RUNTIME_EXECUTION: Mapping[str, Any] = {
 #: distributed/ops.py, AllReduceStrategy.AUTO). The key is the library name of their measured
 #: tables in data/hardware/link_collectives.csv; where a device has none, NCCL's rows price it.
 _CUSTOM_ALL_REDUCE = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
+
+#: The production runtimes: calibrated from their own measured kernels and serving runs
+#: (``kernel_fit``, data/calibration/kernel_fits.csv), not by the benchmark-row fit.
+KERNEL_RUNTIMES = ("vllm", "sglang", "trtllm")
 
 
 def collective_library(runtime: Optional[str]) -> str:

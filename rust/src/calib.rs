@@ -269,7 +269,11 @@ impl Rows {
             }
             let t = t + self.fixed[i] + self.launches[i] * tl * 1e-6 + self.steps[i] * ts * 1e-6;
             // a time row's work is the count it averages over (1 for TTFT, the decode steps for TPOT)
-            *o = if self.time_ms[i] { t * 1e3 / self.work[i] } else { self.work[i] / t };
+            *o = if self.time_ms[i] {
+                t * 1e3 / self.work[i]
+            } else {
+                self.work[i] / t
+            };
         }
     }
 
