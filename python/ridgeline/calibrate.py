@@ -292,24 +292,31 @@ class Batch:
         self.lengths = np.array([len(d.compute) for d in rows], dtype=np.int64)
 
     @classmethod
-    def ops(cls, compute: np.ndarray, memory: np.ndarray, quant: bool, fmt: str, observed_ms: np.ndarray) -> Batch:
-        """Single-kernel time rows (a measured kernel each, in ms), built as arrays: the same rows
-        ``Decomposed`` would give, without one object per row (kernel tables hold 10^5 rows)."""
+    def ops(
+        cls, compute: np.ndarray, memory: np.ndarray, quant: np.ndarray, fmt: str, observed_ms: np.ndarray
+    ) -> Batch:
+        """Measured kernels as time rows (ms), built as arrays: row i is the operators of columns
+        ``compute[i]``, ``memory[i]`` (seconds at efficiency 1; n x width, or n for one operator
+        each), ``quant`` marks the quantised GEMMs (of format ``fmt``), each operator one kernel.
+        The same rows ``Decomposed`` would give, without one object per row (tables hold 10^5)."""
         b = cls.__new__(cls)
-        n = len(compute)
+        c = np.asarray(compute, dtype=float)
+        c = c.reshape(len(c), -1)
+        n, width = c.shape
         b.rows = []
-        b.c, b.m = np.asarray(compute, dtype=float).reshape(n, 1), np.asarray(memory, dtype=float).reshape(n, 1)
-        b.e = np.zeros((n, 1), dtype=bool)
-        b.q = np.full((n, 1), quant)
-        b.has_experts, b.has_quant, b.has_skew = False, quant, False
-        b.formats = [fmt] if quant else []
-        b.f = np.full((n, 1), 0 if quant else -1, dtype=int)
-        b.mw, b.mt, b.md0 = np.zeros((n, 1)), np.zeros((n, 1)), np.zeros((n, 1))
+        b.c, b.m = c, np.asarray(memory, dtype=float).reshape(n, width)
+        b.e = np.zeros((n, width), dtype=bool)
+        b.q = np.asarray(quant, dtype=bool).reshape(n, width)
+        b.has_experts, b.has_skew = False, False
+        b.has_quant = bool(b.q.any())
+        b.formats = [fmt] if b.has_quant else []
+        b.f = np.where(b.q, 0, -1)
+        b.mw, b.mt, b.md0 = np.zeros((n, width)), np.zeros((n, width)), np.zeros((n, width))
         b.moe = {}
-        b.fixed, b.launches, b.steps = np.zeros(n), np.ones(n), np.zeros(n)
+        b.fixed, b.launches, b.steps = np.zeros(n), np.full(n, float(width)), np.zeros(n)
         b.work, b.time_ms = np.ones(n), np.ones(n, dtype=bool)
         b.observed = np.asarray(observed_ms, dtype=float)
-        b.lengths = np.ones(n, dtype=np.int64)
+        b.lengths = np.full(n, width, dtype=np.int64)
         return b
 
     @functools.cached_property

@@ -5,10 +5,11 @@ Per (runtime, device) with kernel tables, in two stages:
 
 1. The GEMM tables (``kernels.gemm_tables``), priced by the engine's own GEMM structure (2mnk
    FLOPs at the format's compute path, weights in their format plus bf16 input and output,
-   roofline max, one kernel each) fix ``eta_compute``, ``eta_mem`` and a per-kernel floor
-   (``t_launch_us``: the kernels are replayed from CUDA graphs, so it is the device's fixed cost
-   per kernel, not a host launch), from the bf16 rows; then each quantised format's
-   ``eta_compute_quant`` with the others held (fp8, fp8_block128, nvfp4).
+   roofline max, one kernel each, and for a W8A8 / W4A4 format the kernel that quantises the
+   input) fix ``eta_compute``, ``eta_mem`` and a per-kernel floor (``t_launch_us``: the kernels
+   are replayed from CUDA graphs, so it is the device's fixed cost per kernel, not a host
+   launch), from the bf16 rows; then each quantised format's ``eta_compute_quant`` with the
+   others held (fp8, fp8_block128, nvfp4).
 2. The agg serving runs' TPOT (``silicon_calibration.csv``, priced as the steady-state decode
    step) fix ``t_step_us``, the per-step overhead (scheduling, sampling, detokenisation), with
    everything else what the kernels gave.
@@ -37,10 +38,6 @@ from .quant import formats_table
 from .runtimes import KERNEL_RUNTIMES
 
 SERVING_FILE = "silicon_calibration.csv"
-#: A quantised GEMM whose compute at the format's peak takes at least this long (20 us, several
-#: times the ~3 us per-kernel floor the bf16 tables give) is compute-bound enough to fix its
-#: format's efficiency.
-COMPUTE_BOUND_S = 20e-6
 WITHIN = 1.5
 _I = {k: PARAMS.index(k) for k in PARAMS}
 
@@ -81,9 +78,18 @@ def gemm_batch(table: dict[str, Any], dev: Device) -> Batch:
         weights = k * n * f["bits"] / 8 + scales
     else:
         weights = k * n * 2.0
-    compute = 2 * m * n * k / (_peak(dev, fmt) * 1e12)
-    memory = (weights + (m * k + m * n) * 2.0) / (dev.memory_bw_gbs * 1e9)
-    return Batch.ops(compute, memory, fmt is not None, fmt or "", table["latency_ms"])
+    peak = _peak(dev, fmt)
+    bw = dev.memory_bw_gbs * 1e9
+    compute = 2 * m * n * k / (peak * 1e12)
+    memory = (weights + (m * k + m * n) * 2.0) / bw
+    act_bits = formats_table()[fmt]["act_bits"] if fmt else None
+    if act_bits and peak > _peak(dev, None):
+        # the input's quantisation kernel (rust/src/graph.rs gemm_parts, OpKind::ActQuant)
+        quant = m * k * (2.0 + act_bits / 8.0) / bw
+        return Batch.ops(np.stack([compute, np.zeros_like(m)], axis=1), np.stack([memory, quant], axis=1),
+                         np.stack([np.ones_like(m, dtype=bool), np.zeros_like(m, dtype=bool)], axis=1),
+                         str(fmt), table["latency_ms"])  # fmt: skip
+    return Batch.ops(compute, memory, np.full(len(m), fmt is not None), fmt or "", table["latency_ms"])
 
 
 def _within(ratio: np.ndarray) -> float:
@@ -116,12 +122,9 @@ def fit_gemm(tables: Sequence[dict[str, Any]], dev: Device, cat: Catalog) -> dic
             continue  # nvfp4 off Blackwell is dequantised: its table measures another kernel
         qb = gemm_batch(t, dev)
         fmt = t["format"]
-        # the format's compute efficiency, from its compute-bound rows (compute at least twice the
-        # memory time and COMPUTE_BOUND_S long): below that, a quantised GEMM also pays its
-        # activation-quantisation kernel, which the engine's GEMM does not price (the residual the
-        # note reports), and would drag the compute efficiency down to stand for it
-        big = (qb.c[:, 0] >= 2 * qb.m[:, 0]) & (qb.c[:, 0] >= COMPUTE_BOUND_S)
-        eta = _fit_format(Batch.ops(qb.c[big, 0], qb.m[big, 0], True, fmt, t["latency_ms"][big]), base, fmt, cq)
+        # the format's compute efficiency with the bf16 stage held, over every row: the input's
+        # quantisation kernel is priced as the engine prices it (memory time and one floor)
+        eta = _fit_format(qb, base, fmt, cq)
         out["formats"][fmt] = eta
         out["within"][fmt] = _within(t["latency_ms"] / qb.predict(base, {fmt: eta}))
         out["rows"] += len(t["m"])

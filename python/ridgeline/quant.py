@@ -88,6 +88,7 @@ def formats_table() -> dict[str, dict[str, Any]]:
             "block_n": int(r["block_n"]),
             "scale_bits": float(r["scale_bits"]),
             "compute": r["compute"] or None,
+            "act_bits": float(r["act_bits"]) if r["act_bits"] else None,
         }
     return out
 
@@ -295,7 +296,9 @@ def _compressed_tensors(q: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     compute = None
     if a and _whole("input_activations.num_bits", a.get("num_bits") or 16) == 8:
         compute = "fp8" if str(a.get("type") or "int") == "float" else "int8"
-    fmt = {"bits": float(bits), "block_k": block_k, "block_n": block_n, "scale_bits": scale_bits, "compute": compute}
+    # a W8A8 checkpoint's runtime quantises each GEMM's input per token (8 bits) in a kernel of its own
+    fmt = {"bits": float(bits), "block_k": block_k, "block_n": block_n, "scale_bits": scale_bits, "compute": compute,
+           "act_bits": 8.0 if compute else None}  # fmt: skip
     label = f"compressed-tensors {'fp' if is_float else 'int'}{bits} {strategy}" + (
         f" W8A8 {compute}" if compute else ""
     )

@@ -41,6 +41,9 @@ pub enum OpKind {
     FfnAct,
     FfnDown,
     Router,
+    ActQuant,
+    /// The input quantisation of MLA's per-key up-projection: it varies with the step's segments.
+    KvUpActQuant,
     ExpertUp,
     ExpertAct,
     ExpertDown,
@@ -80,6 +83,8 @@ impl OpKind {
             OpKind::FfnAct => "ffn_act",
             OpKind::FfnDown => "ffn_down",
             OpKind::Router => "router",
+            OpKind::ActQuant => "act_quant",
+            OpKind::KvUpActQuant => "kv_up_act_quant",
             OpKind::ExpertUp => "expert_up",
             OpKind::ExpertAct => "expert_act",
             OpKind::ExpertDown => "expert_down",
@@ -100,7 +105,7 @@ impl OpKind {
     /// sequences (the attended pairs and keys), not only on how many tokens, sampling
     /// sequences and sequences the step holds: what `build_kernels` builds.
     pub fn varies_with_segments(self) -> bool {
-        matches!(self, OpKind::Attention | OpKind::KvUpProj)
+        matches!(self, OpKind::Attention | OpKind::KvUpProj | OpKind::KvUpActQuant)
     }
 
     /// The routed-expert kernels (their memory efficiency may be fitted apart).
@@ -385,6 +390,20 @@ impl Builder<'_, '_> {
         if let Some(op) = self.out.last_mut() {
             op.quantized = c.format(parts[0].1).bits < 16.0;
             op.role = Some(parts[0].1);
+        }
+        // a GEMM on a quantised compute path (dynamic W8A8 / W4A4) first quantises its input
+        // in a kernel of its own: the m x k activations read, and written at `act_bits`
+        let f = c.format(parts[0].1);
+        if let (Some(bits), Some(_)) = (f.act_bits, f.compute) {
+            if peak > c.peak_act {
+                let bytes = m * k * (c.act_b + bits / 8.0);
+                let quant = if kind.varies_with_segments() {
+                    OpKind::KvUpActQuant
+                } else {
+                    OpKind::ActQuant
+                };
+                self.push(quant, c.peak_act, (0.0, 0.0), (bytes, 0.0), bytes, NO_KEYS);
+            }
         }
     }
 

@@ -23,6 +23,10 @@ pub struct WeightFormat {
     /// GEMM compute path when it is not the activation dtype (W8A8 fp8/int8).
     #[serde(default)]
     pub compute: Option<DType>,
+    /// Bits per activation element (scales included) a separate kernel writes when it
+    /// quantises a GEMM's input for the compute path (dynamic W8A8 / W4A4); None: no such kernel.
+    #[serde(default)]
+    pub act_bits: Option<f64>,
 }
 
 impl WeightFormat {
@@ -33,6 +37,7 @@ impl WeightFormat {
             block_n: 0,
             scale_bits: 0.0,
             compute: None,
+            act_bits: None,
         }
     }
 
@@ -56,6 +61,12 @@ impl WeightFormat {
         }
         if !(self.scale_bits.is_finite() && self.scale_bits >= 0.0) {
             return Err(Error::plan("weights", format!("{role}: scale_bits must be >= 0")));
+        }
+        if let Some(a) = self.act_bits.filter(|a| !(a.is_finite() && *a > 0.0 && *a <= 32.0)) {
+            return Err(Error::plan(
+                "weights",
+                format!("{role}: act_bits must be in (0, 32], got {a}"),
+            ));
         }
         Ok(())
     }
@@ -177,6 +188,7 @@ mod tests {
             block_n: 1,
             scale_bits: 20.0,
             compute: None,
+            act_bits: None,
         };
         assert_eq!(
             g.bytes(4096.0, 4096.0),
@@ -189,6 +201,7 @@ mod tests {
             block_n: 128,
             scale_bits: 32.0,
             compute: Some(DType::Fp8),
+            act_bits: None,
         };
         assert_eq!(f.bytes(7168.0, 2048.0), 7168.0 * 2048.0 + 56.0 * 16.0 * 4.0);
         // MXFP4: an 8-bit shared exponent per 32 values = 4.25 bits per weight.
@@ -198,6 +211,7 @@ mod tests {
             block_n: 1,
             scale_bits: 8.0,
             compute: None,
+            act_bits: None,
         };
         assert_eq!(m.bytes(2880.0, 5760.0) * 8.0 / (2880.0 * 5760.0), 4.25);
         assert_eq!(WeightFormat::plain(DType::Bf16).bytes(10.0, 10.0), 200.0);

@@ -409,6 +409,7 @@ fn grouped_expert_kernels_take_eta_moe_and_overlap_moe_and_quantized_gemms_their
         block_n: 0,
         scale_bits: 0.0,
         compute: None,
+        act_bits: None,
     });
     let eff = Efficiency {
         eta_compute_quant: Some(0.25),
@@ -818,4 +819,34 @@ fn expert_parallel_over_the_tp_group_sends_no_all_to_all() {
     // gate and up of 14336 from 4096, top-2 of 8 experts, a 1/8 share of the token-rows
     let want = m.num_layers() as f64 * 2.0 * (tokens * 2.0 / 8.0) * 4096.0 * 2.0 * 14336.0;
     assert!((up.flops - want).abs() <= 1e-9 * want, "{} vs {want}", up.flops);
+}
+
+#[test]
+fn a_w8a8_gemm_quantises_its_input_in_a_kernel_of_its_own() {
+    // fp8 up projection on H100 (an fp8 path): one act_quant kernel per layer reading the
+    // m x k bf16 input and writing it at 8 bits: m k (2 + 1) bytes; none where the GEMM is
+    // dequantised (no fp8 path), and none for weight-only formats
+    let fp8 = crate::weights::WeightFormat {
+        bits: 8.0,
+        block_k: 0,
+        block_n: 0,
+        scale_bits: 32.0,
+        compute: Some(crate::dtype::DType::Fp8),
+        act_bits: Some(8.0),
+    };
+    let mut p = plan(1, 4096, 1);
+    p.weights.ffn_up = Some(fp8);
+    let llama = llama31_8b();
+    let e = estimate(&llama, &h100(), &p, &Efficiency::uncalibrated(), proto(), true).unwrap();
+    let q = row(&e, Phase::Prefill, OpKind::ActQuant);
+    let want = 32.0 * 4096.0 * 4096.0 * 3.0;
+    assert!((q.bytes - want).abs() <= 1e-9 * want, "{} vs {want}", q.bytes);
+    assert_eq!(q.flops, 0.0);
+    let mut no_fp8 = h100();
+    no_fp8.tflops_fp8 = None;
+    let e = estimate(&llama, &no_fp8, &p, &Efficiency::uncalibrated(), proto(), true).unwrap();
+    assert_eq!(row(&e, Phase::Prefill, OpKind::ActQuant).bytes, 0.0);
+    p.weights.ffn_up = Some(crate::weights::WeightFormat { act_bits: None, ..fp8 });
+    let e = estimate(&llama, &h100(), &p, &Efficiency::uncalibrated(), proto(), true).unwrap();
+    assert_eq!(row(&e, Phase::Prefill, OpKind::ActQuant).bytes, 0.0);
 }
