@@ -529,6 +529,12 @@ def _calibrate_production(out: str, force: bool, kernels: str) -> None:
                 click.echo(f"  TPOT {t['runtime']:<7} {t['hardware']:<9} {t['rows']:>4} runs, {label:<15} MedAPE "
                            f"{v['medape']:6.1%}, within 1.5x {v['within_1_5x']:6.1%}, median obs/pred "
                            f"{v['median_obs_over_pred']:.3f}")  # fmt: skip
+    from .kernel_fit import gemm_holdout
+
+    for g in gemm_holdout(kernels):
+        click.echo(f"  GEMM {g['runtime']:<7} {g['hardware']:<14} {g['format']:<13} {g['rows']:>6} rows within 1.5x: "
+                   f"in sample {g['in_sample_within_1_5x']:6.1%}, held out {g['held_out_within_1_5x']:6.1%} "
+                   f"(median obs/pred {g['held_out_median']:.2f})")  # fmt: skip
     click.echo("; ".join(f"{'wrote' if p in changed else 'unchanged'} {p}" for p in texts))
 
 
