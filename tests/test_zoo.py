@@ -85,8 +85,14 @@ def test_expert_parallel_plan():
     assert ep.ttft_s <= tp.ttft_s * 1.001 and ep.tpot_s <= tp.tpot_s * 1.001
     # the same expert weights, split by whole experts instead of slices
     assert ep.memory["weights_bytes"] == pytest.approx(tp.memory["weights_bytes"], rel=1e-3)
-    with pytest.raises(PlanError, match="EP 4 must be 1 or equal TP 8"):
-        ridgeline.estimate(m, "H200_SXM", tp=8, ep=4)
+    with pytest.raises(PlanError, match="EP 3 must divide TP 8"):
+        ridgeline.estimate(m, "H200_SXM", tp=8, ep=3)
+    # MoE TP x EP: EP 4 over TP 8 holds 64 whole experts a rank, each over 2 ranks: the same
+    # expert bytes per rank, the expert GEMMs at a quarter of the token-rows and half the width
+    ep4 = ridgeline.estimate(m, "H200_SXM", tp=8, ep=4, allow_no_fit=True)
+    assert ep4.memory["weights_bytes"] == pytest.approx(tp.memory["weights_bytes"], rel=1e-3)
+    up = {k: _row(e, "prefill", "expert_up")["flops"].sum() for k, e in (("tp", tp), ("ep4", ep4))}
+    assert up["ep4"] == pytest.approx(up["tp"], rel=1e-12)  # (t k / 4) x (w / 2) vs (t k) x (w / 8)
     with pytest.raises(PlanError, match="EP 16 does not divide the 8 experts"):
         ridgeline.estimate("mistralai/Mixtral-8x7B-v0.1", "H200_SXM", tp=16, ep=16)
 

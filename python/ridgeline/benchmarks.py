@@ -238,8 +238,8 @@ def _silicon(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
             why = "prefill/decode-disaggregated run (mode disagg): needs the serving simulator"
         elif adp > 1:
             why = f"attention data parallelism (attention_dp_size {adp}) is not in the engine's plans yet"
-        moe_split = None if mtp * mep == tp and mep in (1, tp) else (
-            f"MoE TP {mtp} x EP {mep} under attention TP {tp}: only EP 1 or EP = TP is in the engine's plans"
+        moe_split = None if mtp * mep == tp else (
+            f"MoE TP {mtp} x EP {mep} under attention TP {tp}: the engine's MoE spans the TP group (MoE TP x EP = TP)"
         )  # fmt: skip
         base = {
             "source": f"AIConfigurator silicon_calibration.csv ({r['silicon_data_source']})",

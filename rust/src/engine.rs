@@ -623,11 +623,9 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
             } => {
                 let e = *num_experts as f64;
                 let fe = *expert_intermediate_size as f64;
-                let experts = if ctx.ep > 1 {
-                    e / ctx.ep as f64 * mlp(Role::ExpertUp, Role::ExpertDown, fe, *gated, *bias)
-                } else {
-                    e * mlp(Role::ExpertUp, Role::ExpertDown, fe / t, *gated, *bias)
-                };
+                // E / EP whole experts a rank, each sharded over the MoE TP (TP / EP)
+                let ep = ctx.ep.max(1) as f64;
+                let experts = e / ep * mlp(Role::ExpertUp, Role::ExpertDown, fe / (t / ep), *gated, *bias);
                 let shared = if *shared_intermediate_size > 0 {
                     mlp(
                         Role::Up,

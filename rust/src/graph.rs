@@ -706,40 +706,27 @@ impl Builder<'_, '_> {
                 let distinct = distinct_experts(*num_experts, *top_k, route_tokens, c.routing_skew);
                 let fe = *expert_intermediate_size as f64;
                 let first_expert_op = self.out.len();
-                if c.ep > 1 {
-                    // Expert parallelism over the TP group: E/ep whole experts per device. Every
-                    // rank holds all t tokens after the attention all-reduce, so each runs its own
-                    // experts on the tokens routed to them (t k / ep token-rows in expectation)
-                    // with no all-to-all, and the FFN all-reduce below sums the ranks' outputs:
-                    // vLLM's FusedMoE all-reduces its output when EP spans the TP group and uses
-                    // dispatch/combine all-to-all kernels only with data-parallel attention
-                    // (vllm/model_executor/layers/fused_moe: "all2all backends ... implement
-                    // expert parallelism" for DP+EP; FusedMoENaivePrepareAndFinalize "for DP+EP
-                    // without all2all kernels"); TensorRT-LLM likewise all-reduces its MoE output
-                    // without attention DP.
-                    let epf = c.ep as f64;
-                    self.mlp(
-                        [OpKind::ExpertUp, OpKind::ExpertAct, OpKind::ExpertDown],
-                        [Role::ExpertUp, Role::ExpertDown],
-                        t * k / epf,
-                        fe,
-                        *gated,
-                        af,
-                        *bias,
-                        distinct / epf,
-                    );
-                } else {
-                    self.mlp(
-                        [OpKind::ExpertUp, OpKind::ExpertAct, OpKind::ExpertDown],
-                        [Role::ExpertUp, Role::ExpertDown],
-                        t * k,
-                        fe / tpf,
-                        *gated,
-                        af,
-                        *bias,
-                        distinct,
-                    );
-                }
+                // Expert parallelism over the TP group: E/ep whole experts per device, each
+                // sharded over the MoE TP (tp / ep ranks; ep = 1 is plain TP, ep = tp whole
+                // experts). Every rank holds all t tokens after the attention all-reduce, so each
+                // runs its own experts on the tokens routed to them (t k / ep token-rows in
+                // expectation) with no all-to-all, and the FFN all-reduce below sums the ranks'
+                // outputs: vLLM's FusedMoE all-reduces its output when EP spans the TP group and
+                // uses dispatch/combine all-to-all kernels only with data-parallel attention
+                // (vllm/model_executor/layers/fused_moe: FusedMoENaivePrepareAndFinalize "for
+                // DP+EP without all2all kernels"); TensorRT-LLM likewise all-reduces its MoE
+                // output without attention DP (moe_tp_size x moe_ep_size = tp_size).
+                let epf = c.ep.max(1) as f64;
+                self.mlp(
+                    [OpKind::ExpertUp, OpKind::ExpertAct, OpKind::ExpertDown],
+                    [Role::ExpertUp, Role::ExpertDown],
+                    t * k / epf,
+                    fe / (tpf / epf),
+                    *gated,
+                    af,
+                    *bias,
+                    distinct / epf,
+                );
                 let grouped = t > 1.0;
                 for op in &mut self.out[first_expert_op..] {
                     op.grouped = grouped && op.kind.is_routed_expert();

@@ -337,11 +337,12 @@ impl Plan {
                 }
             }
         }
-        if self.ep > 1 && self.ep != self.tp {
+        if self.ep > 1 && !self.tp.is_multiple_of(self.ep) {
             return Err(Error::plan(
                 "ep",
                 format!(
-                    "EP {} must be 1 or equal TP {} (experts spread over the TP group)",
+                    "EP {} must divide TP {} (experts spread over the TP group: E/EP whole experts a rank, \
+                     each sharded over TP/EP ranks)",
                     self.ep, self.tp
                 ),
             ));
@@ -508,11 +509,18 @@ impl Plan {
                             format!("EP {} does not divide the {num_experts} experts", self.ep),
                         ));
                     }
-                    let mut w = vec![*shared_intermediate_size];
-                    if self.ep == 1 {
-                        w.push(*expert_intermediate_size);
+                    // the shared experts over TP; each routed expert over the MoE TP (TP / EP)
+                    let moe_tp = self.tp / self.ep.max(1);
+                    if moe_tp > 1 && expert_intermediate_size % moe_tp != 0 {
+                        return Err(Error::plan(
+                            "tp",
+                            format!(
+                                "MoE TP {moe_tp} (TP {} / EP {}) does not divide the expert width {expert_intermediate_size}",
+                                self.tp, self.ep
+                            ),
+                        ));
                     }
-                    w
+                    vec![*shared_intermediate_size]
                 }
             };
             for width in widths {
