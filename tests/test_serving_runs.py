@@ -27,12 +27,11 @@ def test_one_record_per_metric_with_reasons(rows):
     reasons = {r["not_priced"].split(":")[0] for r in rows if r["not_priced"]}
     assert "prefill/decode-disaggregated run (mode disagg)" in reasons
     assert "TTFT under concurrency (staggered arrivals, chunked prefill among running decodes)" in reasons
-    # every TPOT row of a bundled model in agg mode is priced, or says which plan it needs
-    for r in rows:
-        if r["metric"] == "tpot_ms" and r["not_priced"] and r["model"]:
-            assert (
-                "disagg" in r["not_priced"] or "data parallelism" in r["not_priced"] or "MoE TP" in r["not_priced"]
-            ), r["not_priced"]
+    # every TPOT row of a bundled model in agg mode is priced (attention DP and MoE TP x EP included)
+    agg = [r for r in rows if r["metric"] == "tpot_ms" and r["model"] and "disagg" not in (r["not_priced"] or "")]
+    assert len(agg) == 1599 + 59 and all(r["not_priced"] is None for r in agg)
+    adp = [r for r in agg if r["flags"] and "attention_dp=" in r["flags"]]
+    assert len(adp) == 59 and all(r["batch"] >= 1 for r in adp)
     # gpt-oss ships its own MXFP4 experts: AIC's nvfp4 label does not override them
     gpt = next(r for r in rows if r["model"] == "openai/gpt-oss-120b")
     assert gpt["weight_quant"] is None

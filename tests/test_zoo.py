@@ -87,6 +87,14 @@ def test_expert_parallel_plan():
     assert ep.memory["weights_bytes"] == pytest.approx(tp.memory["weights_bytes"], rel=1e-3)
     with pytest.raises(PlanError, match="EP 3 must divide TP 8"):
         ridgeline.estimate(m, "H200_SXM", tp=8, ep=3)
+    # attention DP: 8 groups of TP 1, EP 8 over them; each group's tokens dispatched and combined
+    adp = ridgeline.estimate(m, "H200_SXM", tp=1, attention_dp=8, ep=8, batch=4, allow_no_fit=True)
+    assert _row(adp, "decode", "expert_dispatch_combine")["comm_s"].sum() > 0
+    assert adp.parallel["devices"] == 8 and adp.plan["attention_dp"] == 8
+    with pytest.raises(PlanError, match="EP 3 must divide TP 1 x attention DP 8"):
+        ridgeline.estimate(m, "H200_SXM", tp=1, attention_dp=8, ep=3)
+    with pytest.raises(PlanError, match="attention_dp"):
+        ridgeline.estimate(m, "H200_SXM", attention_dp=0)
     # MoE TP x EP: EP 4 over TP 8 holds 64 whole experts a rank, each over 2 ranks: the same
     # expert bytes per rank, the expert GEMMs at a quarter of the token-rows and half the width
     ep4 = ridgeline.estimate(m, "H200_SXM", tp=8, ep=4, allow_no_fit=True)

@@ -236,20 +236,23 @@ def _silicon(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
         why = None
         if r["mode"] != "agg":
             why = "prefill/decode-disaggregated run (mode disagg): needs the serving simulator"
-        elif adp > 1:
-            why = f"attention data parallelism (attention_dp_size {adp}) is not in the engine's plans yet"
-        moe_split = None if mtp * mep == tp else (
-            f"MoE TP {mtp} x EP {mep} under attention TP {tp}: the engine's MoE spans the TP group (MoE TP x EP = TP)"
+        # attention DP: tp_size ranks a group, attention_dp_size groups each serving its share of
+        # the concurrency, the routed experts over all of them (moe_tp x moe_ep = tp x adp)
+        moe_split = None if mtp * mep == tp * adp else (
+            f"MoE TP {mtp} x EP {mep} under attention TP {tp} x DP {adp}: the engine's MoE spans the group"
         )  # fmt: skip
         base = {
             "source": f"AIConfigurator silicon_calibration.csv ({r['silicon_data_source']})",
             "file_hardware": r["system"], "file_model": r["model_path"], "runtime": r["backend"],
             "runtime_version": r["backend_version"] or None, "tp": tp, "pp": _int(r["pp_size"]) or 1,
-            "ep": mep if mep > 1 else None, "batch": _int(r["batch_size"]), "prompt_tokens": _int(r["isl"]),
+            "ep": mep if mep > 1 else None, "prompt_tokens": _int(r["isl"]),
+            "batch": -(-(_int(r["batch_size"]) or 1) // adp),
+            "flags": f"attention_dp={adp}" if adp > 1 else None,
             "output_tokens": _int(r["osl"]), "depth": 0,
             # the checkpoint's own formats where the model ships quantised weights of its own kind
             "weight_quant": _AIC_QUANT.get(moe or gemm) if (moe or gemm) else None,
-            "notes": f"AIC run {r['id']}; precision {r['precision'] or '-'}, gemm {gemm or '-'}, moe {moe or '-'}; "
+            "notes": f"AIC run {r['id']}; concurrency {r['batch_size']}; precision {r['precision'] or '-'}, "
+                     f"gemm {gemm or '-'}, moe {moe or '-'}; "
                      f"KV dtype not stated (the plan's default)",
         }  # fmt: skip
         for metric, col in (("ttft_ms", "silicon_ttft_ms"), ("tpot_ms", "silicon_tpot_ms")):
@@ -261,7 +264,7 @@ def _silicon(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
                 out["weight_quant"] = None
             if why is None and moe_split and out["model"] and _is_moe(out["model"]):
                 why_row: Optional[str] = moe_split
-            elif why is None and metric == "ttft_ms" and (out["batch"] or 1) > 1:
+            elif why is None and metric == "ttft_ms" and (_int(r["batch_size"]) or 1) > 1:
                 why_row = (
                     "TTFT under concurrency (staggered arrivals, chunked prefill among running decodes): "
                     "needs the serving simulator"

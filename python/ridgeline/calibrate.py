@@ -103,6 +103,15 @@ def has_flag(r: dict[str, Any], flag: str) -> bool:
     return flag in (r["flags"] or "").split(",")
 
 
+def _flag_value(r: dict[str, Any], name: str) -> Optional[int]:
+    """An integer a row's flags state as ``name=N`` (None when they do not)."""
+    for f in (r["flags"] or "").split(","):
+        k, _, v = f.partition("=")
+        if k == name and v.isdigit():
+            return int(v)
+    return None
+
+
 def n_ubatch(r: dict[str, Any]) -> Optional[int]:
     """llama.cpp's physical batch as the row's run states it (None: the run used the default)."""
     m = re.search(r"n_ubatch=(\d+)", r["notes"] or "")
@@ -117,7 +126,8 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int, cat: Catalog) -> tuple[dic
     wq = r["weight_quant"]
     llamacpp = r["runtime"].startswith("llamacpp")
     kw: dict[str, Any] = {
-        "batch": b, "tp": int(r["tp"] or 1), "pp": int(r["pp"] or 1), "microbatches": 1,
+        "batch": b, "tp": int(r["tp"] or 1), "pp": int(r["pp"] or 1), "ep": int(r["ep"] or 1), "microbatches": 1,
+        "attention_dp": _flag_value(r, "attention_dp") or 1,
         "weight_dtype": wq if wq and wq not in ("fp16", "bf16") else None,
         "dtype": "fp16" if wq == "fp16" else "bf16", "runtime": r["runtime"], "kv_dtype": r["kv_dtype"],
         "allow_no_fit": True,

@@ -44,7 +44,10 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
 @click.option("--output", type=int, default=256, show_default=True, help="Output tokens per sequence.")
 @click.option("--prefix", type=int, default=0, show_default=True, help="Tokens already cached before the prompt.")
 @click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree.")
-@click.option("--ep", type=int, default=1, show_default=True, help="Expert-parallel degree (1 or --tp).")
+@click.option("--ep", type=int, default=1, show_default=True,
+              help="Expert-parallel degree (divides --tp x --attention-dp).")  # fmt: skip
+@click.option("--attention-dp", type=int, default=1, show_default=True,
+              help="Attention data-parallel groups of --tp ranks sharing the routed experts.")  # fmt: skip
 @click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages.")
 @click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel replicas (throughput only).")
 @click.option("--microbatches", type=int, default=None, help="Micro-batches per pipeline round (default: --pp).")
@@ -126,6 +129,7 @@ def estimate(
     prefix: int,
     tp: int,
     ep: int,
+    attention_dp: int,
     pp: int,
     dp: int,
     microbatches: Optional[int],
@@ -160,6 +164,7 @@ def estimate(
         prefix=prefix,
         tp=tp,
         ep=ep,
+        attention_dp=attention_dp,
         pp=pp,
         dp=dp,
         microbatches=microbatches,

@@ -384,6 +384,7 @@ def estimate(
     decode_graphs: Optional[bool] = None,
     tp: int = 1,
     ep: int = 1,
+    attention_dp: int = 1,
     pp: int = 1,
     dp: int = 1,
     microbatches: Optional[int] = None,
@@ -433,7 +434,11 @@ def estimate(
             ``plan["from_runtime"]`` names the ones taken from it that shape this model's
             numbers. A value given wins.
         tp: tensor-parallel degree.
-        ep: expert-parallel degree (1, or equal to ``tp``: experts spread over the TP group).
+        ep: expert-parallel degree: it divides ``tp`` x ``attention_dp`` (E/ep whole experts a rank,
+            each sharded over the rest of the group).
+        attention_dp: attention data-parallel groups of ``tp`` ranks, each running attention and
+            the dense layers on its own ``batch`` sequences while the routed experts serve every
+            group's tokens (dispatch and combine all-to-alls); throughput counts every group.
         pp: pipeline stages (ceil(layers / pp) layers each); latency is the full pass plus the sends.
         dp: data-parallel replicas (throughput only).
         microbatches: micro-batches per pipeline round (default ``pp``); throughput follows GPipe.
@@ -474,7 +479,7 @@ def estimate(
         model if model.__class__ is str else id(model), hardware if hardware.__class__ is str else id(hardware),
         runtime, dtype, weight_dtype, kv_dtype, chunk, routing_skew, identical_sequences, flash_attention,
         swa_cache_extra, kv_pad, kv_skip_masked_tail, decode_graphs, devices_per_node, scaleout_gbs,
-        scaleout_latency_us, calibrated, catalog,
+        scaleout_latency_us, calibrated, catalog, attention_dp,
     )  # fmt: skip
     exact = (
         identical_sequences.__class__ is bool and flash_attention.__class__ is bool and calibrated.__class__ is bool
@@ -482,7 +487,7 @@ def estimate(
         and (decode_graphs is None or decode_graphs.__class__ is bool)
         and (chunk is None or chunk.__class__ is int) and (kv_pad is None or kv_pad.__class__ is int)
         and (swa_cache_extra is None or swa_cache_extra.__class__ is int)
-        and (devices_per_node is None or devices_per_node.__class__ is int)
+        and (devices_per_node is None or devices_per_node.__class__ is int) and attention_dp.__class__ is int
         and routing_skew.__class__ is not bool and scaleout_gbs.__class__ is not bool
         and scaleout_latency_us.__class__ is not bool
     )  # fmt: skip
@@ -501,7 +506,8 @@ def estimate(
                      identical_sequences=identical_sequences, flash_attention=flash_attention,
                      swa_cache_extra=swa_cache_extra, kv_pad=kv_pad, kv_skip_masked_tail=kv_skip_masked_tail,
                      decode_graphs=decode_graphs, devices_per_node=devices_per_node, scaleout_gbs=scaleout_gbs,
-                     scaleout_latency_us=scaleout_latency_us, calibrated=calibrated)  # fmt: skip
+                     scaleout_latency_us=scaleout_latency_us, calibrated=calibrated,
+                     attention_dp=attention_dp)  # fmt: skip
         if exact:
             if len(_PREPARED) >= _PREPARED_MAX:
                 _PREPARED.clear()
@@ -559,6 +565,7 @@ def _prepare(
     scaleout_gbs: Any = None,
     scaleout_latency_us: Any = None,
     calibrated: Any = True,
+    attention_dp: Any = 1,
 ) -> _Prepared:
     """Resolves and checks everything of a plan but its numbers (``estimate`` keeps the result)."""
     if catalog is not None and not isinstance(catalog, Catalog):
@@ -590,6 +597,7 @@ def _prepare(
         "kv_pad": _positive_int("kv_pad", run["kv_pad"]),
         "kv_skip_masked_tail": _flag("kv_skip_masked_tail", run["kv_skip_masked_tail"]),
         "decode_graphs": _flag("decode_graphs", run["decode_graphs"]),
+        "attention_dp": _positive_int("attention_dp", attention_dp),
     }
     tail = {
         "dtype": dtype,

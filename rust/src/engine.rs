@@ -204,6 +204,7 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
             model: m,
             tp: plan.tp,
             ep: plan.ep,
+            attention_dp: plan.attention_dp,
             pp: plan.pp,
             identical_sequences: plan.identical_sequences,
             routing_skew: plan.routing_skew,
@@ -228,7 +229,7 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
 /// fabric, else the host link (flagged); scale-out: the caller's explicit
 /// topology, else the catalog's, else none (a flat ring, flagged).
 fn topology(dev: &Device, plan: &Plan, warnings: &mut Vec<String>) -> Result<Option<Topology>> {
-    let group = plan.tp * plan.pp;
+    let group = plan.moe_group() * plan.pp;
     if group <= 1 {
         return Ok(None);
     }
@@ -623,9 +624,10 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
             } => {
                 let e = *num_experts as f64;
                 let fe = *expert_intermediate_size as f64;
-                // E / EP whole experts a rank, each sharded over the MoE TP (TP / EP)
+                // E / EP whole experts a rank, each sharded over the MoE TP (group / EP)
                 let ep = ctx.ep.max(1) as f64;
-                let experts = e / ep * mlp(Role::ExpertUp, Role::ExpertDown, fe / (t / ep), *gated, *bias);
+                let group = t * ctx.attention_dp.max(1) as f64;
+                let experts = e / ep * mlp(Role::ExpertUp, Role::ExpertDown, fe / (group / ep), *gated, *bias);
                 let shared = if *shared_intermediate_size > 0 {
                     mlp(
                         Role::Up,
@@ -840,7 +842,8 @@ pub fn numbers(
         }
         _ => (e2e_s, e2e_s),
     };
-    let throughput_tok_s = plan.dp as f64 * out_tokens / round_s;
+    // each attention-DP group serves its own batch, as each data-parallel replica does
+    let throughput_tok_s = (plan.dp * plan.attention_dp) as f64 * out_tokens / round_s;
 
     let (layer_w, embed_w, head_w) = l.weights;
     let weights = if plan.pp > 1 {
@@ -863,7 +866,7 @@ pub fn numbers(
         fits: total <= budget,
         shortfall_bytes: (total - budget).max(0.0),
     };
-    let nodes = ctx.topo.map_or(1, |t| t.nodes(plan.tp * plan.pp));
+    let nodes = ctx.topo.map_or(1, |t| t.nodes(plan.moe_group() * plan.pp));
     let n = Numbers {
         ttft_s,
         tpot_s,

@@ -41,6 +41,8 @@ pub enum OpKind {
     FfnAct,
     FfnDown,
     Router,
+    /// Dispatch and combine of routed tokens between attention-DP groups (all-to-all).
+    ExpertDispatch,
     ActQuant,
     /// The input quantisation of MLA's per-key up-projection: it varies with the step's segments.
     KvUpActQuant,
@@ -83,6 +85,7 @@ impl OpKind {
             OpKind::FfnAct => "ffn_act",
             OpKind::FfnDown => "ffn_down",
             OpKind::Router => "router",
+            OpKind::ExpertDispatch => "expert_dispatch_combine",
             OpKind::ActQuant => "act_quant",
             OpKind::KvUpActQuant => "kv_up_act_quant",
             OpKind::ExpertUp => "expert_up",
@@ -117,6 +120,7 @@ impl OpKind {
         matches!(
             self,
             OpKind::EmbeddingAllReduce
+                | OpKind::ExpertDispatch
                 | OpKind::AttnAllReduce
                 | OpKind::FfnAllReduce
                 | OpKind::LogitsAllGather
@@ -242,8 +246,10 @@ impl Geometry<'_> {
 pub struct BuildCtx<'a> {
     pub model: &'a Model,
     pub tp: u64,
-    /// Expert-parallel degree (1, or the TP group).
+    /// Expert-parallel degree (it divides the MoE group, `tp` x `attention_dp`).
     pub ep: u64,
+    /// Attention data-parallel groups: the routed experts serve every group's tokens.
+    pub attention_dp: u64,
     /// Pipeline stages.
     pub pp: u64,
     /// All sequences hold the same tokens (MoE routing is shared).
@@ -703,30 +709,43 @@ impl Builder<'_, '_> {
                 let af = activation.flops_per_element(*gated);
                 // Router: a replicated GEMM to E logits, weights in the activation dtype.
                 self.gemm_act(OpKind::Router, t, d, e, *router_bias);
-                let distinct = distinct_experts(*num_experts, *top_k, route_tokens, c.routing_skew);
                 let fe = *expert_intermediate_size as f64;
                 let first_expert_op = self.out.len();
-                // Expert parallelism over the TP group: E/ep whole experts per device, each
-                // sharded over the MoE TP (tp / ep ranks; ep = 1 is plain TP, ep = tp whole
-                // experts). Every rank holds all t tokens after the attention all-reduce, so each
-                // runs its own experts on the tokens routed to them (t k / ep token-rows in
-                // expectation) with no all-to-all, and the FFN all-reduce below sums the ranks'
-                // outputs: vLLM's FusedMoE all-reduces its output when EP spans the TP group and
-                // uses dispatch/combine all-to-all kernels only with data-parallel attention
-                // (vllm/model_executor/layers/fused_moe: FusedMoENaivePrepareAndFinalize "for
-                // DP+EP without all2all kernels"); TensorRT-LLM likewise all-reduces its MoE
-                // output without attention DP (moe_tp_size x moe_ep_size = tp_size).
+                // Expert parallelism over the MoE group (tp x attention_dp ranks): E/ep whole
+                // experts per device, each sharded over the MoE TP (group / ep ranks; ep = 1 is
+                // plain TP, ep = group whole experts). Without attention DP every rank holds all
+                // t tokens after the attention all-reduce, so each runs its own experts on the
+                // tokens routed to them (t k / ep token-rows in expectation) with no all-to-all,
+                // and the FFN all-reduce below sums the ranks' outputs: vLLM's FusedMoE
+                // all-reduces its output when EP spans the TP group and uses dispatch/combine
+                // all-to-all kernels only with data-parallel attention (vllm/model_executor/
+                // layers/fused_moe: FusedMoENaivePrepareAndFinalize "for DP+EP without all2all
+                // kernels"); TensorRT-LLM likewise (moe_tp_size x moe_ep_size = tp_size x
+                // attention_dp_size). With attention DP the experts serve every group's tokens
+                // (adp t), and each rank dispatches its t / tp share of its group's tokens to
+                // the experts they route to and gets the results back: two all-to-alls of
+                // (t / tp) k d elements over the ep ranks.
                 let epf = c.ep.max(1) as f64;
+                let adp = c.attention_dp.max(1) as f64;
+                let group = tpf * adp;
+                let routed = distinct_experts(*num_experts, *top_k, route_tokens * adp, c.routing_skew);
+                let msg = t / tpf * k * d * c.act_b;
+                if c.attention_dp > 1 && c.ep > 1 {
+                    self.comm(OpKind::ExpertDispatch, Collective::AllToAll, c.ep, msg);
+                }
                 self.mlp(
                     [OpKind::ExpertUp, OpKind::ExpertAct, OpKind::ExpertDown],
                     [Role::ExpertUp, Role::ExpertDown],
-                    t * k / epf,
-                    fe / (tpf / epf),
+                    adp * t * k / epf,
+                    fe / (group / epf),
                     *gated,
                     af,
                     *bias,
-                    distinct / epf,
+                    routed / epf,
                 );
+                if c.attention_dp > 1 && c.ep > 1 {
+                    self.comm(OpKind::ExpertDispatch, Collective::AllToAll, c.ep, msg);
+                }
                 let grouped = t > 1.0;
                 for op in &mut self.out[first_expert_op..] {
                     op.grouped = grouped && op.kind.is_routed_expert();

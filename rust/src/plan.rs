@@ -63,9 +63,14 @@ pub struct Plan {
     /// Storage format of each weight role (default: all in `dtype`).
     #[serde(default)]
     pub weights: WeightFormats,
-    /// Expert-parallel degree: 1, or equal to `tp` (experts spread over the TP group).
+    /// Expert-parallel degree: it divides the MoE group (`tp` x `attention_dp` ranks); each
+    /// routed expert is sharded over the rest (MoE TP = group / `ep`).
     #[serde(default = "one")]
     pub ep: u64,
+    /// Attention data parallelism: groups of `tp` ranks that each run attention (and the dense
+    /// layers) on their own `batch` sequences, all of them sharing the routed experts.
+    #[serde(default = "one")]
+    pub attention_dp: u64,
     /// Pipeline stages.
     #[serde(default = "one")]
     pub pp: u64,
@@ -238,6 +243,7 @@ impl Plan {
             dtype: DType::Bf16,
             weights: WeightFormats::default(),
             ep: 1,
+            attention_dp: 1,
             pp: 1,
             dp: 1,
             microbatches: None,
@@ -260,7 +266,12 @@ impl Plan {
     /// Devices the plan occupies: TP x PP x DP (EP spreads experts over the TP group);
     /// `validate` bounds the product.
     pub fn devices(&self) -> u64 {
-        self.tp.saturating_mul(self.pp).saturating_mul(self.dp)
+        self.moe_group().saturating_mul(self.pp).saturating_mul(self.dp)
+    }
+
+    /// The ranks one stage's routed experts span: `tp` x `attention_dp`.
+    pub fn moe_group(&self) -> u64 {
+        self.tp.saturating_mul(self.attention_dp)
     }
 
     /// How a decode step reads the KV cache of a layer with attention window `window`
@@ -308,6 +319,7 @@ impl Plan {
         positive("output", self.output)?;
         positive("tp", self.tp)?;
         positive("ep", self.ep)?;
+        positive("attention_dp", self.attention_dp)?;
         positive("pp", self.pp)?;
         positive("dp", self.dp)?;
         positive("kv_pad", self.kv_pad)?;
@@ -337,13 +349,18 @@ impl Plan {
                 }
             }
         }
-        if self.ep > 1 && !self.tp.is_multiple_of(self.ep) {
+        if self.ep > 1 && !self.moe_group().is_multiple_of(self.ep) {
+            let group = if self.attention_dp > 1 {
+                format!("TP {} x attention DP {}", self.tp, self.attention_dp)
+            } else {
+                format!("TP {}", self.tp)
+            };
             return Err(Error::plan(
                 "ep",
                 format!(
-                    "EP {} must divide TP {} (experts spread over the TP group: E/EP whole experts a rank, \
-                     each sharded over TP/EP ranks)",
-                    self.ep, self.tp
+                    "EP {} must divide {group} (experts spread over the group: E/EP whole experts a rank, \
+                     each sharded over the group / EP ranks)",
+                    self.ep
                 ),
             ));
         }
@@ -509,14 +526,14 @@ impl Plan {
                             format!("EP {} does not divide the {num_experts} experts", self.ep),
                         ));
                     }
-                    // the shared experts over TP; each routed expert over the MoE TP (TP / EP)
-                    let moe_tp = self.tp / self.ep.max(1);
+                    // the shared experts over TP; each routed expert over the MoE TP (group / EP)
+                    let moe_tp = self.moe_group() / self.ep.max(1);
                     if moe_tp > 1 && expert_intermediate_size % moe_tp != 0 {
                         return Err(Error::plan(
                             "tp",
                             format!(
-                                "MoE TP {moe_tp} (TP {} / EP {}) does not divide the expert width {expert_intermediate_size}",
-                                self.tp, self.ep
+                                "MoE TP {moe_tp} (group {} / EP {}) does not divide the expert width {expert_intermediate_size}",
+                                self.moe_group(), self.ep
                             ),
                         ));
                     }

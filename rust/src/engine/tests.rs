@@ -850,3 +850,43 @@ fn a_w8a8_gemm_quantises_its_input_in_a_kernel_of_its_own() {
     let e = estimate(&llama, &h100(), &p, &Efficiency::uncalibrated(), proto(), true).unwrap();
     assert_eq!(row(&e, Phase::Prefill, OpKind::ActQuant).bytes, 0.0);
 }
+
+#[test]
+fn attention_dp_groups_share_the_experts_through_all_to_alls() {
+    // Mixtral, 2 attention-DP groups of TP 2, EP 4 over the 4 ranks: each group prefills its own
+    // 4 x 512 tokens; the experts (2 whole ones a rank) see both groups' tokens, t k 2 / 4
+    // token-rows; each rank dispatches its t / 2 share (top-2, d 4096, bf16) and gets it back
+    let m = crate::fixtures::mixtral_8x7b();
+    let mut p = plan(4, 512, 2);
+    (p.tp, p.ep, p.attention_dp) = (2, 4, 2);
+    let e = estimate(&m, &h100(), &p, &Efficiency::uncalibrated(), proto(), true).unwrap();
+    let r = resolve(&m, &h100(), &p, proto()).unwrap();
+    let topo = r.ctx.topo.expect("4 ranks have links");
+    let t = 4.0 * 512.0;
+    let msg = t / 2.0 * 2.0 * 4096.0 * 2.0;
+    let one = topo
+        .time(crate::collectives::Collective::AllToAll, 4, msg, &proto())
+        .time_s;
+    let layers = m.num_layers() as f64;
+    let got = row(&e, Phase::Prefill, OpKind::ExpertDispatch).comm_s;
+    assert!(
+        (got - 2.0 * layers * one).abs() <= 1e-12 * got,
+        "{got} vs {}",
+        2.0 * layers * one
+    );
+    // expert_up: gate and up (2 x 14336) from 4096, over t x 2 groups x top-2 / EP 4 token-rows
+    let up = row(&e, Phase::Prefill, OpKind::ExpertUp);
+    let want = layers * 2.0 * (t * 2.0 * 2.0 / 4.0) * 4096.0 * 2.0 * 14336.0;
+    assert!((up.flops - want).abs() <= 1e-9 * want, "{} vs {want}", up.flops);
+    // both groups' outputs count, and the plan occupies TP x attention DP devices
+    assert_eq!(e.parallel.devices, 4);
+    let mut one_group = p.clone();
+    one_group.attention_dp = 1;
+    one_group.ep = 2;
+    let g = estimate(&m, &h100(), &one_group, &Efficiency::uncalibrated(), proto(), true).unwrap();
+    assert_eq!(row(&g, Phase::Prefill, OpKind::ExpertDispatch).comm_s, 0.0);
+    assert!(e.throughput_tok_s > g.throughput_tok_s);
+    // EP must divide the group
+    p.ep = 3;
+    assert!(estimate(&m, &h100(), &p, &Efficiency::uncalibrated(), proto(), true).is_err());
+}
