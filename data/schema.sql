@@ -188,5 +188,7 @@ CREATE TABLE calibration (
     data_hash         VARCHAR NOT NULL,
     fitted_at         VARCHAR NOT NULL,
     source            VARCHAR NOT NULL,
+    -- the runtime version the fit's measurements ran (kernel tables); NULL where the rows span versions
+    runtime_version   VARCHAR,
     PRIMARY KEY (hardware, runtime, memory, precision, phase)
 );

@@ -67,6 +67,11 @@ def test_figures_the_note_reports(fitted):
 def test_production_estimates_use_the_kernel_profile():
     e = ridgeline.estimate("meta-llama/Llama-3.1-70B", "H100_SXM", tp=4, weight_dtype="fp8", batch=16, output=1024)
     assert e.plan["runtime"] == "vllm" and e.calibration.startswith("calibrated (H100_SXM, vllm")
-    # a device with no kernel tables takes the runtime's profile and says so
+    # a device with no kernel tables takes its architecture's fit through its own peaks, and says so
     h200 = ridgeline.estimate("meta-llama/Llama-3.1-70B", "H200_SXM", tp=4)
-    assert h200.calibration.startswith("runtime-profile (vllm")
+    assert h200.calibration.startswith("architecture-profile (hopper: H100_SXM's vllm 0.24.0 fit")
+    gb200 = ridgeline.estimate("meta-llama/Llama-3.1-70B", "GB200", tp=4)
+    assert gb200.calibration.startswith("architecture-profile (blackwell: B200's vllm")
+    # with no device of its architecture fitted, the runtime's profile (the devices' medians)
+    mi = ridgeline.estimate("meta-llama/Llama-3.1-70B", "MI300X", tp=4, runtime="vllm")
+    assert mi.calibration.startswith("runtime-profile (vllm 0.14.0, 0.24.0")

@@ -143,6 +143,9 @@ def test_cli_sweep_with_a_grid_file(tmp_path):
     u, r = (pl.read_csv(tmp_path / f) for f in ("u.csv", "r.csv"))
     assert u["calibration"].to_list() == ["uncalibrated"] and u["runtime"].null_count() == 1
     assert r["runtime"].to_list() == ["llamacpp-cuda", "trtllm"]
-    assert all(c.startswith("runtime-profile") for c in r["calibration"]) and min(r["tpot_s"]) > u["tpot_s"][0]
+    # llama.cpp's memory-technology profile; TensorRT-LLM's fit for L4's architecture (L40S's, Ada)
+    assert r["calibration"][0].startswith("runtime-profile (llamacpp-cuda")
+    assert r["calibration"][1].startswith("architecture-profile (ada: L40S's trtllm")
+    assert min(r["tpot_s"]) > u["tpot_s"][0]
     r = _cli("sweep", "-m", "meta-llama/Llama-3.2-1B", "-H", "L4", "--runtime", "vlm", cwd=tmp_path)
     assert r.returncode == 2 and "unknown runtime" in r.stderr

@@ -29,6 +29,9 @@ CALIBRATION_FILE = "data/calibration/fits.csv"
 HOLDOUT_FILE = "data/calibration/holdout.csv"
 #: vLLM, SGLang and TensorRT-LLM fitted from their kernels and serving runs (kernel_fit).
 KERNEL_FITS_FILE = "data/calibration/kernel_fits.csv"
+#: The production runtimes: calibrated from their own measured kernels and serving runs
+#: (``kernel_fit``, KERNEL_FITS_FILE), not by the benchmark-row fit.
+KERNEL_RUNTIMES = ("vllm", "sglang", "trtllm")
 KERNEL_HOLDOUT_FILE = "data/calibration/kernel_holdout.csv"
 
 
@@ -86,14 +89,33 @@ def lookup(
     whole = [f for f in rows if f["precision"] == "*"]
     own = next((f for f in whole if f["hardware"] == hardware), None)
     if own:
-        return f"calibrated ({hardware}, {runtime}, {own['n_rows']} rows)", with_formats(own)
-    mt = memory_technology((catalog or default_catalog()).get(hardware).memory_type)
+        return f"calibrated ({hardware}, {_named(runtime, own)}, {own['n_rows']} rows)", with_formats(own)
+    cat = catalog or default_catalog()
+    dev = cat.get(hardware)
+    if runtime in KERNEL_RUNTIMES:
+        # a production runtime on a device without kernel tables: its architecture's fit (the
+        # same tensor cores and kernels), priced through this device's own catalog peaks
+        def arch(f: Mapping[str, Any]) -> Optional[str]:
+            return cat.get(f["hardware"]).arch if f["hardware"] != "*" and cat.find(f["hardware"]) else None
+
+        kin = [f for f in whole if arch(f) == dev.arch]
+        if kin:
+            f = min(kin, key=lambda f: f["hardware"])
+            label = f"{dev.arch}: {f['hardware']}'s {_named(runtime, f)} fit, {f['n_rows']} rows"
+            return f"architecture-profile ({label})", with_formats(f)
+    mt = memory_technology(dev.memory_type)
     for memory in (mt, "*"):
         prof = next((f for f in whole if f["hardware"] == "*" and f["memory"] == memory), None)
         if prof:
-            what = f"{runtime}, {memory} memory" if memory != "*" else runtime
+            what = f"{_named(runtime, prof)}, {memory} memory" if memory != "*" else _named(runtime, prof)
             return f"runtime-profile ({what}, {prof['n_rows']} rows)", with_formats(prof)
     return "uncalibrated", None
+
+
+def _named(runtime: str, row: Mapping[str, Any]) -> str:
+    """The runtime and the version its fit measured, where the row names one."""
+    version = row.get("runtime_version")
+    return f"{runtime} {version}" if version else runtime
 
 
 def fit_params(fit_row: Optional[dict[str, Any]]) -> tuple[float, ...]:

@@ -56,7 +56,7 @@ MODEL_METRICS = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "throughput_tok_s",
 HOLDOUT_COLUMNS = ("runtime", "phase", "n_rows", "n_devices", "q10", "q50", "q90", "data_hash", "source")
 FIT_COLUMNS = (
     "hardware", "runtime", "memory", "precision", "phase", *PARAMS, "t_layer_us", "n_rows", "rms_log", "pinned",
-    "structure_version", "data_hash", "fitted_at", "source",
+    "structure_version", "data_hash", "fitted_at", "source", "runtime_version",
 )  # fmt: skip
 
 

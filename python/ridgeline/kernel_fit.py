@@ -114,6 +114,7 @@ def fit_gemm(tables: Sequence[dict[str, Any]], dev: Device, cat: Catalog) -> dic
     out: dict[str, Any] = {
         "eta_mem": eta_mem, "eta_compute": eta_c, "t_launch_us": floor, "formats": {},
         "within": {"bf16": _within(ratio)}, "rows": len(bf16["m"]), "files": [bf16["file"]],
+        "version": bf16["version"],
         "rms": float(f"{np.sqrt(np.mean(np.log(ratio) ** 2)):.6g}"),
     }  # fmt: skip
     cq = b[_I["eta_compute_quant"]]
@@ -207,6 +208,7 @@ def fit_production(
                        f"(t_launch_us, CUDA-graph replay) by log least squares on {len(k['files'])} GEMM table(s) "
                        f"data/benchmarks/aic/{k['files'][0]} (bf16 rows within 1.5x: {k['within']['bf16']:.1%}); "
                        f"{stage2}")  # fmt: skip
+            row["runtime_version"] = k["version"]
             out.append(row)
             for fmt, eta in sorted(k["formats"].items()):
                 out.append({**row, "precision": fmt, "eta_compute_quant": eta, "pinned": _cq_pinned(eta),
@@ -225,6 +227,7 @@ def fit_production(
                    _digest([(f"{key}", "") for key in mine]),
                    f"ridgeline calibrate --production: the median over {', '.join(hw for _, hw in mine)} of "
                    f"their kernel-fitted rows (a device without kernel tables: through its catalog peaks)")  # fmt: skip
+        row["runtime_version"] = ", ".join(sorted({kernel[key]["version"] for key in mine}))
         out.append(row)
         for fmt, eta in prof_formats.items():
             out.append({**row, "precision": fmt, "eta_compute_quant": eta, "pinned": _cq_pinned(eta)})

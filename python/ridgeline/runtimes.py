@@ -11,7 +11,7 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
 
-from . import _checks, _data, quant
+from . import _checks, _data, _fits, quant
 from ._fits import shipped_fits
 from .catalog import Catalog, Device
 from .errors import PlanError
@@ -123,9 +123,8 @@ _NO_RUNTIME_EXECUTION: Mapping[str, Any] = {
 #: tables in data/hardware/link_collectives.csv; where a device has none, NCCL's rows price it.
 _CUSTOM_ALL_REDUCE = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 
-#: The production runtimes: calibrated from their own measured kernels and serving runs
-#: (``kernel_fit``, data/calibration/kernel_fits.csv), not by the benchmark-row fit.
-KERNEL_RUNTIMES = ("vllm", "sglang", "trtllm")
+#: The production runtimes (calibrated from their kernels: ``_fits.KERNEL_RUNTIMES``).
+KERNEL_RUNTIMES = _fits.KERNEL_RUNTIMES
 
 
 def collective_library(runtime: Optional[str]) -> str:
