@@ -805,6 +805,16 @@ def _context_bucket(r: dict[str, Any]) -> str:
     return "<=2k" if ctx <= 2048 else ("2k-8k" if ctx <= 8192 else ">8k")
 
 
+#: The band the issue's figures count in: observed and predicted within 1.5x of each other.
+WITHIN = 1.5
+
+
+def within_share(ratio: Any) -> float:
+    """The share of observed/predicted ratios inside WITHIN either way (strictly)."""
+    r = np.asarray(ratio, dtype=float)
+    return float(np.mean((r < WITHIN) & (r > 1 / WITHIN)))
+
+
 def summarise(records: Sequence[dict[str, Any]], key: str) -> dict[str, float]:
     """median observed/predicted, share within 1.5x and 2x, rms log, of the ratios under `key`."""
     r = np.array([x[key] for x in records if not math.isnan(x[key])])

@@ -46,18 +46,18 @@ _TABLE_FILES = {
     "arch_ratios": "data/hardware/arch_ratios.csv",
     "constants": "data/constants.csv",
 }
-_OPTIONAL_FILES = {
-    "hardware_sources": "data/hardware/hardware_sources.csv",
-    "hardware_bins": "data/hardware/hardware_bins.csv",
-    "hardware_cost": "data/hardware/hardware_cost.csv",
-    "link_measurements": "data/hardware/link_measurements.csv",
-    "link_collectives": "data/hardware/link_collectives.csv",
-    "calibration": "data/calibration/fits.csv",
-}
-# More rows for a table above: the production runtimes' kernel fits join the calibration table.
-_MORE_FILES = (("calibration", "data/calibration/kernel_fits.csv"),)
+_OPTIONAL_FILES = (
+    ("hardware_sources", "data/hardware/hardware_sources.csv"),
+    ("hardware_bins", "data/hardware/hardware_bins.csv"),
+    ("hardware_cost", "data/hardware/hardware_cost.csv"),
+    ("link_measurements", "data/hardware/link_measurements.csv"),
+    ("link_collectives", "data/hardware/link_collectives.csv"),
+    # the benchmark-row fits and the production runtimes' kernel fits: one calibration table
+    ("calibration", "data/calibration/fits.csv"),
+    ("calibration", "data/calibration/kernel_fits.csv"),
+)
 # Every table of data/schema.sql: a catalog database that lacks one is damaged.
-_TABLES = frozenset({*_TABLE_FILES, *_OPTIONAL_FILES, "benchmarks"})
+_TABLES = frozenset({*_TABLE_FILES, *(t for t, _ in _OPTIONAL_FILES), "benchmarks"})
 # What a JSON export must hold (and of which type) to be used rather than rebuilt.
 _EXPORT_KEYS: dict[str, type] = {
     "devices": list, "aliases": dict, "constants": dict, "overridden": dict, "runtimes": list,
@@ -94,6 +94,10 @@ def cache_dir() -> Path:
 
 def _normalise_name(s: str) -> str:
     return re.sub(r"[^A-Z0-9]+", "_", s.strip().upper()).strip("_")
+
+
+#: What the engine reads of a link measurement (rust/src/collectives.rs LinkFit).
+LINK_FIT_KEYS = ("op", "ranks", "floor_us", "latency_us", "bw_efficiency")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,8 +143,7 @@ class Device:
         all-reduce of ``library`` (a runtime's own kernel) where this device has it measured."""
         own = [x for x in self.links if x["library"] == library and x["op"] == "all_reduce"]
         nccl = [x for x in self.links if x["library"] == "nccl" and not (own and x["op"] == "all_reduce")]
-        keep = ("op", "ranks", "floor_us", "latency_us", "bw_efficiency")
-        return [{k: x[k] for k in keep} for x in (*nccl, *own)]
+        return [{k: x[k] for k in LINK_FIT_KEYS} for x in (*nccl, *own)]
 
     @property
     def links_source_is_measured(self) -> bool:
@@ -732,7 +735,7 @@ def _fill(
 
     con.execute(_data.read_text("data/schema.sql"))
     shipped = set(_data.list_files("data/"))
-    for table, f in (*{**_TABLE_FILES, **_OPTIONAL_FILES}.items(), *_MORE_FILES):
+    for table, f in (*_TABLE_FILES.items(), *_OPTIONAL_FILES):
         if f in shipped:
             _load_csv(con, table, _data.read_text(f), f)
     claims = _Claims(

@@ -513,13 +513,14 @@ def calibrate(out: Optional[str], force: bool, comm: bool, production: bool, ker
 def _calibrate_production(out: str, force: bool, kernels: str) -> None:
     from ._io import changed_files, check_output, write_files
     from .calibrate import holdout_csv
-    from .kernel_fit import fit_production, holdout_rows, kernel_fits_csv, transfer
+    from .kernel_fit import fit_production, gemm_holdout, holdout_rows, kernel_fits_csv, measure, transfer
 
     path = check_output(out, force=True, what="--out", hint="run from the repository root, or pass --out")
     held_path = path.with_name("kernel_holdout.csv")
     check_output(held_path, force=True, what="--out", hint="run from the repository root, or pass --out")
-    rows = fit_production(kernels)
-    checks = transfer(kernels, rows)
+    measured = measure(kernels)  # the tables read and their kernels fitted once, for the three reports
+    rows = fit_production(kernels, measured=measured)
+    checks = transfer(kernels, rows, measured=measured)
     texts = {path: kernel_fits_csv(rows), held_path: holdout_csv(holdout_rows(checks))}
     changed = changed_files(texts, force=force, what="calibrate --production")
     write_files(changed, what="calibrate --production")
@@ -534,9 +535,7 @@ def _calibrate_production(out: str, force: bool, kernels: str) -> None:
                 click.echo(f"  TPOT {t['runtime']:<7} {t['hardware']:<9} {t['rows']:>4} runs, {label:<15} MedAPE "
                            f"{v['medape']:6.1%}, within 1.5x {v['within_1_5x']:6.1%}, median obs/pred "
                            f"{v['median_obs_over_pred']:.3f}")  # fmt: skip
-    from .kernel_fit import gemm_holdout
-
-    for g in gemm_holdout(kernels):
+    for g in gemm_holdout(kernels, measured=measured):
         click.echo(f"  GEMM {g['runtime']:<7} {g['hardware']:<14} {g['format']:<13} {g['rows']:>6} rows within 1.5x: "
                    f"in sample {g['in_sample_within_1_5x']:6.1%}, held out {g['held_out_within_1_5x']:6.1%} "
                    f"(median obs/pred {g['held_out_median']:.2f})")  # fmt: skip

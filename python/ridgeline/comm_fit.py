@@ -17,7 +17,8 @@ from typing import Any, Optional
 
 from . import _core
 from ._io import csv_text
-from .catalog import Catalog, Device, default_catalog
+from .calibrate import within_share
+from .catalog import LINK_FIT_KEYS, Catalog, Device, default_catalog
 from .collectives import _protocol_json
 from .errors import PlanError
 
@@ -27,7 +28,6 @@ LINK_COLUMNS = ("name", "fabric", "library", "version", "op", "ranks", "floor_us
 # The fit's bounds: a floor of up to 1 ms, a hop of up to 100 us, an efficiency of 0.1% to 4x
 # the protocol rate (above 1: in-switch reduction beats a ring, as NVLS does on NVSwitch).
 _BOUNDS = ((0.0, 1000.0), (0.0, 100.0), (1e-3, 4.0))
-WITHIN = 1.5  # the issue's band: observed and predicted within 1.5x of each other
 
 
 def fabric(dev: Device) -> tuple[str, float]:
@@ -47,18 +47,11 @@ def predict(
     import numpy as np
 
     _, gbs = fabric(dev)
-    keep = ("op", "ranks", "floor_us", "latency_us", "bw_efficiency")
     r = _core.collective(
         op, ranks, np.asarray(sizes, dtype=float), gbs, 0.0, _protocol_json(cat),
-        links_json=json.dumps([{k: x[k] for k in keep} for x in links]),
+        links_json=json.dumps([{k: x[k] for k in LINK_FIT_KEYS} for x in links]),
     )  # fmt: skip
     return r["time_s"]
-
-
-def _within(ratio: Any) -> float:
-    import numpy as np
-
-    return float(np.mean((ratio < WITHIN) & (ratio > 1 / WITHIN)))
 
 
 def _groups(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
@@ -105,7 +98,7 @@ def fit_group(rows: Sequence[dict[str, Any]], dev: Device, cat: Catalog) -> list
     for x in out:
         mine = [r for r in rows if r["ranks"] == x["ranks"]]
         x["n_rows"] = len(mine)
-        x["within_1_5x"] = round(_within(_ratio(mine, dev, out, cat)), 3)
+        x["within_1_5x"] = round(within_share(_ratio(mine, dev, out, cat)), 3)
     return out
 
 
@@ -155,6 +148,13 @@ def pooled(fits: Sequence[dict[str, Any]], vendor: str, kind: str, cat: Catalog,
     ]
 
 
+def peers(fits: Sequence[dict[str, Any]], dev: Device, library: str, op: str, cat: Catalog) -> list[dict[str, Any]]:
+    """What ``dev`` gets when held out: the pooled fits of ``library``'s ``op`` over the other
+    measured devices of its vendor and fabric."""
+    pool = pooled(fits, dev.vendor, fabric(dev)[0], cat, exclude=dev.name)
+    return [p for p in pool if p["library"] == library and p["op"] == op]
+
+
 def holdout(rows: Sequence[dict[str, Any]], fits: Sequence[dict[str, Any]],
             catalog: Optional[Catalog] = None) -> list[dict[str, Any]]:  # fmt: skip
     """Each measured device held out in turn: its rows priced by the median of the other
@@ -165,14 +165,14 @@ def holdout(rows: Sequence[dict[str, Any]], fits: Sequence[dict[str, Any]],
     out = []
     for (hw, lib, _ver, op), g in sorted(_groups(rows).items()):
         dev = cat.get(hw)
-        kind, _ = fabric(dev)
-        peers = [p for p in pooled(fits, dev.vendor, kind, cat, exclude=hw) if p["library"] == lib and p["op"] == op]
+        held = peers(fits, dev, lib, op, cat)
         rec: dict[str, Any] = {"hardware": hw, "library": lib, "op": op, "rows": len(g)}
-        if not peers:
-            rec.update(within_1_5x=None, median_obs_over_pred=None, reason=f"no other {dev.vendor} {kind} device")
+        if not held:
+            reason = f"no other {dev.vendor} {fabric(dev)[0]} device"
+            rec.update(within_1_5x=None, median_obs_over_pred=None, reason=reason)
         else:
-            ratio = _ratio(g, dev, peers, cat)
-            rec.update(within_1_5x=round(_within(ratio), 3), median_obs_over_pred=round(float(np.median(ratio)), 3),
-                       peers=peers[0]["from"], reason=None)  # fmt: skip
+            ratio = _ratio(g, dev, held, cat)
+            rec.update(within_1_5x=round(within_share(ratio), 3), peers=held[0]["from"], reason=None,
+                       median_obs_over_pred=round(float(np.median(ratio)), 3))  # fmt: skip
         out.append(rec)
     return out

@@ -606,7 +606,7 @@ def _prepare(
         "chunk": None if run["chunk"] is None else _positive_int("chunk", run["chunk"]),
         "gpu_memory_utilization": cat.constant("gpu_memory_utilization"),
     }
-    weights = stored if runtime is None else quant.resolve(m, dtype, weight_dtype, runtime)
+    weights = quant.on_runtime(stored, runtime)
     if devices_per_node is not None:
         devices_per_node = _positive_int("devices_per_node", devices_per_node)
     if scaleout_gbs is not None:

@@ -21,6 +21,7 @@ with neither takes the runtime's profile (the median of the devices' rows), and 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,14 +32,23 @@ import numpy as np
 from ._fits import PARAMS, memory_technology
 from ._io import csv_text
 from ._version import __version__
-from .calibrate import FIT_COLUMNS, UNCALIBRATED, Batch, Decomposed, _at_bound, _bounds, _digest, decompose
+from .calibrate import (
+    FIT_COLUMNS,
+    UNCALIBRATED,
+    Batch,
+    Decomposed,
+    _at_bound,
+    _bounds,
+    _digest,
+    decompose,
+    within_share,
+)  # fmt: skip
 from .catalog import Catalog, Device, default_catalog
 from .kernels import KERNEL_DIR, gemm_tables
 from .quant import formats_table
 from .runtimes import KERNEL_RUNTIMES
 
 SERVING_FILE = "silicon_calibration.csv"
-WITHIN = 1.5
 _I = {k: PARAMS.index(k) for k in PARAMS}
 
 
@@ -92,10 +102,6 @@ def gemm_batch(table: dict[str, Any], dev: Device) -> Batch:
     return Batch.ops(compute, memory, np.full(len(m), fmt is not None), fmt or "", table["latency_ms"])
 
 
-def _within(ratio: np.ndarray) -> float:
-    return float(np.mean((ratio < WITHIN) & (ratio > 1 / WITHIN)))
-
-
 def fit_gemm(tables: Sequence[dict[str, Any]], dev: Device, cat: Catalog) -> dict[str, Any]:
     """Stage 1 for one (runtime, device): the bf16 table fixes eta_mem, eta_compute and the
     per-kernel floor (log least squares); each quantised format then its eta_compute_quant."""
@@ -113,7 +119,7 @@ def fit_gemm(tables: Sequence[dict[str, Any]], dev: Device, cat: Catalog) -> dic
     ratio = bf16["latency_ms"] / batch.predict(base)
     out: dict[str, Any] = {
         "eta_mem": eta_mem, "eta_compute": eta_c, "t_launch_us": floor, "formats": {},
-        "within": {"bf16": _within(ratio)}, "rows": len(bf16["m"]), "files": [bf16["file"]],
+        "within": {"bf16": within_share(ratio)}, "rows": len(bf16["m"]), "files": [bf16["file"]],
         "version": bf16["version"],
         "rms": float(f"{np.sqrt(np.mean(np.log(ratio) ** 2)):.6g}"),
     }  # fmt: skip
@@ -127,7 +133,7 @@ def fit_gemm(tables: Sequence[dict[str, Any]], dev: Device, cat: Catalog) -> dic
         # quantisation kernel is priced as the engine prices it (memory time and one floor)
         eta = _fit_format(qb, base, fmt, cq)
         out["formats"][fmt] = eta
-        out["within"][fmt] = _within(t["latency_ms"] / qb.predict(base, {fmt: eta}))
+        out["within"][fmt] = within_share(t["latency_ms"] / qb.predict(base, {fmt: eta}))
         out["rows"] += len(t["m"])
     return out
 
@@ -170,15 +176,18 @@ def fit_step(rows: Sequence[Decomposed], kernel: dict[str, Any], cat: Catalog) -
     return float(f"{fit.x[0]:.6g}"), float(f"{np.sqrt(np.mean(resid(fit.x) ** 2)):.6g}")
 
 
-def fit_production(
-    root: str | os.PathLike[str] = KERNEL_DIR, catalog: Optional[Catalog] = None
-) -> list[dict[str, Any]]:
-    """The rows of data/calibration/kernel_fits.csv (FIT_COLUMNS): per (runtime, device) with
-    kernel tables, and per runtime a profile (the devices' medians)."""
-    from .snapshot import structure_version
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """What one folder of kernel tables and serving runs gives, read and stage 1 fitted once, per
+    (runtime, device): its GEMM tables, their kernel fit, its priced TPOT runs."""
 
+    tables: dict[tuple[str, str], list[dict[str, Any]]]
+    kernel: dict[tuple[str, str], dict[str, Any]]
+    serving: dict[tuple[str, str], list[Decomposed]]
+
+
+def measure(root: str | os.PathLike[str] = KERNEL_DIR, catalog: Optional[Catalog] = None) -> Measured:
     cat = catalog or default_catalog()
-    sv = structure_version(cat)
     tables: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for t in gemm_tables(root):
         if t["runtime"] in KERNEL_RUNTIMES:
@@ -187,6 +196,20 @@ def fit_production(
     for d in serving_rows(root, cat):
         serving.setdefault((d.row["runtime"], d.row["hardware"]), []).append(d)
     kernel = {key: fit_gemm(ts, cat.get(key[1]), cat) for key, ts in sorted(tables.items())}
+    return Measured(tables, kernel, serving)
+
+
+def fit_production(
+    root: str | os.PathLike[str] = KERNEL_DIR, catalog: Optional[Catalog] = None, measured: Optional[Measured] = None
+) -> list[dict[str, Any]]:
+    """The rows of data/calibration/kernel_fits.csv (FIT_COLUMNS): per (runtime, device) with
+    kernel tables, and per runtime a profile (the devices' medians)."""
+    from .snapshot import structure_version
+
+    cat = catalog or default_catalog()
+    sv = structure_version(cat)
+    m = measured or measure(root, cat)
+    kernel, serving = m.kernel, m.serving
     steps = {key: fit_step(serving[key], kernel[key], cat) for key in sorted(serving) if key in kernel}
     out = []
     for rt in KERNEL_RUNTIMES:
@@ -202,7 +225,7 @@ def fit_production(
             step, rms = steps.get(key, (median_step, k["rms"]))
             stage2 = (f"t_step_us from {len(s)} agg TPOT runs of {SERVING_FILE}" if s
                       else f"no serving run on {hw}: t_step_us is {rt}'s median over devices with them")  # fmt: skip
-            row = _row(hw, rt, memory_technology(cat.get(hw).memory_type), "*", k, step, k["rows"] + len(s), rms, sv,
+            row = _row(cat, hw, rt, memory_technology(cat.get(hw).memory_type), k, step, k["rows"] + len(s), rms, sv,
                        _digest([(f, "") for f in k["files"]] + [(d.row["id"], d.row["value"]) for d in s]),
                        f"ridgeline calibrate --production: eta_mem, eta_compute and the per-kernel floor "
                        f"(t_launch_us, CUDA-graph replay) by log least squares on {len(k['files'])} GEMM table(s) "
@@ -211,7 +234,7 @@ def fit_production(
             row["runtime_version"] = k["version"]
             out.append(row)
             for fmt, eta in sorted(k["formats"].items()):
-                out.append({**row, "precision": fmt, "eta_compute_quant": eta, "pinned": _cq_pinned(eta),
+                out.append({**row, "precision": fmt, "eta_compute_quant": eta, "pinned": _cq_pinned(eta, cat),
                             "source": f"ridgeline calibrate --production: {fmt}'s quantized-GEMM efficiency by log "
                                       f"least squares on its GEMM table with the bf16 stage held (within 1.5x: "
                                       f"{k['within'][fmt]:.1%})"})  # fmt: skip
@@ -223,53 +246,58 @@ def fit_production(
         prof_formats: dict[str, float] = {f: float(f"{np.median(v):.6g}") for f, v in per_format.items()}
         prof: dict[str, Any] = {**med, "formats": prof_formats}
         rms_all = float(f"{np.median([steps[k][1] if k in steps else kernel[k]['rms'] for k in mine]):.6g}")
-        row = _row("*", rt, "*", "*", prof, median_step, sum(kernel[key]["rows"] for key in mine), rms_all, sv,
+        row = _row(cat, "*", rt, "*", prof, median_step, sum(kernel[key]["rows"] for key in mine), rms_all, sv,
                    _digest([(f"{key}", "") for key in mine]),
                    f"ridgeline calibrate --production: the median over {', '.join(hw for _, hw in mine)} of "
                    f"their kernel-fitted rows (a device without kernel tables: through its catalog peaks)")  # fmt: skip
         row["runtime_version"] = ", ".join(sorted({kernel[key]["version"] for key in mine}))
         out.append(row)
         for fmt, eta in prof_formats.items():
-            out.append({**row, "precision": fmt, "eta_compute_quant": eta, "pinned": _cq_pinned(eta)})
+            out.append({**row, "precision": fmt, "eta_compute_quant": eta, "pinned": _cq_pinned(eta, cat)})
     return out
 
 
-def _row(hw: str, rt: str, memory: str, precision: str, k: dict[str, Any], step: float, n_rows: int, rms: float,
+def _row(cat: Catalog, hw: str, rt: str, memory: str, k: dict[str, Any], step: float, n_rows: int, rms: float,
          sv: str, data: str, source: str) -> dict[str, Any]:  # fmt: skip
+    """A whole (precision "*") row of kernel_fits.csv: the kernels' parameters, the step overhead."""
     p = params(k["eta_mem"], k["eta_compute"], k["t_launch_us"], step)
+    bounds = _bounds(cat)
     pinned = " ".join(n for n in ("eta_mem", "eta_compute", "t_launch_us", "t_step_us")
-                      if _at_bound(float(p[_I[n]]), *_bounds(default_catalog())[_I[n]]))  # fmt: skip
+                      if _at_bound(float(p[_I[n]]), *bounds[_I[n]]))  # fmt: skip
     return {
-        "hardware": hw, "runtime": rt, "memory": memory, "precision": precision, "phase": "*",
+        "hardware": hw, "runtime": rt, "memory": memory, "precision": "*", "phase": "*",
         **{name: float(f"{v:.6g}") for name, v in zip(PARAMS, p)}, "t_layer_us": 0.0, "n_rows": n_rows,
         "rms_log": rms, "pinned": pinned, "structure_version": sv, "data_hash": data,
         "fitted_at": __version__, "source": source,
     }  # fmt: skip
 
 
-def _cq_pinned(eta: float) -> str:
-    return "eta_compute_quant" if _at_bound(eta, *_bounds(default_catalog())[_I["eta_compute_quant"]]) else ""
+def _cq_pinned(eta: float, cat: Catalog) -> str:
+    return "eta_compute_quant" if _at_bound(eta, *_bounds(cat)[_I["eta_compute_quant"]]) else ""
 
 
 def kernel_fits_csv(rows: Sequence[dict[str, Any]]) -> str:
     return csv_text(rows, FIT_COLUMNS)
 
 
-def transfer(root: str | os.PathLike[str] = KERNEL_DIR, fits: Optional[Sequence[dict[str, Any]]] = None,
-             catalog: Optional[Catalog] = None) -> list[dict[str, Any]]:  # fmt: skip
+def transfer(
+    root: str | os.PathLike[str] = KERNEL_DIR,
+    fits: Optional[Sequence[dict[str, Any]]] = None,
+    catalog: Optional[Catalog] = None,
+    measured: Optional[Measured] = None,
+) -> list[dict[str, Any]]:
     """The issue's end-to-end check: each device's TPOT runs priced with its own kernel rows and
     the step overhead fitted on the other device's runs (fit on H100, predict B200, and the
     reverse), per runtime: MedAPE, share within 1.5x, median observed/predicted, and in sample."""
     cat = catalog or default_catalog()
-    rows = fits if fits is not None else fit_production(root, cat)
+    m = measured or measure(root, cat)
+    rows = fits if fits is not None else fit_production(root, cat, m)
     own = {(r["runtime"], r["hardware"]): r for r in rows if r["precision"] == "*"}
     fmts: dict[tuple[str, str], dict[str, float]] = {}
     for r in rows:
         if r["precision"] != "*":
             fmts.setdefault((r["runtime"], r["hardware"]), {})[r["precision"]] = float(r["eta_compute_quant"])
-    serving: dict[tuple[str, str], list[Decomposed]] = {}
-    for d in serving_rows(root, cat):
-        serving.setdefault((d.row["runtime"], d.row["hardware"]), []).append(d)
+    serving = m.serving
     out = []
     for (rt, hw), g in sorted(serving.items()):
         mine = own.get((rt, hw))
@@ -285,7 +313,7 @@ def transfer(root: str | os.PathLike[str] = KERNEL_DIR, fits: Optional[Sequence[
             p = p_in.copy()
             p[_I["t_step_us"]] = step
             ratio = batch.observed / batch.predict(p, fmts.get((rt, hw)))
-            rec[label] = {"medape": float(np.median(np.abs(1 / ratio - 1))), "within_1_5x": _within(ratio),
+            rec[label] = {"medape": float(np.median(np.abs(1 / ratio - 1))), "within_1_5x": within_share(ratio),
                           "median_obs_over_pred": float(np.median(ratio))}  # fmt: skip
             if label != "in_sample":
                 rec.setdefault("held_out_ratios", []).extend(ratio.tolist())
@@ -317,18 +345,17 @@ def holdout_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def gemm_holdout(root: str | os.PathLike[str] = KERNEL_DIR, catalog: Optional[Catalog] = None) -> list[dict[str, Any]]:
+def gemm_holdout(
+    root: str | os.PathLike[str] = KERNEL_DIR, catalog: Optional[Catalog] = None, measured: Optional[Measured] = None
+) -> list[dict[str, Any]]:
     """Each device's GEMM tables priced with the median of the other devices' kernel fits of the
     same runtime (what a device without tables gets, through its catalog peaks): per (runtime,
     device, format) the share within 1.5x, held out and in sample."""
     cat = catalog or default_catalog()
-    tables: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for t in gemm_tables(root):
-        if t["runtime"] in KERNEL_RUNTIMES:
-            tables.setdefault((t["runtime"], t["hardware"]), []).append(t)
-    kernel = {key: fit_gemm(ts, cat.get(key[1]), cat) for key, ts in sorted(tables.items())}
+    m = measured or measure(root, cat)
+    kernel = m.kernel
     out = []
-    for (rt, hw), ts in sorted(tables.items()):
+    for (rt, hw), ts in sorted(m.tables.items()):
         others = [k for (r2, h2), k in kernel.items() if r2 == rt and h2 != hw]
         med = {p: float(np.median([k[p] for k in others])) for p in ("eta_mem", "eta_compute", "t_launch_us")}
         dev = cat.get(hw)
@@ -346,6 +373,6 @@ def gemm_holdout(root: str | os.PathLike[str] = KERNEL_DIR, catalog: Optional[Ca
             r_in = t["latency_ms"] / b.predict(params(own["eta_mem"], own["eta_compute"], own["t_launch_us"]),
                                                {fmt: own["formats"][fmt]} if fmt else None)  # fmt: skip
             out.append({"runtime": rt, "hardware": hw, "format": fmt or "bf16", "rows": len(t["m"]),
-                        "held_out_within_1_5x": _within(r_out), "in_sample_within_1_5x": _within(r_in),
+                        "held_out_within_1_5x": within_share(r_out), "in_sample_within_1_5x": within_share(r_in),
                         "held_out_median": float(np.median(r_out))})  # fmt: skip
     return out

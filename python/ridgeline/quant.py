@@ -316,7 +316,12 @@ def resolve(model: Any, act_dtype: str, override: Optional[str], runtime: Option
     """The weight formats of a plan: the user's override, else the checkpoint's
     quantization_config, else a hint in the model name, else the activation dtype;
     a runtime's own GEMM path for those weights (llama.cpp's int8 MMQ kernels) applies on top."""
-    plan = _resolve(model, act_dtype, override)
+    return on_runtime(_resolve(model, act_dtype, override), runtime)
+
+
+def on_runtime(plan: WeightPlan, runtime: Optional[str]) -> WeightPlan:
+    """The weights as ``runtime`` computes them: its own GEMM path for their format where
+    data/calibration/runtime_paths.csv lists one (llama.cpp's int8 MMQ kernels), else as stored."""
     path = runtime_paths().get((str(runtime), plan.label)) if runtime else None
     if path is None:
         return plan

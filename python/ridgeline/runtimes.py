@@ -119,9 +119,9 @@ _NO_RUNTIME_EXECUTION: Mapping[str, Any] = {
 #: default: vLLM's CustomAllreduce (vllm/distributed/device_communicators/custom_all_reduce.py;
 #: off with --disable-custom-all-reduce), SGLang's custom all-reduce (sglang/srt/distributed/
 #: device_communicators/custom_all_reduce.py), TensorRT-LLM's AllReduce op (tensorrt_llm/_torch/
-#: distributed/ops.py, AllReduceStrategy.AUTO). The key is the library name of their measured
+#: distributed/ops.py, AllReduceStrategy.AUTO). Each name is also the library of their measured
 #: tables in data/hardware/link_collectives.csv; where a device has none, NCCL's rows price it.
-_CUSTOM_ALL_REDUCE = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
+_CUSTOM_ALL_REDUCE = frozenset({"vllm", "sglang", "trtllm"})
 
 #: The production runtimes (calibrated from their kernels: ``_fits.KERNEL_RUNTIMES``).
 KERNEL_RUNTIMES = _fits.KERNEL_RUNTIMES
@@ -130,7 +130,7 @@ KERNEL_RUNTIMES = _fits.KERNEL_RUNTIMES
 def collective_library(runtime: Optional[str]) -> str:
     """Whose all-reduce a plan under ``runtime`` runs: the runtime's own kernel, else NCCL's
     (llama.cpp has no measured collective kernel of its own: NCCL's rows price its transfers)."""
-    return _CUSTOM_ALL_REDUCE.get(runtime or "", "nccl")
+    return runtime if runtime in _CUSTOM_ALL_REDUCE else "nccl"
 
 
 def runtime_execution(

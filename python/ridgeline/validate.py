@@ -16,7 +16,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _core
-from .calibrate import BOUND_TOLERANCE
+from .calibrate import BOUND_TOLERANCE, within_share
 from .catalog import Catalog, default_catalog
 from .collectives import _protocol_json, bus_factor
 
@@ -95,12 +95,9 @@ def kernel_comm_rows(kernels: str, cat: Catalog) -> tuple[list[dict[str, Any]], 
         groups.setdefault((r["hardware"], r["library"], r["op"], r["ranks"]), []).append(r)
     for (hw, lib, op, n), g in sorted(groups.items()):
         dev = cat.get(hw)
-        kind, _ = comm_fit.fabric(dev)
         sizes = [r["size_bytes"] for r in g]
         mine = [x for x in dev.links if x["library"] == lib and x["op"] == op]
-        peers = [
-            p for p in comm_fit.pooled(fits, dev.vendor, kind, cat, exclude=hw) if p["library"] == lib and p["op"] == op
-        ]
+        peers = comm_fit.peers(fits, dev, lib, op, cat)
         pred = comm_fit.predict(op, n, sizes, dev, mine, cat)
         bound = _core.collective(op, n, np.asarray(sizes, dtype=float), comm_fit.fabric(dev)[1], 0.0,
                                  json.dumps({**json.loads(_protocol_json(cat)), **_BOUND_PROTO}))["time_s"]  # fmt: skip
@@ -184,7 +181,7 @@ def comm_report(catalog: Optional[Catalog] = None, kernels: Optional[str] = None
                 "median_obs_over_held_out": _median(
                     [x["obs_over_held_out"] for x in v if x.get("obs_over_held_out") is not None]
                 ),
-                "within_1_5x": float(np.mean([1 / 1.5 < x["obs_over_pred"] < 1.5 for x in v])),
+                "within_1_5x": within_share([x["obs_over_pred"] for x in v]),
                 "max_obs_over_bound": max(x["obs_over_bound"] for x in v),
             }
             for key, v in sorted(g.items())
@@ -230,6 +227,6 @@ def rows_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
             "rows": len(g),
             "medape": float(np.median(np.abs(pred - obs) / obs)),
             "median_obs_over_pred": float(np.median(ratio)),
-            "within_1_5x": float(np.mean((ratio < 1.5) & (ratio > 1 / 1.5))),
+            "within_1_5x": within_share(ratio),
         }
     return {"groups": out, "not_priced": dict(sorted(reasons.items(), key=lambda kv: -kv[1]))}

@@ -625,9 +625,8 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
                 let e = *num_experts as f64;
                 let fe = *expert_intermediate_size as f64;
                 // E / EP whole experts a rank, each sharded over the MoE TP (group / EP)
-                let ep = ctx.ep.max(1) as f64;
-                let group = t * ctx.attention_dp.max(1) as f64;
-                let experts = e / ep * mlp(Role::ExpertUp, Role::ExpertDown, fe / (group / ep), *gated, *bias);
+                let (ep, moe_tp) = ctx.expert_split();
+                let experts = e / ep * mlp(Role::ExpertUp, Role::ExpertDown, fe / moe_tp, *gated, *bias);
                 let shared = if *shared_intermediate_size > 0 {
                     mlp(
                         Role::Up,

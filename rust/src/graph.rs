@@ -278,6 +278,13 @@ pub struct BuildCtx<'a> {
 }
 
 impl BuildCtx<'_> {
+    /// How the routed experts are split over the MoE group (`tp` x `attention_dp` ranks):
+    /// (EP, MoE TP), E/EP whole experts a rank, each sharded over MoE TP = group / EP ranks.
+    pub fn expert_split(&self) -> (f64, f64) {
+        let ep = self.ep.max(1) as f64;
+        (ep, (self.tp * self.attention_dp.max(1)) as f64 / ep)
+    }
+
     fn comm(&self, op: Collective, ranks: u64, msg: f64) -> f64 {
         match self.topo {
             Some(t) if ranks > 1 => t.time(op, ranks, msg, &self.proto).time_s,
@@ -725,9 +732,8 @@ impl Builder<'_, '_> {
                 // (adp t), and each rank dispatches its t / tp share of its group's tokens to
                 // the experts they route to and gets the results back: two all-to-alls of
                 // (t / tp) k d elements over the ep ranks.
-                let epf = c.ep.max(1) as f64;
+                let (epf, moe_tp) = c.expert_split();
                 let adp = c.attention_dp.max(1) as f64;
-                let group = tpf * adp;
                 let routed = distinct_experts(*num_experts, *top_k, route_tokens * adp, c.routing_skew);
                 let msg = t / tpf * k * d * c.act_b;
                 if c.attention_dp > 1 && c.ep > 1 {
@@ -737,7 +743,7 @@ impl Builder<'_, '_> {
                     [OpKind::ExpertUp, OpKind::ExpertAct, OpKind::ExpertDown],
                     [Role::ExpertUp, Role::ExpertDown],
                     adp * t * k / epf,
-                    fe / (group / epf),
+                    fe / moe_tp,
                     *gated,
                     af,
                     *bias,
