@@ -75,3 +75,13 @@ def test_production_estimates_use_the_kernel_profile():
     # with no device of its architecture fitted, the runtime's profile (the devices' medians)
     mi = ridgeline.estimate("meta-llama/Llama-3.1-70B", "MI300X", tp=4, runtime="vllm")
     assert mi.calibration.startswith("runtime-profile (vllm 0.14.0, 0.24.0")
+
+
+def test_a_folder_without_the_tables_is_a_typed_error(tmp_path):
+    from ridgeline import PlanError
+    from ridgeline.kernel_fit import measure, serving_rows
+
+    with pytest.raises(PlanError, match="no vllm, sglang, trtllm GEMM tables"):
+        measure(tmp_path)
+    with pytest.raises(PlanError, match="no silicon_calibration.csv"):
+        serving_rows(tmp_path, default_catalog())

@@ -44,6 +44,7 @@ from .calibrate import (
     within_share,
 )  # fmt: skip
 from .catalog import Catalog, Device, default_catalog
+from .errors import PlanError
 from .kernels import KERNEL_DIR, gemm_tables
 from .quant import formats_table
 from .runtimes import KERNEL_RUNTIMES
@@ -152,6 +153,9 @@ def serving_rows(root: str | os.PathLike[str], cat: Catalog) -> list[Decomposed]
     from .benchmarks import import_file
 
     path = Path(root) / SERVING_FILE
+    if not path.is_file():
+        raise PlanError(f"kernel tables: no {SERVING_FILE} under {str(root)!r} (the serving runs the step overhead "
+                        f"is fitted on; a source checkout has {KERNEL_DIR}/{SERVING_FILE})")  # fmt: skip
     rows = import_file(str(path), path.read_text())
     return [decompose(r, cat) for r in rows
             if r["metric"] == "tpot_ms" and not r["not_priced"] and r["runtime"] in KERNEL_RUNTIMES]  # fmt: skip
@@ -192,6 +196,8 @@ def measure(root: str | os.PathLike[str] = KERNEL_DIR, catalog: Optional[Catalog
     for t in gemm_tables(root):
         if t["runtime"] in KERNEL_RUNTIMES:
             tables.setdefault((t["runtime"], t["hardware"]), []).append(t)
+    if not tables:
+        raise PlanError(f"kernel tables: no {', '.join(KERNEL_RUNTIMES)} GEMM tables under {str(root)!r}")
     serving: dict[tuple[str, str], list[Decomposed]] = {}
     for d in serving_rows(root, cat):
         serving.setdefault((d.row["runtime"], d.row["hardware"]), []).append(d)
