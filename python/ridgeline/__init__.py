@@ -19,6 +19,7 @@ from .errors import (
 )
 from .estimate import Estimate, estimate
 from .models import Model
+from .serving import Simulation, simulate
 
 __all__ = [
     "Catalog",
@@ -31,7 +32,9 @@ __all__ = [
     "ModelConfigError",
     "PlanError",
     "RidgelineError",
+    "Simulation",
     "UnknownNameError",
     "__version__",
     "estimate",
+    "simulate",
 ]

@@ -30,6 +30,7 @@ __all__ = [
     "estimate_many",
     "estimate_prepared",
     "parse_dtype",
+    "simulate_prepared",
     "sweep_grid",
 ]
 
@@ -110,6 +111,9 @@ class CoreDevice:
     @property
     def name(self) -> str: ...
 
+def simulate_prepared(
+    prepared: Prepared, tp: int, ep: int, scheduler_json: str, workload_json: str, options_json: str
+) -> dict[str, Any]: ...
 def estimate_prepared(
     prepared: Prepared,
     batch: int,

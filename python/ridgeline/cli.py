@@ -234,6 +234,119 @@ def estimate(
         click.echo(_breakdown_text(e.breakdown_rows()))
 
 
+_SIM_KEYS = (
+    "model", "hardware", "tp", "ep", "runtime", "dtype", "weight_dtype", "kv_dtype", "rate", "burstiness",
+    "concurrency", "trace", "requests", "prompt", "output", "declare_output", "seed", "max_model_len", "kv_blocks",
+    "slo_ttft_ms", "slo_tpot_ms", "horizon_s", "max_num_batched_tokens", "max_num_seqs", "block_size",
+    "chunked_prefill", "mixed", "reserve_full", "memory_fraction", "fraction_of_free",
+)  # fmt: skip
+
+
+def _scenario(path: Optional[str]) -> dict[str, Any]:
+    """A scenario file (YAML or JSON): a mapping of ``simulate`` arguments."""
+    if path is None:
+        return {}
+    import yaml
+
+    from .errors import PlanError
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise PlanError(f"scenario: {path} could not be read as YAML or JSON: {_one_line(str(e))}") from None
+    if not isinstance(data, dict):
+        raise PlanError(f"scenario: {path} must hold a mapping of simulate arguments, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(_SIM_KEYS))
+    if unknown:
+        raise PlanError(f"scenario: {path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(_SIM_KEYS)})")
+    return data
+
+
+@cli.command()
+@click.option(
+    "--scenario",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="YAML/JSON file of simulate arguments (model, hardware, rate, ...); flags given override it.",
+)
+@click.option("--model", "-m", default=None, help="Bundled Hugging Face id, or a path to config.json.")
+@click.option("--hardware", "-H", default=None, help="Catalog device name or alias.")
+@click.option("--tp", type=int, default=None, help="Tensor-parallel degree (default 1).")
+@click.option("--ep", type=int, default=None, help="Expert-parallel degree (default 1).")
+@click.option("--runtime", default=None, help="vllm, sglang or trtllm: its calibration and scheduler defaults.")
+@click.option("--dtype", default=None, help=f"Activation dtype (default bf16): {DTYPES}.")
+@click.option("--weight-dtype", default=None, help="Weight storage format (as estimate).")
+@click.option("--kv-dtype", default=None, help="KV-cache dtype.")
+@click.option("--rate", type=float, default=None, help="Open loop: requests per second (Poisson).")
+@click.option("--burstiness", type=float, default=None, help="Gamma arrivals: the gaps' coefficient of variation.")
+@click.option("--concurrency", type=int, default=None, help="Closed loop: clients, each sending when its last ends.")
+@click.option("--trace", default=None, help="CSV/JSONL of arrival_s, prompt_tokens, output_tokens[, max_tokens].")
+@click.option("--requests", type=int, default=None, help="Requests to send (default 1000).")
+@click.option(
+    "--prompt",
+    default=None,
+    help="Prompt lengths: N, uniform:LO:HI, normal:MEAN:STD[:LO:HI], lognormal:MEAN:SIGMA[:LO:HI] (default 1024).",
+)
+@click.option("--output", default=None, help="Output lengths, as --prompt (default 256).")
+@click.option(
+    "--declare-output/--no-declare-output",
+    default=None,
+    help="Requests declare their output length as max_tokens (default yes, as benchmark clients).",
+)
+@click.option("--seed", type=int, default=None, help="Seed of the one generator (default 0).")
+@click.option("--max-num-batched-tokens", type=int, default=None, help="Token budget per step (runtime default).")
+@click.option("--max-num-seqs", type=int, default=None, help="Requests running at once (runtime default).")
+@click.option("--block-size", type=int, default=None, help="Tokens per KV block (runtime default).")
+@click.option("--chunked-prefill/--no-chunked-prefill", default=None, help="Split prompts across steps.")
+@click.option("--mixed/--no-mixed", default=None, help="Prefill chunks share steps with decodes.")
+@click.option(
+    "--reserve-full/--no-reserve-full", default=None, help="Admission reserves the whole sequence's KV (no preemption)."
+)
+@click.option("--memory-fraction", type=float, default=None, help="Memory share the runtime takes (runtime default).")
+@click.option("--max-model-len", type=int, default=None, help="Longest sequence (default: the model's).")
+@click.option("--kv-blocks", type=int, default=None, help="KV blocks of the instance (default: from memory).")
+@click.option("--slo-ttft-ms", type=float, default=None, help="TTFT objective for goodput.")
+@click.option("--slo-tpot-ms", type=float, default=None, help="TPOT objective for goodput.")
+@click.option("--horizon-s", type=float, default=None, help="Stop the clock here.")
+@click.option(
+    "--out", type=click.Path(file_okay=False), default=None, help="Folder for requests.parquet and series.parquet."
+)
+@click.option("--sample-ms", type=float, default=100.0, show_default=True, help="Time-series interval with --out.")
+@click.option("--force", is_flag=True, help="Overwrite files in --out.")
+@click.option("--uncalibrated", is_flag=True, help="Price steps at the efficiency-1 bound.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, force: bool, uncalibrated: bool,
+             as_json: bool, **flags: Any) -> None:  # fmt: skip
+    """Simulate a serving instance under load: TTFT, TPOT, ITL, throughput, goodput."""
+    from .errors import PlanError
+    from .serving import simulate as run
+
+    args = _scenario(scenario)
+    args.update({k: v for k, v in flags.items() if v is not None})
+    for k in ("model", "hardware"):
+        if k not in args:
+            raise PlanError(f"{k}: required (--{k} or the scenario file's {k} key)")
+    files = []
+    if out is not None:
+        files = [Path(out) / "requests.parquet", Path(out) / "series.parquet"]
+        there = [str(f) for f in files if f.exists()]
+        if there and not force:
+            raise PlanError(f"out: {', '.join(there)} already exist(s); pass --force to overwrite")
+    model, hardware = args.pop("model"), args.pop("hardware")
+    s = run(model, hardware, keep_requests=out is not None, sample_s=sample_ms / 1e3 if out is not None else None,
+            calibrated=not uncalibrated, **args)  # fmt: skip
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        s.requests.write_parquet(files[0])
+        s.series.write_parquet(files[1])
+    if as_json:
+        click.echo(json.dumps(s.to_dict(), indent=2))
+        return
+    click.echo(s.summary())
+    for f in files:
+        click.echo(f"wrote {f}")
+
+
 def _held_out_text(held: Any) -> str:
     """The TTFT and TPOT ranges 80% of the runtime's held-out rows fell in."""
     parts, counts = [], []

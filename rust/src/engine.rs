@@ -689,6 +689,30 @@ impl<'a> Layout<'a> {
         let kv_layers = m.kv_layers(plan.tp);
         Ok(Layout { r, weights, kv_layers })
     }
+
+    /// The build context every step of the layout is built from.
+    pub(crate) fn ctx(&self) -> &BuildCtx<'a> {
+        &self.r.ctx
+    }
+
+    /// Weight bytes one rank holds without pipeline stages: decoder layers, embeddings, head.
+    pub(crate) fn weight_bytes(&self) -> f64 {
+        self.weights.0 + self.weights.1 + self.weights.2
+    }
+
+    /// KV-cache bytes one rank holds per token of one sequence, every layer counted at full
+    /// length (a sliding-window layer's blocks are not freed behind its window).
+    pub(crate) fn kv_bytes_per_token(&self) -> f64 {
+        self.kv_layers
+            .iter()
+            .map(|&(count, values, _)| count as f64 * values as f64 * self.r.ctx.kv_b)
+            .sum()
+    }
+
+    /// The warnings resolving the layout gave.
+    pub(crate) fn warnings(&self) -> &[String] {
+        &self.r.warnings
+    }
 }
 
 /// One phase priced: its operators' totals (and rows with a breakdown) and the largest

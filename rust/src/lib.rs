@@ -17,6 +17,7 @@ pub mod model;
 pub mod params;
 pub mod plan;
 pub mod roofline;
+pub mod serving;
 pub mod sweep;
 pub mod weights;
 

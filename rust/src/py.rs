@@ -12,6 +12,8 @@ use crate::model::Model;
 use crate::params;
 use crate::plan::{Efficiency, Plan};
 use crate::roofline::Cost;
+use crate::serving::workload::Workload;
+use crate::serving::{self, Options, Scheduler, SimResult};
 use crate::sweep;
 use numpy::{PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::create_exception;
@@ -387,6 +389,97 @@ fn estimate_prepared(
         Ok(py.detach(|| engine::estimate(m, d, &plan, eff, proto, breakdown))?)
     })?;
     Ok(CoreEstimate { inner: e })
+}
+
+/// Simulates one serving instance of a prepared layout (`serving::simulate`): the scheduler,
+/// workload and options as JSON, the plan's parallel degrees as numbers. Returns a dict of the
+/// counts, metric summaries and scalars, and (when kept) per-request and time-series columns.
+#[pyfunction]
+#[pyo3(signature = (prepared, tp, ep, scheduler_json, workload_json, options_json))]
+fn simulate_prepared<'py>(
+    py: Python<'py>,
+    prepared: &Prepared,
+    tp: u64,
+    ep: u64,
+    scheduler_json: &str,
+    workload_json: &str,
+    options_json: &str,
+) -> PyResult<Bound<'py, PyDict>> {
+    let sched: Scheduler = from_json("scheduler", scheduler_json)?;
+    let work: Workload = from_json("workload", workload_json)?;
+    let opts: Options = from_json("options", options_json)?;
+    let plan = Plan {
+        tp,
+        ep,
+        ..prepared.plan.clone()
+    };
+    let (m, d, eff, proto) = prepared.parts();
+    let r = guarded("the simulation", || {
+        Ok(py.detach(|| serving::simulate(m, d, &plan, eff, proto, &sched, &work, &opts))?)
+    })?;
+    sim_dict(py, r)
+}
+
+/// A struct of numbers as a dict (integers stay integers).
+fn flat_dict<'py, T: serde::Serialize>(py: Python<'py>, v: &T) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let value = serde_json::to_value(v).map_err(|e| PyErr::from(Error::Input(e.to_string())))?;
+    if let serde_json::Value::Object(map) = value {
+        for (k, x) in map {
+            match (x.as_u64(), x.as_f64()) {
+                (Some(u), _) => d.set_item(k, u)?,
+                (None, Some(f)) => d.set_item(k, f)?,
+                _ => d.set_item(k, py.None())?,
+            }
+        }
+    }
+    Ok(d)
+}
+
+fn sim_dict(py: Python<'_>, r: SimResult) -> PyResult<Bound<'_, PyDict>> {
+    let out = PyDict::new(py);
+    out.set_item("counts", flat_dict(py, &r.counts)?)?;
+    for (name, st) in [("ttft", r.ttft), ("tpot", r.tpot), ("itl", r.itl), ("e2e", r.e2e)] {
+        out.set_item(name, flat_dict(py, &st)?)?;
+    }
+    out.set_item("duration_s", r.duration_s)?;
+    for (name, v) in [
+        ("output_tokens", r.output_tokens),
+        ("prompt_tokens", r.prompt_tokens),
+        ("steps", r.steps),
+        ("preemptions", r.preemptions),
+        ("good_requests", r.good_requests),
+        ("kv_blocks", r.kv_blocks),
+        ("block_size", r.block_size),
+        ("max_model_len", r.max_model_len),
+        ("max_running", r.max_running),
+        ("shapes_built", r.shapes_built),
+    ] {
+        out.set_item(name, v)?;
+    }
+    out.set_item("warnings", PyList::new(py, r.warnings)?)?;
+    let q = &r.requests;
+    let req = PyDict::new(py);
+    req.set_item("id", PyArray1::from_iter(py, q.iter().map(|x| x.id)))?;
+    req.set_item("arrival_s", PyArray1::from_iter(py, q.iter().map(|x| x.arrival_s)))?;
+    req.set_item(
+        "first_token_s",
+        PyArray1::from_iter(py, q.iter().map(|x| x.first_token_s)),
+    )?;
+    req.set_item("end_s", PyArray1::from_iter(py, q.iter().map(|x| x.end_s)))?;
+    req.set_item("prompt_tokens", PyArray1::from_iter(py, q.iter().map(|x| x.prompt)))?;
+    req.set_item("output_tokens", PyArray1::from_iter(py, q.iter().map(|x| x.output)))?;
+    req.set_item("preemptions", PyArray1::from_iter(py, q.iter().map(|x| x.preemptions)))?;
+    req.set_item("status", PyList::new(py, q.iter().map(|x| x.status.name()))?)?;
+    out.set_item("requests", req)?;
+    let s = &r.series;
+    let ser = PyDict::new(py);
+    ser.set_item("t_s", PyArray1::from_iter(py, s.iter().map(|x| x.t_s)))?;
+    ser.set_item("waiting", PyArray1::from_iter(py, s.iter().map(|x| x.waiting)))?;
+    ser.set_item("running", PyArray1::from_iter(py, s.iter().map(|x| x.running)))?;
+    ser.set_item("kv_used", PyArray1::from_iter(py, s.iter().map(|x| x.kv_used)))?;
+    out.set_item("series", ser)?;
+    Ok(out)
 }
 
 fn to_u64(name: &str, a: &[i64]) -> PyResult<Vec<u64>> {
@@ -802,6 +895,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CoreEstimate>()?;
     m.add_function(wrap_pyfunction!(estimate_prepared, m)?)?;
     m.add_function(wrap_pyfunction!(estimate_many, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate_prepared, m)?)?;
     m.add_function(wrap_pyfunction!(collective, m)?)?;
     m.add_function(wrap_pyfunction!(sweep_grid, m)?)?;
     m.add_function(wrap_pyfunction!(distinct_experts, m)?)?;

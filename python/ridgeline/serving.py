@@ -1,0 +1,457 @@
+"""Serving simulation: ``ridgeline.simulate(model, hardware, ...)`` runs one inference server
+under a workload (spec 70) in the Rust event loop, each step priced by the engine, and returns a
+``Simulation``: request counts, TTFT/TPOT/ITL/E2E summaries, throughput and goodput, and (when
+asked) per-request records and a queue/KV time series as Polars frames.
+
+The scheduler's semantics come from the runtime (data/calibration/runtime_schedulers.csv, each
+row sourced from the runtime's code); any of them can be given instead."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from . import _checks, _core, _data
+from .catalog import Catalog, Device
+from .errors import PlanError
+from .estimate import _prepare
+
+_SCHEDULERS = "data/calibration/runtime_schedulers.csv"
+#: Scheduler fields a user may give, with their types.
+SCHEDULER_FIELDS = {
+    "max_num_batched_tokens": int,
+    "max_num_seqs": int,
+    "block_size": int,
+    "chunked_prefill": bool,
+    "mixed": bool,
+    "reserve_full": bool,
+    "memory_fraction": float,
+    "fraction_of_free": bool,
+}
+_LENGTH_KINDS = {
+    "fixed": ("value",),
+    "uniform": ("lo", "hi"),
+    "normal": ("mean", "std"),
+    "lognormal": ("mean", "sigma"),
+}
+_METRICS = ("ttft", "tpot", "itl", "e2e")
+
+
+@functools.lru_cache(maxsize=1)
+def _scheduler_rows() -> tuple[dict[str, str], ...]:
+    return tuple(csv.DictReader(_data.read_text(_SCHEDULERS).splitlines()))
+
+
+def scheduler_defaults(runtime: Optional[str], dev: Device) -> Optional[dict[str, Any]]:
+    """How ``runtime`` schedules on ``dev`` by default (its row of runtime_schedulers.csv for the
+    device's memory and name, with the row's source), or None where the table has no row.
+
+    >>> from ridgeline.catalog import default_catalog
+    >>> scheduler_defaults("vllm", default_catalog().get("H100_SXM"))["max_num_batched_tokens"]
+    8192
+    """
+    rows = [
+        r for r in _scheduler_rows()
+        if r["runtime"] == runtime and dev.memory_gb >= float(r["min_memory_gb"])
+        and not (r["not_devices"] and r["not_devices"].lower() in dev.name.lower())
+    ]  # fmt: skip
+    if not rows:
+        return None
+    r = max(rows, key=lambda x: float(x["min_memory_gb"]))
+    out: dict[str, Any] = {}
+    for k, kind in SCHEDULER_FIELDS.items():
+        out[k] = r[k] == "true" if kind is bool else kind(r[k])
+    out["source"] = r["source"]
+    return out
+
+
+def parse_lengths(name: str, v: Any, hi: int) -> dict[str, Any]:
+    """A length distribution from what a user writes: a whole number (fixed), ``"uniform:LO:HI"``,
+    ``"normal:MEAN:STD[:LO:HI]"``, ``"lognormal:MEAN:SIGMA[:LO:HI]"`` (MEAN of the lengths, SIGMA of
+    their logarithm) or a mapping with ``kind``. Clamps default to 1 and ``hi``.
+
+    >>> parse_lengths("output", "lognormal:300:0.8", 4096)
+    {'kind': 'lognormal', 'mean': 300.0, 'sigma': 0.8, 'lo': 1, 'hi': 4096}
+    """
+    if isinstance(v, Mapping):
+        spec = dict(v)
+        kind = spec.get("kind")
+        if kind not in _LENGTH_KINDS:
+            raise PlanError(f"{name}: kind must be one of {', '.join(_LENGTH_KINDS)}, got {kind!r}")
+        if kind != "fixed":
+            spec.setdefault("lo", 1)
+            spec.setdefault("hi", hi)
+        return spec
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return {"kind": "fixed", "value": _checks.whole(name, v, 1)}
+    text = _checks.text(name, v).strip()
+    parts = text.split(":")
+    kind = parts[0].lower()
+    usage = (
+        f"{name}: expected a whole number or one of uniform:LO:HI, normal:MEAN:STD[:LO:HI], "
+        f"lognormal:MEAN:SIGMA[:LO:HI], got {v!r}"
+    )
+    if len(parts) == 1:
+        try:
+            return {"kind": "fixed", "value": _checks.whole(name, int(text), 1)}
+        except ValueError:
+            raise PlanError(usage) from None
+    if (
+        kind not in _LENGTH_KINDS
+        or kind == "fixed"
+        or len(parts) not in (3, 5)
+        or (kind == "uniform" and len(parts) != 3)
+    ):
+        raise PlanError(usage)
+    try:
+        nums = [float(p) for p in parts[1:]]
+    except ValueError:
+        raise PlanError(usage) from None
+    if kind == "uniform":
+        return {
+            "kind": "uniform",
+            "lo": _checks.whole(f"{name} lo", nums[0], 1),
+            "hi": _checks.whole(f"{name} hi", nums[1], 1),
+        }
+    a, b = _LENGTH_KINDS[kind]
+    lo, top = (nums[2], nums[3]) if len(nums) == 4 else (1, hi)
+    return {"kind": kind, a: nums[0], b: nums[1], "lo": _checks.whole(f"{name} lo", lo, 1),
+            "hi": _checks.whole(f"{name} hi", top, 1)}  # fmt: skip
+
+
+def read_trace(path: Any) -> list[dict[str, Any]]:
+    """Rows of a trace file (CSV or JSONL): ``arrival_s, prompt_tokens, output_tokens``, optional
+    ``max_tokens``. A ``prefix_id`` column with values is refused: prefix caching is not simulated
+    yet, and a trace's shared prefixes would be priced as new tokens."""
+    import polars as pl
+
+    p = Path(_checks.text("trace", str(path)))
+    if not p.is_file():
+        raise PlanError(
+            f"trace: {p} is not a readable file (a CSV or JSONL of arrival_s, prompt_tokens, output_tokens)"
+        )
+    try:
+        df = pl.read_ndjson(p) if p.suffix.lower() in (".jsonl", ".ndjson", ".json") else pl.read_csv(p)
+    except Exception as e:  # polars raises several types for a malformed file
+        raise PlanError(
+            f"trace: {p} could not be read as {'JSONL' if p.suffix.lower() != '.csv' else 'CSV'}: {e}"
+        ) from None
+    need = ("arrival_s", "prompt_tokens", "output_tokens")
+    missing = [c for c in need if c not in df.columns]
+    if missing:
+        raise PlanError(f"trace: {p} lacks column(s) {', '.join(missing)} (it has {', '.join(df.columns)})")
+    if "prefix_id" in df.columns and df["prefix_id"].drop_nulls().len() > 0:
+        raise PlanError(
+            f"trace: {p} has prefix_id values, but prefix caching is not simulated yet (shared prefixes would be "
+            "priced as new tokens); drop the column to simulate without prefix reuse"
+        )
+    rows = []
+    cols = [*need, *(["max_tokens"] if "max_tokens" in df.columns else [])]
+    for i, r in enumerate(df.select(cols).iter_rows(named=True)):
+        try:
+            row = {"arrival_s": _checks.number("arrival_s", r["arrival_s"]),
+                   "prompt_tokens": _checks.whole("prompt_tokens", r["prompt_tokens"], 1),
+                   "output_tokens": _checks.whole("output_tokens", r["output_tokens"], 1)}  # fmt: skip
+            if r.get("max_tokens") is not None:
+                row["max_tokens"] = _checks.whole("max_tokens", r["max_tokens"], 1)
+        except PlanError as e:
+            raise PlanError(f"trace: {p} row {i + 1}: {e}") from None
+        rows.append(row)
+    if not rows:
+        raise PlanError(f"trace: {p} holds no requests")
+    return rows
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """One simulated serving run. Times in seconds; each metric summary holds count, mean, min,
+    p50, p90, p99 and max (quantiles from a streamed log histogram, within 0.013%)."""
+
+    model: str
+    hardware: str
+    runtime: Optional[str]
+    calibration: str
+    calibration_note: str
+    runtime_note: str
+    plan: Mapping[str, Any]
+    scheduler: Mapping[str, Any]
+    workload: Mapping[str, Any]
+    counts: Mapping[str, int]
+    ttft_s: Mapping[str, float]
+    tpot_s: Mapping[str, float]
+    itl_s: Mapping[str, float]
+    e2e_s: Mapping[str, float]
+    duration_s: float
+    output_tokens: int
+    prompt_tokens: int
+    steps: int
+    preemptions: int
+    good_requests: int
+    kv_blocks: int
+    max_model_len: int
+    max_running: int
+    slo: Mapping[str, Optional[float]]
+    warnings: tuple[str, ...]
+    requests: Any = field(default=None, repr=False)
+    series: Any = field(default=None, repr=False)
+
+    @property
+    def finished(self) -> int:
+        """Requests that ended with tokens (completed or length-capped)."""
+        return int(self.counts["completed"] + self.counts["length_capped"])
+
+    @property
+    def request_rate_req_s(self) -> float:
+        return self.finished / self.duration_s if self.duration_s > 0 else 0.0
+
+    @property
+    def output_tok_s(self) -> float:
+        return self.output_tokens / self.duration_s if self.duration_s > 0 else 0.0
+
+    @property
+    def total_tok_s(self) -> float:
+        return (self.output_tokens + self.prompt_tokens) / self.duration_s if self.duration_s > 0 else 0.0
+
+    @property
+    def goodput_req_s(self) -> float:
+        """Finished requests meeting every SLO given, per second."""
+        return self.good_requests / self.duration_s if self.duration_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k not in ("requests", "series")}
+        out.update(request_rate_req_s=self.request_rate_req_s, output_tok_s=self.output_tok_s,
+                   total_tok_s=self.total_tok_s, goodput_req_s=self.goodput_req_s)  # fmt: skip
+        result: dict[str, Any] = json.loads(json.dumps(out, default=list))
+        return result
+
+    def summary(self) -> str:
+        """A readable summary with units."""
+        s, c, w = self.scheduler, self.counts, self.workload
+        rejected = sum(v for k, v in c.items() if k.startswith("rejected"))
+        causes = ", ".join(f"{k[len('rejected_') :].replace('_', ' ')} {v:,}" for k, v in c.items()
+                           if k.startswith("rejected") and v)  # fmt: skip
+        causes = f" ({causes})" if causes else ""
+        lines = [
+            f"{self.model} on {self.hardware}, TP {self.plan['tp']}"
+            + (f", EP {self.plan['ep']}" if self.plan["ep"] > 1 else "")
+            + f", {self.runtime or 'no runtime'} ({self.calibration})",
+            f"scheduler: {s['max_num_batched_tokens']} tokens a step, {s['max_num_seqs']} sequences, "
+            f"KV {self.kv_blocks:,} blocks of {s['block_size']} ({self.kv_blocks * s['block_size']:,} tokens), "
+            + ("chunked prefill" if s["chunked_prefill"] else "whole prompts")
+            + (", mixed steps" if s["mixed"] else ", prefill before decode")
+            + (", whole-sequence KV reserved" if s["reserve_full"] else ""),
+            f"workload: {w['describe']}",
+            f"requests: {c['injected']:,} sent, {c['completed']:,} completed, {c['length_capped']:,} length-capped, "
+            f"{rejected:,} rejected{causes}, {c['waiting'] + c['running']:,} in flight; "
+            f"{self.preemptions:,} preemptions; at most {self.max_running:,} running",
+            f"over {self.duration_s:.2f} s: {self.request_rate_req_s:.2f} req/s, "
+            f"{self.output_tok_s:,.0f} output tok/s, "
+            f"{self.total_tok_s:,.0f} total tok/s"
+            + (
+                f"; goodput {self.goodput_req_s:.2f} req/s ({self.good_requests:,} of {self.finished:,} within "
+                + ", ".join(f"{k.upper()} {v:g} ms" for k, v in self.slo.items() if v is not None)
+                + ")"
+                if any(v is not None for v in self.slo.values())
+                else ""
+            ),
+            "",
+            f"{'':<10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}",
+        ]
+        for name, st in (
+            ("TTFT ms", self.ttft_s),
+            ("TPOT ms", self.tpot_s),
+            ("ITL ms", self.itl_s),
+            ("E2E s", self.e2e_s),
+        ):
+            k = 1.0 if name.endswith(" s") else 1e3
+            vals = "".join(f"{st[q] * k:>10.2f}" for q in ("mean", "p50", "p90", "p99", "max"))
+            lines.append(f"{name:<10}{vals}" if st["count"] else f"{name:<10}{'-':>10}")
+        lines += ["", f"calibration: {self.calibration_note}", f"runtime: {self.runtime_note}"]
+        lines += [f"warning: {x}" for x in self.warnings]
+        return "\n".join(lines)
+
+
+def _describe(workload: Mapping[str, Any]) -> str:
+    a = workload["arrivals"]
+
+    def lengths(d: Mapping[str, Any]) -> str:
+        if d["kind"] == "fixed":
+            return str(d["value"])
+        args = ", ".join(f"{k} {v:g}" for k, v in d.items() if k != "kind")
+        return f"{d['kind']}({args})"
+
+    if a["kind"] == "trace":
+        return f"trace of {len(a['rows']):,} requests"
+    head = {
+        "poisson": f"Poisson {a.get('rate', 0):g} req/s",
+        "gamma": f"gamma {a.get('rate', 0):g} req/s (CV {a.get('cv', 0):g})",
+        "closed": f"closed loop of {a.get('concurrency', 0)} clients",
+    }[a["kind"]]
+    return (f"{head}, {workload['requests']:,} requests, prompt {lengths(workload['prompt'])}, "
+            f"output {lengths(workload['output'])} tokens")  # fmt: skip
+
+
+def simulate(
+    model: Any,
+    hardware: Any,
+    *,
+    rate: Optional[float] = None,
+    burstiness: float = 1.0,
+    concurrency: Optional[int] = None,
+    trace: Any = None,
+    requests: Optional[int] = None,
+    prompt: Any = 1024,
+    output: Any = 256,
+    declare_output: bool = True,
+    seed: int = 0,
+    tp: int = 1,
+    ep: int = 1,
+    runtime: Optional[str] = None,
+    dtype: str = "bf16",
+    weight_dtype: Optional[str] = None,
+    kv_dtype: Optional[str] = None,
+    max_model_len: Optional[int] = None,
+    kv_blocks: Optional[int] = None,
+    slo_ttft_ms: Optional[float] = None,
+    slo_tpot_ms: Optional[float] = None,
+    horizon_s: Optional[float] = None,
+    keep_requests: bool = False,
+    sample_s: Optional[float] = None,
+    calibrated: bool = True,
+    catalog: Optional[Catalog] = None,
+    **scheduler: Any,
+) -> Simulation:
+    """Simulates one serving instance under a workload.
+
+    Args:
+        model, hardware, tp, ep, runtime, dtype, weight_dtype, kv_dtype, calibrated, catalog: as
+            ``estimate``; the runtime also gives the scheduler's defaults.
+        rate: open-loop arrivals per second (Poisson; gamma gaps with ``burstiness`` != 1, the
+            coefficient of variation of the gaps).
+        concurrency: closed loop instead: this many clients, each sending its next request when
+            its last one ends.
+        trace: a CSV or JSONL file of ``arrival_s, prompt_tokens, output_tokens[, max_tokens]``.
+        requests: requests to send (default 1,000; a trace: its rows).
+        prompt, output: lengths: a whole number, ``"uniform:LO:HI"``, ``"normal:MEAN:STD[:LO:HI]"``
+            or ``"lognormal:MEAN:SIGMA[:LO:HI]"``.
+        declare_output: each request declares its output length as max_tokens (benchmark clients).
+        seed: the one generator's seed: a seed reproduces a run bit for bit.
+        max_model_len: longest sequence (default: the model's).
+        kv_blocks: the instance's KV blocks (default: from the memory the runtime leaves).
+        slo_ttft_ms, slo_tpot_ms: service-level objectives for goodput.
+        horizon_s: stop the clock here (requests in flight are counted as such).
+        keep_requests: return per-request records (``Simulation.requests``, a Polars frame).
+        sample_s: interval of the queue and KV time series (``Simulation.series``).
+        **scheduler: any of ``SCHEDULER_FIELDS`` (max_num_batched_tokens, max_num_seqs, block_size,
+            chunked_prefill, mixed, reserve_full, memory_fraction, fraction_of_free) over the
+            runtime's defaults.
+
+    >>> s = simulate("meta-llama/Llama-3.1-8B", "H100_SXM", concurrency=4, requests=8, prompt=512, output=64)
+    >>> s.counts["completed"]
+    8
+    """
+    unknown = sorted(set(scheduler) - set(SCHEDULER_FIELDS))
+    if unknown:
+        raise PlanError(f"{unknown[0]}: not a simulate argument (scheduler fields: {', '.join(SCHEDULER_FIELDS)})")
+    tp, ep = _checks.whole("tp", tp, 1), _checks.whole("ep", ep, 1)
+    p = _prepare(model, hardware, catalog, runtime=runtime, dtype=dtype, weight_dtype=weight_dtype,
+                 kv_dtype=kv_dtype, calibrated=calibrated)  # fmt: skip
+    runtime_name = p.plan_labels["runtime"]
+    sched = scheduler_defaults(runtime_name, p.dev)
+    given = {k: v for k, v in scheduler.items() if v is not None}
+    if sched is None:
+        core = ("max_num_batched_tokens", "max_num_seqs", "block_size")
+        lacking = [k for k in core if k not in given]
+        if lacking:
+            have = sorted({r["runtime"] for r in _scheduler_rows()})
+            raise PlanError(
+                f"runtime: {runtime_name or 'none'} has no scheduler defaults in {_SCHEDULERS} (it has "
+                f"{', '.join(have)}); name one of those with runtime=, or give {', '.join(lacking)}"
+            )
+        from .catalog import default_catalog
+
+        frac = (catalog or default_catalog()).constant("gpu_memory_utilization")
+        sched = {"chunked_prefill": True, "mixed": True, "reserve_full": False, "memory_fraction": frac,
+                 "fraction_of_free": False, "source": "given by the caller (the runtime has no defaults)"}  # fmt: skip
+    for k, v in given.items():
+        kind = SCHEDULER_FIELDS[k]
+        if kind is bool:
+            sched[k] = _checks.flag(k, v)
+        elif kind is int:
+            sched[k] = _checks.whole(k, v, 1)
+        else:
+            sched[k] = _checks.number(k, v, positive=True)
+    if given:
+        sched["source"] = f"{sched['source']}; given: {', '.join(sorted(given))}"
+    mml = p.m.max_model_len if max_model_len is None else _checks.whole("max_model_len", max_model_len, 1)
+    modes = [x for x in (("rate", rate), ("concurrency", concurrency), ("trace", trace)) if x[1] is not None]
+    if len(modes) != 1:
+        raise PlanError("workload: give exactly one of rate (open loop), concurrency (closed loop) or trace, "
+                        f"got {', '.join(m for m, _ in modes) or 'none'}")  # fmt: skip
+    if trace is not None:
+        arrivals: dict[str, Any] = {"kind": "trace", "rows": read_trace(trace)}
+    elif concurrency is not None:
+        arrivals = {"kind": "closed", "concurrency": _checks.whole("concurrency", concurrency, 1)}
+    else:
+        per_s = _checks.number("rate", rate, positive=True)
+        cv = _checks.number("burstiness", burstiness, positive=True)
+        arrivals = {"kind": "poisson", "rate": per_s} if cv == 1.0 else {"kind": "gamma", "rate": per_s, "cv": cv}
+    n = None if requests is None else _checks.whole("requests", requests, 1)
+    if n is None and trace is None:
+        n = 1000
+    work = {
+        "arrivals": arrivals,
+        "requests": n if n is not None else len(arrivals["rows"]),
+        "prompt": parse_lengths("prompt", prompt, mml),
+        "output": parse_lengths("output", output, mml),
+        "declare_output": _checks.flag("declare_output", declare_output),
+        "seed": _checks.whole("seed", seed, 0),
+    }
+    slo = {"ttft": slo_ttft_ms, "tpot": slo_tpot_ms}
+    opts = {
+        "slo_ttft_s": None if slo_ttft_ms is None else _checks.number("slo_ttft_ms", slo_ttft_ms, positive=True) / 1e3,
+        "slo_tpot_s": None if slo_tpot_ms is None else _checks.number("slo_tpot_ms", slo_tpot_ms, positive=True) / 1e3,
+        "horizon_s": None if horizon_s is None else _checks.number("horizon_s", horizon_s, positive=True),
+        "keep_requests": _checks.flag("keep_requests", keep_requests),
+        "sample_s": None if sample_s is None else _checks.number("sample_s", sample_s, positive=True),
+    }
+    core_sched = {k: sched[k] for k in SCHEDULER_FIELDS}
+    core_sched["max_model_len"] = mml
+    if kv_blocks is not None:
+        core_sched["kv_blocks"] = _checks.whole("kv_blocks", kv_blocks, 1)
+    r = _core.simulate_prepared(p.core, tp, ep, json.dumps(core_sched), json.dumps(work), json.dumps(opts))
+    requests_df = series_df = None
+    if keep_requests or sample_s is not None:
+        import polars as pl
+
+        if keep_requests:
+            requests_df = (
+                pl.DataFrame(dict(r["requests"]))
+                .with_columns(
+                    ttft_s=pl.col("first_token_s") - pl.col("arrival_s"), e2e_s=pl.col("end_s") - pl.col("arrival_s")
+                )
+                .sort("id")
+            )
+        if sample_s is not None:
+            series_df = pl.DataFrame(dict(r["series"]))
+    work["describe"] = _describe(work)
+    if arrivals["kind"] == "trace":
+        work["arrivals"] = {"kind": "trace", "rows": len(arrivals["rows"])}
+        work["describe"] = f"trace of {len(arrivals['rows']):,} requests"
+    warnings = (*p.warnings, *r["warnings"])
+    return Simulation(
+        model=p.model, hardware=p.dev.name, runtime=runtime_name, calibration=p.label, calibration_note=p.note,
+        runtime_note=p.runtime_note, plan={"tp": tp, "ep": ep, "dtype": p.plan_tail["dtype"],
+                                           "weights": p.plan_labels["weights"]},
+        scheduler={**sched, "max_model_len": mml}, workload=work, counts=dict(r["counts"]),
+        ttft_s=dict(r["ttft"]), tpot_s=dict(r["tpot"]), itl_s=dict(r["itl"]), e2e_s=dict(r["e2e"]),
+        duration_s=float(r["duration_s"]), output_tokens=int(r["output_tokens"]), prompt_tokens=int(r["prompt_tokens"]),
+        steps=int(r["steps"]), preemptions=int(r["preemptions"]), good_requests=int(r["good_requests"]),
+        kv_blocks=int(r["kv_blocks"]), max_model_len=mml, max_running=int(r["max_running"]), slo=slo,
+        warnings=tuple(dict.fromkeys(warnings)), requests=requests_df, series=series_df,
+    )  # fmt: skip

@@ -1,0 +1,190 @@
+//! Pricing one scheduler step on the engine's graph, fast enough for millions of steps.
+//!
+//! A step holds decodes (one token each at its own context) and prefill chunks (new tokens on
+//! top of cached ones). Every operator but the attention kernels depends only on the step's
+//! tokens, sampling sequences and sequences (`graph::StepShape`): that part is built and priced
+//! once per shape and cached. The attention kernels are affine in the attended pairs and keys
+//! (`graph::Op`: FLOPs f0 + f1 k, bytes b0 + b1 k), so a decode batch's kernel is priced at its
+//! sequences' mean keys read, exactly as one operator over all of them, and a prefill chunk's
+//! from its segment. A decode-only step is priced from exactly the operators `engine::decode`
+//! prices (so a lone request's TPOT is the static estimate's); a prefill or mixed step from
+//! exactly the operators `engine::prefill` prices for the same segments, the decodes it carries
+//! run through the decode form of attention (MLA's absorbed kernels).
+
+use crate::attention::DecodeKeys;
+use crate::engine::{decode_ops, Layout};
+use crate::graph::{build_kernels, build_step, step_shape, Geometry, Op, OpKind, Segment, StepShape};
+use crate::plan::{Efficiency, Plan};
+use crate::roofline::price;
+use std::collections::HashMap;
+
+/// A decode batch's operators, split for pricing.
+struct DecodeForm {
+    /// Every operator whose cost does not move with the contexts, summed (decode-only steps).
+    fixed_s: f64,
+    /// The decode form's own attention-side GEMMs (MLA's absorb/unabsorb), summed: what a
+    /// mixed step adds for its decodes besides the attention kernels.
+    absorb_s: f64,
+    /// The attention kernels (cost affine in the keys read).
+    kernels: Vec<Op>,
+}
+
+/// Prices steps of one layout and plan under one set of efficiencies.
+pub struct StepPricer<'a> {
+    layout: Layout<'a>,
+    plan: Plan,
+    eff: Efficiency,
+    bw: f64,
+    /// Per-step overhead: layers x t_layer + t_step (as the engine charges every step).
+    overhead_s: f64,
+    decode: Vec<Option<DecodeForm>>,
+    shapes: HashMap<StepShape, f64>,
+    scratch: Vec<Op>,
+    keys: Vec<(DecodeKeys, f64)>,
+    pub shapes_built: u64,
+}
+
+impl<'a> StepPricer<'a> {
+    pub fn new(layout: Layout<'a>, plan: &Plan, eff: &Efficiency, bw: f64) -> StepPricer<'a> {
+        let layers = layout.ctx().model.num_layers();
+        StepPricer {
+            layout,
+            plan: plan.clone(),
+            eff: *eff,
+            bw,
+            overhead_s: layers as f64 * eff.t_layer_s + eff.t_step_s,
+            decode: Vec::new(),
+            shapes: HashMap::new(),
+            scratch: Vec::with_capacity(16),
+            keys: Vec::with_capacity(4),
+            shapes_built: 0,
+        }
+    }
+
+    pub fn layout(&self) -> &Layout<'a> {
+        &self.layout
+    }
+
+    pub fn overhead_s(&self) -> f64 {
+        self.overhead_s
+    }
+
+    /// The largest activation workspace a step of `tokens` prompt tokens holds (the runtime's
+    /// profiling pass at its token budget).
+    pub fn workspace_bytes(&self, tokens: u64) -> f64 {
+        let seg = [Segment {
+            count: 1,
+            new: tokens,
+            prefix: 0,
+            samples: true,
+        }];
+        let mut ops = Vec::with_capacity(64);
+        build_step(self.layout.ctx(), &Geometry::Segments(&seg), &mut ops);
+        ops.iter().map(|o| o.act_bytes).fold(0.0, f64::max)
+    }
+
+    fn form(&mut self, batch: u64) -> &DecodeForm {
+        let i = batch as usize;
+        if self.decode.len() <= i {
+            self.decode.resize_with(i + 1, || None);
+        }
+        if self.decode[i].is_none() {
+            let ops = decode_ops(&self.layout, &self.plan, batch);
+            let (mut fixed_s, mut absorb_s, mut kernels) = (0.0, 0.0, Vec::new());
+            for op in ops {
+                if op.kind == OpKind::Attention {
+                    kernels.push(op);
+                    continue;
+                }
+                let t = price(&op, 0.0, self.bw, &self.eff).time_s;
+                fixed_s += t;
+                if matches!(op.kind, OpKind::QAbsorb | OpKind::VUnabsorb) {
+                    absorb_s += t;
+                }
+            }
+            self.decode[i] = Some(DecodeForm {
+                fixed_s,
+                absorb_s,
+                kernels,
+            });
+            self.shapes_built += 1;
+        }
+        self.decode[i].as_ref().expect("built above")
+    }
+
+    /// The attention kernels of `contexts.len()` decodes, each at its context (tokens in the
+    /// cache with its new one): every kernel priced at the batch's mean keys read.
+    fn decode_kernels_s(&mut self, contexts: &[u64]) -> f64 {
+        let batch = contexts.len() as u64;
+        self.form(batch);
+        let (bw, eff) = (self.bw, self.eff);
+        let form = self.decode[batch as usize].as_ref().expect("built above");
+        self.keys.clear();
+        let mut total = 0.0;
+        for op in &form.kernels {
+            let k = match self.keys.iter().find(|(d, _)| *d == op.keys) {
+                Some((_, k)) => *k,
+                None => {
+                    let sum: u64 = contexts.iter().map(|&l| op.keys.keys(l)).sum();
+                    let k = sum as f64 / batch as f64;
+                    self.keys.push((op.keys, k));
+                    k
+                }
+            };
+            total += price(op, k, bw, &eff).time_s;
+        }
+        total
+    }
+
+    /// A step of decodes only, at `contexts` (each >= 1), overhead included.
+    pub fn decode_step_s(&mut self, contexts: &[u64]) -> f64 {
+        let fixed = self.form(contexts.len() as u64).fixed_s;
+        fixed + self.decode_kernels_s(contexts) + self.overhead_s
+    }
+
+    /// A step with prefill chunks `prefill` (non-empty) and decodes at `contexts`, overhead
+    /// included. `segs` is scratch space the caller keeps (cleared here).
+    pub fn mixed_step_s(&mut self, prefill: &[Segment], contexts: &[u64], segs: &mut Vec<Segment>) -> f64 {
+        // the shape counts every token: a decode is one new token that samples
+        segs.clear();
+        segs.extend_from_slice(prefill);
+        if !contexts.is_empty() {
+            segs.push(Segment {
+                count: contexts.len() as u64,
+                new: 1,
+                prefix: 0,
+                samples: true,
+            });
+        }
+        let shape = step_shape(segs);
+        let fixed = match self.shapes.get(&shape) {
+            Some(&s) => s,
+            None => {
+                let mut ops = Vec::with_capacity(64);
+                build_step(self.layout.ctx(), &Geometry::Segments(segs), &mut ops);
+                let s = ops
+                    .iter()
+                    .filter(|o| !o.kind.varies_with_segments())
+                    .map(|o| price(o, 0.0, self.bw, &self.eff).time_s)
+                    .sum();
+                self.shapes.insert(shape, s);
+                self.shapes_built += 1;
+                s
+            }
+        };
+        build_kernels(self.layout.ctx(), prefill, &mut self.scratch);
+        let kernels: f64 = self
+            .scratch
+            .iter()
+            .map(|o| price(o, 0.0, self.bw, &self.eff).time_s)
+            .sum();
+        let decodes = if contexts.is_empty() {
+            0.0
+        } else {
+            self.form(contexts.len() as u64);
+            let absorb = self.decode[contexts.len()].as_ref().map_or(0.0, |f| f.absorb_s);
+            absorb + self.decode_kernels_s(contexts)
+        };
+        fixed + kernels + decodes + self.overhead_s
+    }
+}

@@ -1,0 +1,362 @@
+use super::workload::{Arrivals, Lengths, TraceRow, Workload};
+use super::*;
+use crate::device::tests::h100;
+use crate::engine::estimate;
+use crate::engine::tests::proto;
+use crate::model::tests::llama31_8b;
+
+fn plan() -> Plan {
+    Plan::new(1, 1, 1, 0.9)
+}
+
+fn vllm() -> Scheduler {
+    Scheduler {
+        max_num_batched_tokens: 8192,
+        max_num_seqs: 1024,
+        block_size: 16,
+        chunked_prefill: true,
+        mixed: true,
+        reserve_full: false,
+        max_model_len: None,
+        memory_fraction: 0.9,
+        fraction_of_free: false,
+        kv_blocks: None,
+    }
+}
+
+fn opts() -> Options {
+    Options {
+        slo_ttft_s: None,
+        slo_tpot_s: None,
+        horizon_s: None,
+        keep_requests: true,
+        sample_s: None,
+    }
+}
+
+fn fixed(v: u64) -> Lengths {
+    Lengths::Fixed { value: v }
+}
+
+fn closed(concurrency: u64, requests: u64, prompt: Lengths, output: Lengths, seed: u64) -> Workload {
+    Workload {
+        arrivals: Arrivals::Closed { concurrency },
+        requests: Some(requests),
+        prompt,
+        output,
+        declare_output: true,
+        seed,
+    }
+}
+
+fn eff() -> Efficiency {
+    Efficiency {
+        t_launch_s: 4e-6,
+        t_step_s: 1e-3,
+        eta_mem: 0.8,
+        eta_compute: 0.6,
+        ..Efficiency::uncalibrated()
+    }
+}
+
+fn sim(s: &Scheduler, w: &Workload, o: &Options) -> SimResult {
+    simulate(&llama31_8b(), &h100(), &plan(), &eff(), proto(), s, w, o).unwrap()
+}
+
+fn close(a: f64, b: f64, rel: f64) -> bool {
+    (a - b).abs() <= rel * b.abs()
+}
+
+#[test]
+fn a_lone_request_takes_the_static_estimate() {
+    // one client: each request runs alone, so its TTFT and TPOT are the engine's for batch 1
+    // with the scheduler's token budget as the prefill chunk
+    for (prompt, output, budget) in [(1000u64, 200u64, 8192u64), (5000, 64, 2048), (300, 2, 512)] {
+        let s = Scheduler {
+            max_num_batched_tokens: budget,
+            ..vllm()
+        };
+        let r = sim(&s, &closed(1, 3, fixed(prompt), fixed(output), 0), &opts());
+        let p = Plan {
+            prompt,
+            output,
+            chunk: Some(budget),
+            ..plan()
+        };
+        let e = estimate(&llama31_8b(), &h100(), &p, &eff(), proto(), false).unwrap();
+        assert_eq!(r.counts.completed, 3);
+        assert!(close(r.ttft.mean, e.ttft_s, 1e-9), "{} vs {}", r.ttft.mean, e.ttft_s);
+        assert!(
+            close(r.tpot.mean, e.tpot_s.unwrap(), 1e-9),
+            "{} vs {:?}",
+            r.tpot.mean,
+            e.tpot_s
+        );
+        assert!(close(r.e2e.mean, e.e2e_s, 1e-9));
+        assert_eq!(r.output_tokens, 3 * output);
+    }
+}
+
+#[test]
+fn saturation_throughput_is_the_static_throughput_at_the_settled_batch() {
+    // 64 clients, short prompts and long outputs: the server settles at a decode batch of 64;
+    // its output rate is the static estimate's at batch 64 (within the share of prefill steps)
+    let (c, prompt, output) = (64u64, 16u64, 2000u64);
+    let r = sim(&vllm(), &closed(c, 4 * c, fixed(prompt), fixed(output), 0), &opts());
+    let p = Plan {
+        batch: c,
+        prompt,
+        output,
+        chunk: Some(8192),
+        ..plan()
+    };
+    let e = estimate(&llama31_8b(), &h100(), &p, &eff(), proto(), false).unwrap();
+    let got = r.output_tokens as f64 / r.duration_s;
+    assert!(close(got, e.throughput_tok_s, 0.01), "{got} vs {}", e.throughput_tok_s);
+    assert_eq!(r.max_running, c);
+}
+
+#[test]
+fn conservation_holds_at_every_horizon() {
+    let w = Workload {
+        arrivals: Arrivals::Poisson { rate: 40.0 },
+        requests: Some(400),
+        prompt: Lengths::Lognormal {
+            mean: 2000.0,
+            sigma: 1.0,
+            lo: 1,
+            hi: 200_000,
+        },
+        output: Lengths::Lognormal {
+            mean: 300.0,
+            sigma: 1.0,
+            lo: 1,
+            hi: 20_000,
+        },
+        declare_output: false,
+        seed: 11,
+    };
+    // a small cache forces preemptions; max_model_len forces every rejection and the length cap
+    let s = Scheduler {
+        max_model_len: Some(8192),
+        kv_blocks: Some(2048),
+        ..vllm()
+    };
+    let mut seen_preemption = false;
+    for (i, h) in [0.5, 1.7, 3.3, 6.1, 12.0, 1e9].iter().enumerate() {
+        let o = Options {
+            horizon_s: Some(*h),
+            ..opts()
+        };
+        let w = Workload {
+            declare_output: i % 2 == 0,
+            ..w.clone()
+        };
+        let r = sim(&s, &w, &o);
+        assert!(r.counts.conserved(), "horizon {h}: {:?}", r.counts);
+        seen_preemption |= r.preemptions > 0;
+        if *h > 1e8 {
+            assert_eq!(r.counts.injected, 400);
+            assert_eq!(r.counts.waiting + r.counts.running, 0);
+            assert!(r.counts.rejected_prompt_too_long > 0, "{:?}", r.counts);
+            if w.declare_output {
+                assert!(r.counts.rejected_budget_too_long > 0, "{:?}", r.counts);
+            } else {
+                assert!(r.counts.length_capped > 0, "{:?}", r.counts);
+            }
+        }
+    }
+    assert!(seen_preemption);
+}
+
+#[test]
+fn a_seed_reproduces_a_run_bit_for_bit() {
+    let w = Workload {
+        arrivals: Arrivals::Gamma { rate: 20.0, cv: 2.0 },
+        requests: Some(300),
+        prompt: Lengths::Uniform { lo: 10, hi: 3000 },
+        output: Lengths::Normal {
+            mean: 200.0,
+            std: 100.0,
+            lo: 1,
+            hi: 1000,
+        },
+        declare_output: true,
+        seed: 5,
+    };
+    let a = sim(&vllm(), &w, &opts());
+    let b = sim(&vllm(), &w, &opts());
+    assert_eq!(a.requests, b.requests);
+    assert_eq!(a.ttft, b.ttft);
+    assert_eq!(a.duration_s.to_bits(), b.duration_s.to_bits());
+    let c = sim(&vllm(), &Workload { seed: 6, ..w }, &opts());
+    assert_ne!(a.requests, c.requests);
+}
+
+#[test]
+fn max_model_len_rules() {
+    // spec 70: prompt >= max_model_len rejected; prompt + declared budget > max_model_len
+    // rejected; a request without a budget stops at max_model_len, length-capped
+    let rows = vec![
+        TraceRow {
+            arrival_s: 0.0,
+            prompt_tokens: 1000,
+            output_tokens: 5,
+            max_tokens: None,
+        },
+        TraceRow {
+            arrival_s: 0.1,
+            prompt_tokens: 999,
+            output_tokens: 5,
+            max_tokens: Some(2),
+        },
+        TraceRow {
+            arrival_s: 0.2,
+            prompt_tokens: 990,
+            output_tokens: 50,
+            max_tokens: None,
+        },
+        TraceRow {
+            arrival_s: 0.3,
+            prompt_tokens: 990,
+            output_tokens: 50,
+            max_tokens: Some(10),
+        },
+        TraceRow {
+            arrival_s: 0.4,
+            prompt_tokens: 998,
+            output_tokens: 50,
+            max_tokens: Some(2),
+        },
+    ];
+    let w = Workload {
+        arrivals: Arrivals::Trace { rows },
+        requests: None,
+        prompt: fixed(1),
+        output: fixed(1),
+        declare_output: false,
+        seed: 0,
+    };
+    let s = Scheduler {
+        max_model_len: Some(1000),
+        ..vllm()
+    };
+    let r = sim(&s, &w, &opts());
+    let status: Vec<(u64, Status, u64)> = r.requests.iter().map(|q| (q.id, q.status, q.output)).collect();
+    let mut status = status;
+    status.sort_by_key(|x| x.0);
+    assert_eq!(
+        status,
+        vec![
+            (0, Status::RejectedPromptTooLong, 0),
+            (1, Status::RejectedBudgetTooLong, 0),
+            (2, Status::LengthCapped, 10),
+            (3, Status::Completed, 10),
+            (4, Status::Completed, 2),
+        ]
+    );
+    // a cache smaller than one max_model_len sequence is refused at start
+    let tiny = Scheduler {
+        kv_blocks: Some(10),
+        ..s
+    };
+    let e = simulate(&llama31_8b(), &h100(), &plan(), &eff(), proto(), &tiny, &w, &opts()).unwrap_err();
+    assert!(e.to_string().contains("max_model_len"), "{e}");
+}
+
+#[test]
+fn prefill_first_scheduling_stalls_decodes_and_mixed_does_not() {
+    // two clients with long prompts: with mixed steps a running request's decodes ride along
+    // the other's prefill chunks; prefill-first runs the prefill alone, so ITL peaks higher
+    let w = closed(2, 20, fixed(6000), fixed(100), 1);
+    let s = Scheduler {
+        max_num_batched_tokens: 2048,
+        ..vllm()
+    };
+    let mixed = sim(&s, &w, &opts());
+    let split = sim(
+        &Scheduler {
+            mixed: false,
+            ..s.clone()
+        },
+        &w,
+        &opts(),
+    );
+    assert!(split.itl.max > mixed.itl.max, "{} vs {}", split.itl.max, mixed.itl.max);
+    assert_eq!(mixed.counts.completed, 20);
+    assert_eq!(split.counts.completed, 20);
+}
+
+#[test]
+fn reserving_the_whole_budget_never_preempts() {
+    let w = closed(200, 600, fixed(1500), fixed(500), 2);
+    let s = Scheduler {
+        kv_blocks: Some(20_000),
+        ..vllm()
+    };
+    let plain = sim(&s, &w, &opts());
+    let reserved = sim(
+        &Scheduler {
+            reserve_full: true,
+            ..s
+        },
+        &w,
+        &opts(),
+    );
+    assert!(plain.preemptions > 0);
+    assert_eq!(reserved.preemptions, 0);
+    // 20,000 blocks of 16 hold 160 whole requests of 2000 tokens at once
+    assert_eq!(reserved.max_running, 160);
+}
+
+#[test]
+fn kv_blocks_follow_the_memory_left() {
+    // Llama-3.1-8B bf16 on an H100: KV is 32 layers x 2 x 8 heads x 128 x 2 B = 128 KiB a token;
+    // vLLM keeps 0.9 x 80 GB for weights (16.06 GB), workspace and cache
+    let r = sim(&vllm(), &closed(1, 1, fixed(10), fixed(2), 0), &opts());
+    let per_block = 131072.0 * 16.0;
+    let weights = crate::params::count(&llama31_8b()).total as f64 * 2.0;
+    let upper = ((0.9 * 80e9 - weights) / per_block).floor() as u64;
+    assert!(
+        r.kv_blocks < upper && r.kv_blocks as f64 > 0.97 * upper as f64,
+        "{} vs {upper}",
+        r.kv_blocks
+    );
+    // a fraction of what weights and workspace leave (TensorRT-LLM) holds 0.9 of the free memory
+    let trt = Scheduler {
+        fraction_of_free: true,
+        ..vllm()
+    };
+    let t = sim(&trt, &closed(1, 1, fixed(10), fixed(2), 0), &opts());
+    assert!(t.kv_blocks > r.kv_blocks);
+    assert!(t.kv_blocks as f64 <= 0.9 * (80e9 - weights) / per_block);
+}
+
+#[test]
+fn without_chunked_prefill_a_prompt_over_the_budget_is_rejected() {
+    let s = Scheduler {
+        chunked_prefill: false,
+        max_num_batched_tokens: 4096,
+        ..vllm()
+    };
+    let rows = [4096u64, 4097]
+        .iter()
+        .map(|&p| TraceRow {
+            arrival_s: 0.0,
+            prompt_tokens: p,
+            output_tokens: 3,
+            max_tokens: None,
+        })
+        .collect();
+    let w = Workload {
+        arrivals: Arrivals::Trace { rows },
+        requests: None,
+        prompt: fixed(1),
+        output: fixed(1),
+        declare_output: false,
+        seed: 0,
+    };
+    let r = sim(&s, &w, &opts());
+    assert_eq!(r.counts.completed, 1);
+    assert_eq!(r.counts.rejected_prompt_over_budget, 1);
+}

@@ -1,0 +1,131 @@
+"""The serving simulator through its Python and CLI doors (spec 70). The event loop's own
+invariants (conservation at random horizons, seeds, max_model_len rules, saturation) are tested
+beside it in rust/src/serving/tests.rs; here: that the doors hand it the plan estimate prices, the
+scheduler rows the runtimes' code gives, and refuse bad input by name."""
+
+import json
+import math
+
+import polars as pl
+import pytest
+import ridgeline
+from cli_in_process import run_main
+from ridgeline.catalog import default_catalog
+from ridgeline.errors import PlanError
+from ridgeline.serving import SCHEDULER_FIELDS, parse_lengths, scheduler_defaults
+
+LLAMA = "meta-llama/Llama-3.1-8B"
+
+
+@pytest.mark.parametrize("runtime", ["vllm", "sglang", "trtllm"])
+def test_one_client_gets_the_static_estimate_of_its_runtime(runtime):
+    # one request at a time: TTFT is the estimate's prefill in the scheduler's token-budget
+    # chunks, TPOT its decode at batch 1, both under the runtime's shipped calibration
+    s = ridgeline.simulate(LLAMA, "H100_SXM", concurrency=1, requests=3, prompt=3000, output=40, runtime=runtime)
+    budget = s.scheduler["max_num_batched_tokens"]
+    e = ridgeline.estimate(LLAMA, "H100_SXM", prompt=3000, output=40, runtime=runtime, chunk=budget)
+    assert s.calibration == e.calibration
+    assert s.ttft_s["mean"] == pytest.approx(e.ttft_s, rel=1e-9)
+    assert s.tpot_s["mean"] == pytest.approx(e.tpot_s, rel=1e-9)
+    assert s.counts["completed"] == 3 and s.output_tokens == 120
+
+
+def test_scheduler_rows_follow_the_runtimes_code():
+    cat = default_catalog()
+    # vLLM arg_utils: >= 70 GiB and not an A100 -> 8192 / 1024; else 2048 / 256
+    h100, a100 = scheduler_defaults("vllm", cat.get("H100_SXM")), scheduler_defaults("vllm", cat.get("A100_SXM_80GB"))
+    assert (h100["max_num_batched_tokens"], h100["max_num_seqs"], h100["block_size"]) == (8192, 1024, 16)
+    assert (a100["max_num_batched_tokens"], a100["max_num_seqs"]) == (2048, 256)
+    # SGLang memory_hook: 8192 below 160 GiB, 16384 above; prefill and decode in separate steps
+    sg_h100, sg_b200 = scheduler_defaults("sglang", cat.get("H100_SXM")), scheduler_defaults("sglang", cat.get("B200"))
+    assert (sg_h100["max_num_batched_tokens"], sg_b200["max_num_batched_tokens"]) == (8192, 16384)
+    assert not sg_h100["mixed"] and sg_h100["block_size"] == 1
+    trt = scheduler_defaults("trtllm", cat.get("H100_SXM"))
+    assert trt["reserve_full"] and not trt["chunked_prefill"] and trt["fraction_of_free"] and trt["block_size"] == 32
+    assert scheduler_defaults("llamacpp-cuda", cat.get("H100_SXM")) is None
+    for row in (h100, a100, sg_h100, sg_b200, trt):
+        assert set(SCHEDULER_FIELDS) <= set(row) and len(row["source"]) > 40
+
+
+def test_a_seed_reproduces_the_result_and_another_seed_does_not():
+    kw = {"rate": 20.0, "burstiness": 2.0, "requests": 300, "prompt": "lognormal:800:1.0", "output": "uniform:10:400"}
+    a = ridgeline.simulate(LLAMA, "H100_SXM", seed=3, **kw).to_dict()
+    b = ridgeline.simulate(LLAMA, "H100_SXM", seed=3, **kw).to_dict()
+    c = ridgeline.simulate(LLAMA, "H100_SXM", seed=4, **kw).to_dict()
+    assert a == b
+    assert a["ttft_s"] != c["ttft_s"]
+
+
+def test_goodput_and_records_agree():
+    s = ridgeline.simulate(LLAMA, "H100_SXM", rate=30.0, requests=400, prompt="lognormal:2000:1:16:30000",
+                           output="lognormal:200:1:2:4000", slo_ttft_ms=200, slo_tpot_ms=25, keep_requests=True,
+                           sample_s=0.5)  # fmt: skip
+    r = s.requests
+    assert r.height == 400 and r["id"].to_list() == list(range(400))
+    done = r.filter(pl.col("status") == "completed")
+    tpot = (done["end_s"] - done["first_token_s"]) / (done["output_tokens"] - 1)
+    ok = (done["ttft_s"] <= 0.2) & ((done["output_tokens"] == 1) | (tpot <= 0.025))
+    assert s.good_requests == int(ok.sum())
+    assert s.ttft_s["mean"] == pytest.approx(done["ttft_s"].mean(), rel=1e-9)
+    assert s.output_tokens == int(r["output_tokens"].sum())
+    # the series samples the queue every 0.5 s over the run, KV use a share
+    assert s.series.height == math.floor(s.duration_s / 0.5) + 1
+    assert s.series["kv_used"].min() >= 0.0 and s.series["kv_used"].max() <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("kw", "needle"),
+    [
+        ({"rate": 5.0, "concurrency": 2}, "exactly one of rate"),
+        ({}, "exactly one of rate"),
+        ({"rate": 0.0}, "rate"),
+        ({"rate": 5.0, "prompt": "lognormal:3"}, "prompt: expected"),
+        ({"rate": 5.0, "output": "uniform:50:20"}, "lo <= hi"),
+        ({"rate": 5.0, "runtime": "llamacpp-cuda"}, "max_num_batched_tokens"),
+        ({"rate": 5.0, "max_num_seqs": 0}, "max_num_seqs"),
+        ({"rate": 5.0, "chunk": 512}, "chunk: not a simulate argument"),
+        ({"rate": 5.0, "memory_fraction": 1.5}, "memory_fraction"),
+        ({"rate": 5.0, "kv_blocks": 100}, "max_model_len"),
+    ],
+)
+def test_bad_input_is_refused_by_name(kw, needle):
+    with pytest.raises(PlanError, match=needle):
+        ridgeline.simulate(LLAMA, "H100_SXM", requests=5, **kw)
+
+
+def test_traces_are_read_and_prefix_ids_refused(tmp_path):
+    t = tmp_path / "t.csv"
+    t.write_text("arrival_s,prompt_tokens,output_tokens,max_tokens\n0.0,100,5,\n0.5,200,10,4\n0.2,300,3,\n")
+    s = ridgeline.simulate(LLAMA, "H100_SXM", trace=t, keep_requests=True)
+    assert s.counts["injected"] == 3 and s.output_tokens == 5 + 4 + 3
+    j = tmp_path / "t.jsonl"
+    j.write_text('{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 2, "prefix_id": 7}\n')
+    with pytest.raises(PlanError, match="prefix caching"):
+        ridgeline.simulate(LLAMA, "H100_SXM", trace=j)
+    bad = tmp_path / "b.csv"
+    bad.write_text("arrival_s,prompt\n0,1\n")
+    with pytest.raises(PlanError, match="lacks column"):
+        ridgeline.simulate(LLAMA, "H100_SXM", trace=bad)
+
+
+def test_length_specs():
+    assert parse_lengths("prompt", 7, 100) == {"kind": "fixed", "value": 7}
+    assert parse_lengths("prompt", "normal:50:5:10:90", 100) == {"kind": "normal", "mean": 50.0, "std": 5.0,
+                                                                 "lo": 10, "hi": 90}  # fmt: skip
+
+
+def test_cli_scenario_json_and_out(tmp_path):
+    sc = tmp_path / "s.yaml"
+    sc.write_text(f"model: {LLAMA}\nhardware: H100_SXM\nconcurrency: 8\nrequests: 40\nprompt: 500\noutput: 50\n")
+    code, out, err = run_main("simulate", "--scenario", str(sc), "--json", "--seed", "2")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["counts"]["completed"] == 40 and d["workload"]["seed"] == 2
+    code, out, err = run_main("simulate", "--scenario", str(sc), "--out", str(tmp_path / "o"))
+    assert code == 0, err
+    assert pl.read_parquet(tmp_path / "o" / "requests.parquet").height == 40
+    code, out, err = run_main("simulate", "--scenario", str(sc), "--out", str(tmp_path / "o"))
+    assert code == 2 and "--force" in err
+    sc.write_text("model: x\nhardware: H100_SXM\nrate: 1\nbogus: 3\n")
+    code, out, err = run_main("simulate", "--scenario", str(sc))
+    assert code == 2 and "bogus" in err
