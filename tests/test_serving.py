@@ -129,3 +129,58 @@ def test_cli_scenario_json_and_out(tmp_path):
     sc.write_text("model: x\nhardware: H100_SXM\nrate: 1\nbogus: 3\n")
     code, out, err = run_main("simulate", "--scenario", str(sc))
     assert code == 2 and "bogus" in err
+
+
+def test_serving_runs_replay_a_fixed_subset_through_the_simulator(tmp_path):
+    # the first Qwen3-32B agg vLLM runs on H100 and one disagg run of the shipped file, replayed:
+    # each priced run's TPOT is the simulated measured requests' mean, and the disagg run says why
+    import csv
+    import io
+    from pathlib import Path
+
+    from ridgeline.validate import serving_runs
+
+    src = Path(__file__).resolve().parents[1] / "data" / "benchmarks" / "aic" / "silicon_calibration.csv"
+    rows = list(csv.DictReader(io.StringIO(src.read_text())))
+    agg = [r for r in rows if (r["backend"], r["model_path"], r["system"], r["mode"], r["tp_size"])
+           == ("vllm", "Qwen/Qwen3-32B", "h100_sxm", "agg", "2")][:2]  # fmt: skip
+    disagg = [r for r in rows if r["mode"] == "disagg"][:1]
+    f = tmp_path / "runs.csv"
+    with f.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows([*agg, *disagg])
+    recs = serving_runs(str(f))
+    assert len(recs) == 6
+    priced = [r for r in recs if r["predicted"] is not None]
+    assert len(priced) == 4 and all(r["predicted"] > 0 for r in priced)
+    assert all("disaggregated" in r["reason"] for r in recs if r["predicted"] is None)
+    r, run = priced[1], agg[0]
+    c, isl, osl = int(r["concurrency"]), int(r["isl"]), int(r["osl"])
+    s = ridgeline.simulate("Qwen/Qwen3-32B", "H100_SXM", concurrency=c, requests=12 * c, prompt=isl, output=osl,
+                           runtime="vllm", tp=2, weight_dtype=run["gemm_quant_mode"] or None,
+                           max_model_len=isl + osl, keep_requests=True)  # fmt: skip
+    done = s.requests.filter(pl.col("id") >= 2 * c)
+    tpot = ((done["end_s"] - done["first_token_s"]) / (done["output_tokens"] - 1)).mean()
+    assert r["metric"] == "tpot_ms" and r["predicted"] == pytest.approx(tpot * 1e3, rel=1e-9)
+
+
+def test_replicas_and_disaggregation_through_the_doors():
+    kw = {"rate": 8.0, "requests": 300, "prompt": "lognormal:2000:0.8:16:16000", "output": "lognormal:200:0.8:2:2000",
+          "max_model_len": 32768, "keep_requests": True}  # fmt: skip
+    two = ridgeline.simulate(LLAMA, "H100_SXM", instances=2, router="least_kv", **kw)
+    assert set(two.requests["instance"].to_list()) == {0, 1} and two.cluster["describe"].startswith("2 x TP 1")
+    dis = ridgeline.simulate(LLAMA, "H100_SXM", prefill_instances=1, decode_instances=2, kv_link_gbs=25.0,
+                             kv_link_latency_us=5.0, **kw)  # fmt: skip
+    # every finished request moved its prompt's KV once: prompt x 128 KiB / 25 GB/s + 5 us each
+    done = dis.requests.filter(pl.col("output_tokens") > 1)
+    assert dis.transfers == dis.counts["completed"] == 300
+    want = float((dis.requests["prompt_tokens"] * 131072 / 25e9 + 5e-6).sum())
+    assert dis.transfer_s == pytest.approx(want, rel=1e-9)
+    assert set(done["instance"].to_list()) <= {1, 2} and len(dis.kv_blocks) == 2
+    with pytest.raises(PlanError, match="kv_link_gbs"):
+        ridgeline.simulate(LLAMA, "H100_SXM", prefill_instances=1, decode_instances=1, **kw)
+    with pytest.raises(PlanError, match="prefill_tp: only with"):
+        ridgeline.simulate(LLAMA, "H100_SXM", prefill_tp=2, **kw)
+    with pytest.raises(PlanError, match="router"):
+        ridgeline.simulate(LLAMA, "H100_SXM", router="random", **kw)

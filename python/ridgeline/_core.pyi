@@ -112,7 +112,7 @@ class CoreDevice:
     def name(self) -> str: ...
 
 def simulate_prepared(
-    prepared: Prepared, tp: int, ep: int, scheduler_json: str, workload_json: str, options_json: str
+    prepared: Prepared, cluster_json: str, workload_json: str, options_json: str
 ) -> dict[str, Any]: ...
 def estimate_prepared(
     prepared: Prepared,

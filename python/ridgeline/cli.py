@@ -235,9 +235,10 @@ def estimate(
 
 
 _SIM_KEYS = (
-    "model", "hardware", "tp", "ep", "runtime", "dtype", "weight_dtype", "kv_dtype", "rate", "burstiness",
-    "concurrency", "trace", "requests", "prompt", "output", "declare_output", "seed", "max_model_len", "kv_blocks",
-    "slo_ttft_ms", "slo_tpot_ms", "horizon_s", "max_num_batched_tokens", "max_num_seqs", "block_size",
+    "model", "hardware", "tp", "ep", "instances", "router", "prefill_instances", "decode_instances", "prefill_tp",
+    "decode_tp", "kv_link_gbs", "kv_link_latency_us", "runtime", "dtype", "weight_dtype", "kv_dtype", "rate",
+    "burstiness", "concurrency", "trace", "requests", "prompt", "output", "declare_output", "seed", "max_model_len",
+    "kv_blocks", "slo_ttft_ms", "slo_tpot_ms", "horizon_s", "max_num_batched_tokens", "max_num_seqs", "block_size",
     "chunked_prefill", "mixed", "reserve_full", "memory_fraction", "fraction_of_free",
 )  # fmt: skip
 
@@ -273,6 +274,24 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
 @click.option("--hardware", "-H", default=None, help="Catalog device name or alias.")
 @click.option("--tp", type=int, default=None, help="Tensor-parallel degree (default 1).")
 @click.option("--ep", type=int, default=None, help="Expert-parallel degree (default 1).")
+@click.option("--instances", type=int, default=None, help="Identical instances behind the router (default 1).")
+@click.option(
+    "--router",
+    type=click.Choice(["round_robin", "least_outstanding", "least_kv"]),
+    default=None,
+    help="How requests are sent to instances (default round_robin).",
+)
+@click.option("--prefill-instances", type=int, default=None, help="Disaggregated: prefill instances.")
+@click.option("--decode-instances", type=int, default=None, help="Disaggregated: decode instances.")
+@click.option("--prefill-tp", type=int, default=None, help="Disaggregated: TP of a prefill instance (default --tp).")
+@click.option("--decode-tp", type=int, default=None, help="Disaggregated: TP of a decode instance (default --tp).")
+@click.option(
+    "--kv-link-gbs",
+    type=float,
+    default=None,
+    help="Disaggregated: GB/s per rank the KV moves at (default: the catalog's scale-out link).",
+)
+@click.option("--kv-link-latency-us", type=float, default=None, help="Disaggregated: KV transfer latency in us.")
 @click.option("--runtime", default=None, help="vllm, sglang or trtllm: its calibration and scheduler defaults.")
 @click.option("--dtype", default=None, help=f"Activation dtype (default bf16): {DTYPES}.")
 @click.option("--weight-dtype", default=None, help="Weight storage format (as estimate).")
@@ -688,15 +707,25 @@ def _calibrate_comm(out: str, force: bool, kernels: str) -> None:
          "a source checkout has data/benchmarks/aic, read by default when it is there).",
 )  # fmt: skip
 @click.option("--rows", "rows_file", type=click.Path(exists=True, dir_okay=False), help="Predict the rows of this CSV.")
+@click.option(
+    "--serving",
+    is_flag=True,
+    help="Replay closed-loop serving runs through the simulator (--rows, default the source checkout's "
+    "data/benchmarks/aic/silicon_calibration.csv).",
+)
+@click.option("--limit", type=int, default=None, help="With --serving: the first N runs only.")
 @click.option("--json", "as_json", is_flag=True, help="The summary as JSON.")
 @click.option("--per-row", is_flag=True, help="With --json: every row with observed and predicted values.")
 @click.option("--plot", "plot_dir", default=None, help="Write a log-log scatter and a residual plot (PNG) here.")
 def validate(
-    comm: bool, kernels: Optional[str], rows_file: Optional[str], as_json: bool, per_row: bool, plot_dir: Optional[str]
-) -> None:
+    comm: bool, kernels: Optional[str], rows_file: Optional[str], serving: bool, limit: Optional[int], as_json: bool,
+    per_row: bool, plot_dir: Optional[str],
+) -> None:  # fmt: skip
     """Predict measured rows and report the agreement (exit 1 on an unexplained bound violation)."""
     if comm:
         _validate_comm(as_json, per_row, kernels)
+    elif serving:
+        _validate_serving(rows_file, limit, as_json)
     elif rows_file:
         _validate_rows(rows_file, as_json)
     else:
@@ -767,22 +796,43 @@ def _validate_rows(path: str, as_json: bool) -> None:
     # every row of the file, in its order: priced ones with the calibration, the others with why not
     order = {r["id"]: i for i, r in enumerate(rows)}
     out = sorted(predict_shipped(dec, cat) + out, key=lambda o: order[o["id"]])
+    _rows_report(out, as_json)
+
+
+def _rows_report(out: list[dict[str, Any]], as_json: bool, per_row: bool = True) -> None:
+    """Predicted rows (every one, or only the summary) and their agreement per runtime, device, metric."""
     if as_json:
         click.echo(json.dumps(out, indent=2, default=str))
-    else:
+        return
+    if per_row:
         for o in out:
             pred = "-" if o["predicted"] is None else f"{o['predicted']:.4g}"
             label = o.get("calibration", o.get("reason", ""))
             click.echo(f"  {o['id']:<40} observed {o.get('observed', '-')!s:<10} predicted {pred:<10} {label}")
-        from .validate import rows_summary
+    from .validate import rows_summary
 
-        summary = rows_summary(out)
-        click.echo(f"\n  {'runtime / hardware / metric':<44} {'rows':>5} {'MedAPE':>7} {'obs/pred':>9} {'<1.5x':>6}")
-        for key, v in summary["groups"].items():
-            click.echo(f"  {key:<44} {v['rows']:>5} {v['medape']:>7.1%} {v['median_obs_over_pred']:>9.3f} "
-                       f"{v['within_1_5x']:>6.1%}")  # fmt: skip
-        for reason, n in summary["not_priced"].items():
-            click.echo(f"  not priced: {n:>5} rows: {reason}")
+    summary = rows_summary(out)
+    click.echo(f"\n  {'runtime / hardware / metric':<44} {'rows':>5} {'MedAPE':>7} {'obs/pred':>9} {'<1.5x':>6}")
+    for key, v in summary["groups"].items():
+        click.echo(f"  {key:<44} {v['rows']:>5} {v['medape']:>7.1%} {v['median_obs_over_pred']:>9.3f} "
+                   f"{v['within_1_5x']:>6.1%}")  # fmt: skip
+    for reason, n in summary["not_priced"].items():
+        click.echo(f"  not priced: {n:>5} rows: {reason}")
+
+
+def _validate_serving(rows_file: Optional[str], limit: Optional[int], as_json: bool) -> None:
+    from .errors import PlanError
+    from .kernels import KERNEL_DIR
+    from .validate import serving_runs
+
+    path = rows_file or str(Path(KERNEL_DIR) / "silicon_calibration.csv")
+    if not Path(path).is_file():
+        raise PlanError(
+            f"rows: {path} is not there (the serving runs ship only in a source checkout); pass --rows FILE"
+        )
+    if limit is not None and limit < 1:
+        raise PlanError(f"limit: must be a whole number >= 1, got {limit}")
+    _rows_report(serving_runs(path, limit=limit), as_json, per_row=False)
 
 
 def _validate_comm(as_json: bool, per_row: bool, kernels: Optional[str]) -> None:

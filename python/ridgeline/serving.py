@@ -192,11 +192,16 @@ class Simulation:
     steps: int
     preemptions: int
     good_requests: int
-    kv_blocks: int
+    #: KV blocks of one instance of each pool (aggregated: one; disaggregated: prefill, decode).
+    kv_blocks: tuple[int, ...]
     max_model_len: int
     max_running: int
     slo: Mapping[str, Optional[float]]
     warnings: tuple[str, ...]
+    #: Instances of each pool, and (disaggregated) the KV transfers and their total seconds.
+    cluster: Mapping[str, Any] = field(default_factory=dict)
+    transfers: int = 0
+    transfer_s: float = 0.0
     requests: Any = field(default=None, repr=False)
     series: Any = field(default=None, repr=False)
 
@@ -236,19 +241,24 @@ class Simulation:
         causes = ", ".join(f"{k[len('rejected_') :].replace('_', ' ')} {v:,}" for k, v in c.items()
                            if k.startswith("rejected") and v)  # fmt: skip
         causes = f" ({causes})" if causes else ""
+        kv = " / ".join(f"{b:,}" for b in self.kv_blocks)
         lines = [
-            f"{self.model} on {self.hardware}, TP {self.plan['tp']}"
-            + (f", EP {self.plan['ep']}" if self.plan["ep"] > 1 else "")
-            + f", {self.runtime or 'no runtime'} ({self.calibration})",
+            f"{self.model} on {self.hardware}, {self.cluster['describe']}, "
+            f"{self.runtime or 'no runtime'} ({self.calibration})",
             f"scheduler: {s['max_num_batched_tokens']} tokens a step, {s['max_num_seqs']} sequences, "
-            f"KV {self.kv_blocks:,} blocks of {s['block_size']} ({self.kv_blocks * s['block_size']:,} tokens), "
+            f"KV {kv} blocks of {s['block_size']} an instance, "
             + ("chunked prefill" if s["chunked_prefill"] else "whole prompts")
             + (", mixed steps" if s["mixed"] else ", prefill before decode")
             + (", whole-sequence KV reserved" if s["reserve_full"] else ""),
             f"workload: {w['describe']}",
             f"requests: {c['injected']:,} sent, {c['completed']:,} completed, {c['length_capped']:,} length-capped, "
             f"{rejected:,} rejected{causes}, {c['waiting'] + c['running']:,} in flight; "
-            f"{self.preemptions:,} preemptions; at most {self.max_running:,} running",
+            f"{self.preemptions:,} preemptions; at most {self.max_running:,} running on an instance"
+            + (
+                f"; {self.transfers:,} KV transfers, {self.transfer_s / max(self.transfers, 1) * 1e3:.2f} ms each"
+                if self.transfers
+                else ""
+            ),
             f"over {self.duration_s:.2f} s: {self.request_rate_req_s:.2f} req/s, "
             f"{self.output_tok_s:,.0f} output tok/s, "
             f"{self.total_tok_s:,.0f} total tok/s"
@@ -296,6 +306,59 @@ def _describe(workload: Mapping[str, Any]) -> str:
             f"output {lengths(workload['output'])} tokens")  # fmt: skip
 
 
+ROUTERS = ("round_robin", "least_outstanding", "least_kv")
+
+
+def _cluster(dev: Device, sched: Mapping[str, Any], *, tp: Any, ep: Any, instances: Any, router: Any,
+             prefill_instances: Any, decode_instances: Any, prefill_tp: Any, decode_tp: Any, kv_link_gbs: Any,
+             kv_link_latency_us: Any) -> dict[str, Any]:  # fmt: skip
+    """The core's cluster: one pool of ``instances`` (aggregated) or, when prefill or decode
+    instances are given, a prefill pool and a decode pool with the KV link between them (default:
+    the device's scale-out link from the catalog: the pools sit on different nodes)."""
+    if router not in ROUTERS:
+        raise PlanError(f"router: must be one of {', '.join(ROUTERS)}, got {router!r}")
+    tp, ep = _checks.whole("tp", tp, 1), _checks.whole("ep", ep, 1)
+    disagg = prefill_instances is not None or decode_instances is not None
+    if not disagg:
+        for k, v in (("prefill_tp", prefill_tp), ("decode_tp", decode_tp), ("kv_link_gbs", kv_link_gbs),
+                     ("kv_link_latency_us", kv_link_latency_us)):  # fmt: skip
+            if v is not None:
+                raise PlanError(f"{k}: only with prefill_instances and decode_instances (disaggregated serving)")
+        n = _checks.whole("instances", instances, 1)
+        return {"pools": [{"instances": n, "tp": tp, "ep": ep, "scheduler": dict(sched)}], "router": router}
+    if instances != 1:
+        raise PlanError("instances: give prefill_instances and decode_instances instead (disaggregated serving)")
+    if prefill_instances is None or decode_instances is None:
+        raise PlanError("prefill_instances and decode_instances: disaggregated serving needs both")
+    bw = dev.scaleout_bw_gbs if kv_link_gbs is None else _checks.number("kv_link_gbs", kv_link_gbs, positive=True)
+    lat = dev.scaleout_latency_us if kv_link_latency_us is None else _checks.number("kv_link_latency_us",
+                                                                                     kv_link_latency_us)  # fmt: skip
+    if bw is None or lat is None:
+        raise PlanError(f"kv_link_gbs: {dev.name} has no scale-out link in the catalog "
+                        f"(bandwidth {bw}, latency {lat} us); give kv_link_gbs and kv_link_latency_us")  # fmt: skip
+    pools = [
+        {"instances": _checks.whole(f"{k}_instances", n, 1),
+         "tp": _checks.whole(f"{k}_tp", t if t is not None else tp, 1), "ep": ep, "scheduler": dict(sched)}
+        for k, n, t in (("prefill", prefill_instances, prefill_tp), ("decode", decode_instances, decode_tp))
+    ]  # fmt: skip
+    return {"pools": pools, "router": router, "kv_link": {"bw_gbs": float(bw), "latency_us": float(lat)}}
+
+
+def _cluster_labels(c: Mapping[str, Any]) -> dict[str, Any]:
+    pools = c["pools"]
+    shape = [f"{p['instances']} x TP {p['tp']}" + (f" EP {p['ep']}" if p["ep"] > 1 else "") for p in pools]
+    if len(pools) == 1:
+        text = shape[0] if pools[0]["instances"] > 1 else shape[0].split(" x ")[1]
+        if pools[0]["instances"] > 1:
+            text += f", {c['router'].replace('_', ' ')} routing"
+    else:
+        link = c["kv_link"]
+        text = (f"disaggregated: prefill {shape[0]}, decode {shape[1]}, {c['router'].replace('_', ' ')} routing, "
+                f"KV over {link['bw_gbs']:g} GB/s + {link['latency_us']:g} us")  # fmt: skip
+    return {"pools": [{k: p[k] for k in ("instances", "tp", "ep")} for p in pools], "router": c["router"],
+            "kv_link": c.get("kv_link"), "describe": text}  # fmt: skip
+
+
 def simulate(
     model: Any,
     hardware: Any,
@@ -311,6 +374,14 @@ def simulate(
     seed: int = 0,
     tp: int = 1,
     ep: int = 1,
+    instances: int = 1,
+    router: str = "round_robin",
+    prefill_instances: Optional[int] = None,
+    decode_instances: Optional[int] = None,
+    prefill_tp: Optional[int] = None,
+    decode_tp: Optional[int] = None,
+    kv_link_gbs: Optional[float] = None,
+    kv_link_latency_us: Optional[float] = None,
     runtime: Optional[str] = None,
     dtype: str = "bf16",
     weight_dtype: Optional[str] = None,
@@ -331,6 +402,13 @@ def simulate(
     Args:
         model, hardware, tp, ep, runtime, dtype, weight_dtype, kv_dtype, calibrated, catalog: as
             ``estimate``; the runtime also gives the scheduler's defaults.
+        instances: identical instances (each ``tp`` devices) behind one router.
+        router: round_robin, least_outstanding (fewest requests waiting or running) or least_kv
+            (smallest share of KV blocks in use).
+        prefill_instances, decode_instances: prefill/decode disaggregation: a prefill pool and a
+            decode pool (``prefill_tp``, ``decode_tp``, default ``tp``); after its prompt a request's
+            KV moves to a decode instance over ``kv_link_gbs`` per rank plus ``kv_link_latency_us``
+            (default: the device's scale-out link in the catalog). TTFT is the prefill's first token.
         rate: open-loop arrivals per second (Poisson; gamma gaps with ``burstiness`` != 1, the
             coefficient of variation of the gaps).
         concurrency: closed loop instead: this many clients, each sending its next request when
@@ -358,7 +436,6 @@ def simulate(
     unknown = sorted(set(scheduler) - set(SCHEDULER_FIELDS))
     if unknown:
         raise PlanError(f"{unknown[0]}: not a simulate argument (scheduler fields: {', '.join(SCHEDULER_FIELDS)})")
-    tp, ep = _checks.whole("tp", tp, 1), _checks.whole("ep", ep, 1)
     p = _prepare(model, hardware, catalog, runtime=runtime, dtype=dtype, weight_dtype=weight_dtype,
                  kv_dtype=kv_dtype, calibrated=calibrated)  # fmt: skip
     runtime_name = p.plan_labels["runtime"]
@@ -424,7 +501,10 @@ def simulate(
     core_sched["max_model_len"] = mml
     if kv_blocks is not None:
         core_sched["kv_blocks"] = _checks.whole("kv_blocks", kv_blocks, 1)
-    r = _core.simulate_prepared(p.core, tp, ep, json.dumps(core_sched), json.dumps(work), json.dumps(opts))
+    cluster = _cluster(p.dev, core_sched, tp=tp, ep=ep, instances=instances, router=router,
+                       prefill_instances=prefill_instances, decode_instances=decode_instances, prefill_tp=prefill_tp,
+                       decode_tp=decode_tp, kv_link_gbs=kv_link_gbs, kv_link_latency_us=kv_link_latency_us)  # fmt: skip
+    r = _core.simulate_prepared(p.core, json.dumps(cluster), json.dumps(work), json.dumps(opts))
     requests_df = series_df = None
     if keep_requests or sample_s is not None:
         import polars as pl
@@ -446,12 +526,13 @@ def simulate(
     warnings = (*p.warnings, *r["warnings"])
     return Simulation(
         model=p.model, hardware=p.dev.name, runtime=runtime_name, calibration=p.label, calibration_note=p.note,
-        runtime_note=p.runtime_note, plan={"tp": tp, "ep": ep, "dtype": p.plan_tail["dtype"],
-                                           "weights": p.plan_labels["weights"]},
+        runtime_note=p.runtime_note, plan={"tp": cluster["pools"][0]["tp"], "ep": cluster["pools"][0]["ep"],
+                                           "dtype": p.plan_tail["dtype"], "weights": p.plan_labels["weights"]},
         scheduler={**sched, "max_model_len": mml}, workload=work, counts=dict(r["counts"]),
         ttft_s=dict(r["ttft"]), tpot_s=dict(r["tpot"]), itl_s=dict(r["itl"]), e2e_s=dict(r["e2e"]),
         duration_s=float(r["duration_s"]), output_tokens=int(r["output_tokens"]), prompt_tokens=int(r["prompt_tokens"]),
         steps=int(r["steps"]), preemptions=int(r["preemptions"]), good_requests=int(r["good_requests"]),
-        kv_blocks=int(r["kv_blocks"]), max_model_len=mml, max_running=int(r["max_running"]), slo=slo,
+        kv_blocks=tuple(int(b) for b in r["kv_blocks"]), max_model_len=mml, max_running=int(r["max_running"]),
+        slo=slo, cluster=_cluster_labels(cluster), transfers=int(r["transfers"]), transfer_s=float(r["transfer_s"]),
         warnings=tuple(dict.fromkeys(warnings)), requests=requests_df, series=series_df,
     )  # fmt: skip

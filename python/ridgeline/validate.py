@@ -230,3 +230,84 @@ def rows_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
             "within_1_5x": within_share(ratio),
         }
     return {"groups": out, "not_priced": dict(sorted(reasons.items(), key=lambda kv: -kv[1]))}
+
+
+#: Why a serving run waited for the simulator (benchmarks._silicon): such rows are priced here.
+_NEEDS_SIMULATOR = "needs the serving simulator"
+
+
+def serving_runs(path: str, catalog: Optional[Catalog] = None, limit: Optional[int] = None) -> list[dict[str, Any]]:
+    """The closed-loop serving runs of a silicon_calibration-format file, each replayed through the
+    serving simulator: ``concurrency`` clients of ``isl`` prompt and ``osl`` output tokens under
+    the run's runtime (its scheduler defaults and shipped calibration), plan and weights;
+    ``serving_run_requests_per_client`` measured requests a client after
+    ``serving_run_warmup_per_client`` warm-up ones (the run's counts are not recorded:
+    constants.csv says what is assumed). TTFT and TPOT are the measured requests' means. One
+    record per metric row of the file, priced or with its reason; ``limit``: the first runs only."""
+    from ._io import read_text
+    from .benchmarks import import_file, match_hardware
+    from .calibrate import _estimate_kwargs
+    from .errors import CatalogError, RidgelineError
+    from .models import Model
+    from .serving import scheduler_defaults, simulate
+
+    cat = catalog or default_catalog()
+    rows = import_file(path, read_text(path, what="rows file", error=CatalogError))
+    match_hardware(rows, cat)
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        runs.setdefault(r["id"].rsplit(":", 1)[0], []).append(r)
+    per_client = int(cat.constant("serving_run_requests_per_client"))
+    warmup = int(cat.constant("serving_run_warmup_per_client"))
+    out: list[dict[str, Any]] = []
+    for n, (_, metric_rows) in enumerate(runs.items()):
+        if limit is not None and n >= limit:
+            break
+        r = metric_rows[0]
+        base = [{"id": x["id"], "hardware": x["hardware"] or x["file_hardware"], "runtime": x["runtime"],
+                 "model": x["model"], "metric": x["metric"], "observed": float(x["value"]), "predicted": None,
+                 "unit": x["unit"], "concurrency": x["batch"], "isl": x["prompt_tokens"], "osl": x["output_tokens"]}
+                for x in metric_rows]  # fmt: skip
+        why = next((str(x["not_priced"]) for x in metric_rows
+                    if x["not_priced"] and _NEEDS_SIMULATOR not in x["not_priced"]), None)  # fmt: skip
+        if why is None and any("mode disagg" in str(x["not_priced"]) for x in metric_rows):
+            why = "prefill/decode-disaggregated run: the simulator's prefill and decode pools are not built yet"
+        kw: dict[str, Any] = {}
+        if why is None:
+            kw, _ = _estimate_kwargs(r, Model.from_config(r["model"]).max_model_len, cat)
+            if kw["attention_dp"] > 1 or kw["pp"] > 1:
+                why = "attention DP or PP: the serving simulator runs one instance without them"
+        if why is None:
+            c, isl, osl = int(r["batch"]), int(r["prompt_tokens"]), int(r["output_tokens"])
+            sched = scheduler_defaults(r["runtime"], cat.get(r["hardware"])) or {}
+            # a runtime that prefills whole prompts ran these with a step budget that admits one
+            # beside every client's decode (below it a new prompt waits for every decode to end:
+            # TensorRT-LLM needs max_num_tokens >= the longest input without chunked prefill)
+            budget = None
+            if not sched.get("chunked_prefill", True) and isl + c > sched["max_num_batched_tokens"]:
+                budget = isl + c
+            try:
+                s = simulate(
+                    r["model"], r["hardware"], concurrency=c, requests=(per_client + warmup) * c, prompt=isl,
+                    output=osl, tp=kw["tp"], ep=kw["ep"], runtime=r["runtime"], dtype=kw["dtype"],
+                    weight_dtype=kw["weight_dtype"], kv_dtype=kw["kv_dtype"], max_model_len=isl + osl,
+                    keep_requests=True, catalog=cat, max_num_batched_tokens=budget,
+                )  # fmt: skip
+            except RidgelineError as e:
+                why = str(e)
+            else:
+                import polars as pl
+
+                done = s.requests.filter((pl.col("id") >= warmup * c) & (pl.col("status") == "completed"))
+                if done.height == 0:
+                    why = f"no measured request completed in the simulation: {s.counts}"
+                tpot = (done["end_s"] - done["first_token_s"]) / (done["output_tokens"] - 1).clip(lower_bound=1)
+                got = {"ttft_ms": float(done["ttft_s"].mean() or 0) * 1e3, "tpot_ms": float(tpot.mean() or 0) * 1e3}
+                for b in base:
+                    if why is None:
+                        b.update(predicted=got[b["metric"]], calibration=s.calibration)
+        for b in base:
+            if why is not None:
+                b["reason"] = why
+            out.append(b)
+    return out

@@ -13,7 +13,7 @@ use crate::params;
 use crate::plan::{Efficiency, Plan};
 use crate::roofline::Cost;
 use crate::serving::workload::Workload;
-use crate::serving::{self, Options, Scheduler, SimResult};
+use crate::serving::{self, Cluster, Options, SimResult};
 use crate::sweep;
 use numpy::{PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::create_exception;
@@ -391,31 +391,26 @@ fn estimate_prepared(
     Ok(CoreEstimate { inner: e })
 }
 
-/// Simulates one serving instance of a prepared layout (`serving::simulate`): the scheduler,
-/// workload and options as JSON, the plan's parallel degrees as numbers. Returns a dict of the
-/// counts, metric summaries and scalars, and (when kept) per-request and time-series columns.
+/// Simulates serving instances of a prepared layout (`serving::simulate_cluster`): the cluster
+/// (pools of instances with their TP, EP and scheduler; router; KV link), workload and options
+/// as JSON. Returns a dict of the counts, metric summaries and scalars, and (when kept)
+/// per-request and time-series columns.
 #[pyfunction]
-#[pyo3(signature = (prepared, tp, ep, scheduler_json, workload_json, options_json))]
+#[pyo3(signature = (prepared, cluster_json, workload_json, options_json))]
 fn simulate_prepared<'py>(
     py: Python<'py>,
     prepared: &Prepared,
-    tp: u64,
-    ep: u64,
-    scheduler_json: &str,
+    cluster_json: &str,
     workload_json: &str,
     options_json: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let sched: Scheduler = from_json("scheduler", scheduler_json)?;
+    let cluster: Cluster = from_json("cluster", cluster_json)?;
     let work: Workload = from_json("workload", workload_json)?;
     let opts: Options = from_json("options", options_json)?;
-    let plan = Plan {
-        tp,
-        ep,
-        ..prepared.plan.clone()
-    };
     let (m, d, eff, proto) = prepared.parts();
+    let plan = &prepared.plan;
     let r = guarded("the simulation", || {
-        Ok(py.detach(|| serving::simulate(m, d, &plan, eff, proto, &sched, &work, &opts))?)
+        Ok(py.detach(|| serving::simulate_cluster(m, d, plan, eff, proto, &cluster, &work, &opts))?)
     })?;
     sim_dict(py, r)
 }
@@ -443,15 +438,16 @@ fn sim_dict(py: Python<'_>, r: SimResult) -> PyResult<Bound<'_, PyDict>> {
         out.set_item(name, flat_dict(py, &st)?)?;
     }
     out.set_item("duration_s", r.duration_s)?;
+    out.set_item("transfer_s", r.transfer_s)?;
+    out.set_item("kv_blocks", PyList::new(py, &r.kv_blocks)?)?;
     for (name, v) in [
         ("output_tokens", r.output_tokens),
         ("prompt_tokens", r.prompt_tokens),
         ("steps", r.steps),
         ("preemptions", r.preemptions),
         ("good_requests", r.good_requests),
-        ("kv_blocks", r.kv_blocks),
-        ("block_size", r.block_size),
         ("max_model_len", r.max_model_len),
+        ("transfers", r.transfers),
         ("max_running", r.max_running),
         ("shapes_built", r.shapes_built),
     ] {
@@ -470,6 +466,7 @@ fn sim_dict(py: Python<'_>, r: SimResult) -> PyResult<Bound<'_, PyDict>> {
     req.set_item("prompt_tokens", PyArray1::from_iter(py, q.iter().map(|x| x.prompt)))?;
     req.set_item("output_tokens", PyArray1::from_iter(py, q.iter().map(|x| x.output)))?;
     req.set_item("preemptions", PyArray1::from_iter(py, q.iter().map(|x| x.preemptions)))?;
+    req.set_item("instance", PyArray1::from_iter(py, q.iter().map(|x| x.instance)))?;
     req.set_item("status", PyList::new(py, q.iter().map(|x| x.status.name()))?)?;
     out.set_item("requests", req)?;
     let s = &r.series;

@@ -1,8 +1,11 @@
-//! The serving simulator (spec 70): a discrete-event loop of one inference server on the engine.
-//! Requests arrive; the scheduler forms a step (continuous batching under a token budget and a
-//! sequence limit, paged KV blocks, preemption by recompute); the engine prices exactly that
-//! step (`step::StepPricer`); time advances by its price. Metrics are streamed, so memory does
-//! not grow with the number of requests unless their records are asked for.
+//! The serving simulator (spec 70): a discrete-event loop of inference servers on the engine.
+//! Requests arrive and a router sends each to an instance; each instance's scheduler forms a
+//! step (continuous batching under a token budget and a sequence limit, paged KV blocks,
+//! preemption by recompute); the engine prices exactly that step (`step::StepPricer`); the
+//! instance is busy for its price. With prefill/decode disaggregation a request's prompt is
+//! computed on a prefill instance and its KV moved to a decode instance over a link. Metrics
+//! are streamed, so memory does not grow with the number of requests unless their records are
+//! asked for.
 
 pub mod metrics;
 pub mod step;
@@ -17,7 +20,8 @@ use crate::model::Model;
 use crate::plan::{Efficiency, Plan};
 use metrics::{LogHist, Stats};
 use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, VecDeque};
 use step::StepPricer;
 use workload::{Arrival, Source, Workload};
 
@@ -92,15 +96,18 @@ pub enum Status {
     RejectedBudgetTooLong,
     /// Without chunked prefill, the prompt exceeds the step's token budget.
     RejectedPromptOverBudget,
+    /// Disaggregated: the decode instance had no KV blocks for the transferred prompt.
+    RejectedDecodeKv,
 }
 
 impl Status {
-    pub const ALL: [Status; 5] = [
+    pub const ALL: [Status; 6] = [
         Status::Completed,
         Status::LengthCapped,
         Status::RejectedPromptTooLong,
         Status::RejectedBudgetTooLong,
         Status::RejectedPromptOverBudget,
+        Status::RejectedDecodeKv,
     ];
 
     pub fn name(self) -> &'static str {
@@ -110,6 +117,7 @@ impl Status {
             Status::RejectedPromptTooLong => "rejected_prompt_too_long",
             Status::RejectedBudgetTooLong => "rejected_budget_too_long",
             Status::RejectedPromptOverBudget => "rejected_prompt_over_budget",
+            Status::RejectedDecodeKv => "rejected_decode_kv",
         }
     }
 }
@@ -126,6 +134,9 @@ pub struct RequestRecord {
     pub output: u64,
     pub preemptions: u32,
     pub status: Status,
+    /// The instance that produced its last token (disaggregated: the decode instance's index
+    /// after the prefill pool's).
+    pub instance: u32,
 }
 
 /// One point of the time series.
@@ -146,8 +157,11 @@ pub struct Counts {
     pub rejected_prompt_too_long: u64,
     pub rejected_budget_too_long: u64,
     pub rejected_prompt_over_budget: u64,
+    pub rejected_decode_kv: u64,
     pub waiting: u64,
     pub running: u64,
+    /// Disaggregated: prompts whose KV is on its way to a decode instance.
+    pub transferring: u64,
 }
 
 impl Counts {
@@ -159,8 +173,10 @@ impl Counts {
                 + self.rejected_prompt_too_long
                 + self.rejected_budget_too_long
                 + self.rejected_prompt_over_budget
+                + self.rejected_decode_kv
                 + self.waiting
                 + self.running
+                + self.transferring
     }
 
     fn bump(&mut self, s: Status) {
@@ -170,6 +186,7 @@ impl Counts {
             Status::RejectedPromptTooLong => self.rejected_prompt_too_long += 1,
             Status::RejectedBudgetTooLong => self.rejected_budget_too_long += 1,
             Status::RejectedPromptOverBudget => self.rejected_prompt_over_budget += 1,
+            Status::RejectedDecodeKv => self.rejected_decode_kv += 1,
         }
     }
 }
@@ -191,10 +208,14 @@ pub struct SimResult {
     pub preemptions: u64,
     /// Finished requests meeting every SLO given (all finished ones without SLOs).
     pub good_requests: u64,
-    pub kv_blocks: u64,
-    pub block_size: u64,
+    /// KV blocks of one instance of each pool (aggregated: one pool; disaggregated: prefill, decode).
+    pub kv_blocks: Vec<u64>,
     pub max_model_len: u64,
+    /// Most requests running on one instance at once.
     pub max_running: u64,
+    /// Disaggregated: KV transfers, and the seconds they took in all.
+    pub transfers: u64,
+    pub transfer_s: f64,
     /// Distinct step shapes the pricer built (each a pass over the graph).
     pub shapes_built: u64,
     pub requests: Vec<RequestRecord>,
@@ -202,7 +223,315 @@ pub struct SimResult {
     pub warnings: Vec<String>,
 }
 
-/// A request in the server.
+/// KV blocks one instance holds: the memory left after weights and the step workspace, under
+/// the scheduler's memory fraction, in blocks of `block_size` tokens.
+fn kv_blocks(pricer: &StepPricer, dev: &Device, s: &Scheduler) -> Result<u64> {
+    let l = pricer.layout();
+    let workspace = pricer.workspace_bytes(s.max_num_batched_tokens);
+    let (budget, free) = if s.fraction_of_free {
+        let left = dev.memory_bytes() - l.weight_bytes() - workspace;
+        (dev.memory_bytes(), left * s.memory_fraction)
+    } else {
+        let budget = dev.memory_bytes() * s.memory_fraction;
+        (budget, budget - l.weight_bytes() - workspace)
+    };
+    let per_block = l.kv_bytes_per_token() * s.block_size as f64;
+    if free <= 0.0 || per_block <= 0.0 {
+        return Err(Error::plan(
+            "kv_blocks",
+            format!(
+                "no memory is left for the KV cache: weights {:.1} GB and workspace {:.1} GB per device \
+                 against {:.1} GB; use more TP or a smaller max_num_batched_tokens",
+                l.weight_bytes() / 1e9,
+                workspace / 1e9,
+                budget / 1e9
+            ),
+        ));
+    }
+    Ok((free / per_block).floor() as u64)
+}
+
+/// How a router picks an instance for a request.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Router {
+    RoundRobin,
+    /// The fewest requests waiting or running.
+    LeastOutstanding,
+    /// The smallest share of KV blocks in use.
+    LeastKv,
+}
+
+/// A pool of identical instances: their plan's parallel degrees and scheduler.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct Pool {
+    pub instances: u64,
+    pub tp: u64,
+    #[serde(default = "one")]
+    pub ep: u64,
+    pub scheduler: Scheduler,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// The link a disaggregated prompt's KV crosses: each rank sends its shard over its own link.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+pub struct KvLink {
+    pub bw_gbs: f64,
+    pub latency_us: f64,
+}
+
+/// Instances serving one model: one pool (aggregated), or a prefill pool and a decode pool.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct Cluster {
+    pub pools: Vec<Pool>,
+    pub router: Router,
+    /// Disaggregated (two pools): the KV link between them.
+    #[serde(default)]
+    pub kv_link: Option<KvLink>,
+}
+
+/// Simulates one instance serving `workload`.
+#[allow(clippy::too_many_arguments)]
+pub fn simulate(
+    m: &Model,
+    dev: &Device,
+    plan: &Plan,
+    eff: &Efficiency,
+    proto: ProtocolTable,
+    sched: &Scheduler,
+    workload: &Workload,
+    opts: &Options,
+) -> Result<SimResult> {
+    let cluster = Cluster {
+        pools: vec![Pool {
+            instances: 1,
+            tp: plan.tp,
+            ep: plan.ep,
+            scheduler: sched.clone(),
+        }],
+        router: Router::RoundRobin,
+        kv_link: None,
+    };
+    simulate_cluster(m, dev, plan, eff, proto, &cluster, workload, opts)
+}
+
+fn check_scheduler(s: &Scheduler, pool: &str) -> Result<()> {
+    for (name, v) in [
+        ("max_num_batched_tokens", s.max_num_batched_tokens),
+        ("max_num_seqs", s.max_num_seqs),
+        ("block_size", s.block_size),
+    ] {
+        if v == 0 {
+            return Err(Error::plan(name, format!("must be >= 1 ({pool})")));
+        }
+    }
+    if !(s.memory_fraction.is_finite() && s.memory_fraction > 0.0 && s.memory_fraction <= 1.0) {
+        return Err(Error::plan(
+            "memory_fraction",
+            format!("must be in (0, 1], got {} ({pool})", s.memory_fraction),
+        ));
+    }
+    Ok(())
+}
+
+/// Simulates `cluster` serving `workload`: `plan` gives the precisions and runtime execution,
+/// each pool its own TP, EP and scheduler.
+#[allow(clippy::too_many_arguments)]
+pub fn simulate_cluster(
+    m: &Model,
+    dev: &Device,
+    plan: &Plan,
+    eff: &Efficiency,
+    proto: ProtocolTable,
+    cluster: &Cluster,
+    workload: &Workload,
+    opts: &Options,
+) -> Result<SimResult> {
+    dev.validate()?;
+    eff.validate()?;
+    for (name, v) in [("pp", plan.pp), ("dp", plan.dp), ("attention_dp", plan.attention_dp)] {
+        if v != 1 {
+            return Err(Error::plan(
+                name,
+                format!("the serving simulator runs instances without {name} (got {v}); serve replicas as instances"),
+            ));
+        }
+    }
+    let disagg = match (cluster.pools.len(), cluster.kv_link) {
+        (1, _) => false,
+        (2, Some(l)) => {
+            if !(l.bw_gbs.is_finite() && l.bw_gbs > 0.0 && l.latency_us.is_finite() && l.latency_us >= 0.0) {
+                return Err(Error::plan(
+                    "kv_link",
+                    format!(
+                        "needs a bandwidth > 0 GB/s and a latency >= 0 us, got {} GB/s, {} us",
+                        l.bw_gbs, l.latency_us
+                    ),
+                ));
+            }
+            true
+        }
+        (2, None) => {
+            return Err(Error::plan(
+                "kv_link",
+                "a disaggregated cluster needs the link its KV crosses",
+            ))
+        }
+        (n, _) => {
+            return Err(Error::plan(
+                "pools",
+                format!("one pool (aggregated) or two (prefill, decode), got {n}"),
+            ))
+        }
+    };
+    for (name, v) in [
+        ("slo_ttft_s", opts.slo_ttft_s),
+        ("slo_tpot_s", opts.slo_tpot_s),
+        ("horizon_s", opts.horizon_s),
+        ("sample_s", opts.sample_s),
+    ] {
+        if let Some(v) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
+            return Err(Error::plan(name, format!("must be a finite number > 0, got {v}")));
+        }
+    }
+    let names = if disagg {
+        ["prefill pool", "decode pool"]
+    } else {
+        ["instance", ""]
+    };
+    let mut pools = Vec::with_capacity(2);
+    let mut instances = Vec::new();
+    let mut mml = u64::MAX;
+    let mut warnings: Vec<String> = Vec::new();
+    for (k, p) in cluster.pools.iter().enumerate() {
+        check_scheduler(&p.scheduler, names[k])?;
+        if p.instances == 0 {
+            return Err(Error::plan("instances", format!("must be >= 1 ({})", names[k])));
+        }
+        let pp = Plan {
+            tp: p.tp,
+            ep: p.ep,
+            ..plan.clone()
+        };
+        pp.validate(m)?;
+        let layout = Layout::new(m, dev, &pp, proto)?;
+        for w in layout.warnings() {
+            if !warnings.contains(w) {
+                warnings.push(w.clone());
+            }
+        }
+        let pricer = StepPricer::new(layout, &pp, eff, dev.memory_bw());
+        let max_model_len = p.scheduler.max_model_len.unwrap_or(m.max_model_len);
+        if max_model_len == 0 {
+            return Err(Error::plan("max_model_len", "must be >= 1"));
+        }
+        mml = mml.min(max_model_len);
+        let blocks = match p.scheduler.kv_blocks {
+            Some(b) => b,
+            None => kv_blocks(&pricer, dev, &p.scheduler)?,
+        };
+        let bs = p.scheduler.block_size;
+        if max_model_len.div_ceil(bs) > blocks {
+            return Err(Error::plan(
+                "max_model_len",
+                format!(
+                    "{max_model_len} tokens need {} KV blocks of {bs} but an instance ({}) holds {blocks} \
+                     ({} tokens); lower max_model_len or give the KV cache more memory (more TP)",
+                    max_model_len.div_ceil(bs),
+                    names[k],
+                    blocks * bs
+                ),
+            ));
+        }
+        // a prompt's KV bytes on one rank, and the seconds it takes to move (disaggregated)
+        let kv_rank_bytes = pricer.layout().kv_bytes_per_token();
+        let role = match (disagg, k) {
+            (false, _) => Role::Both,
+            (true, 0) => Role::Prefill,
+            _ => Role::Decode,
+        };
+        for _ in 0..p.instances {
+            instances.push(Instance::new(k, role, p.scheduler.clone(), max_model_len, blocks));
+        }
+        pools.push(PoolState {
+            pricer,
+            blocks,
+            kv_rank_bytes,
+            first: instances.len() - p.instances as usize,
+            count: p.instances as usize,
+            next_rr: 0,
+        });
+    }
+    if m.layer_groups
+        .iter()
+        .any(|g| g.attention.as_ref().is_some_and(|a| a.window.is_some()))
+    {
+        warnings.push(
+            "sliding-window layers hold KV blocks for the whole sequence (their blocks behind the window are \
+             not freed): the KV capacity is a lower bound"
+                .to_string(),
+        );
+    }
+    let mut src = Source::new(workload)?;
+    let mut w = World {
+        pools,
+        instances,
+        metrics: Metrics::new(opts.clone(), mml),
+        router: cluster.router,
+        link: cluster.kv_link,
+        events: BinaryHeap::new(),
+        seq: 0,
+        transfers: 0,
+        transfer_s: 0.0,
+        step: Vec::new(),
+        prefill: Vec::new(),
+        contexts: Vec::new(),
+        segs: Vec::new(),
+        done: Vec::new(),
+        hold: None,
+    };
+    w.run(&mut src);
+    let shapes_built = w.pools.iter().map(|p| p.pricer.shapes_built).sum();
+    let mt = w.metrics;
+    debug_assert!(mt.counts.conserved(), "{:?}", mt.counts);
+    Ok(SimResult {
+        counts: mt.counts,
+        ttft: mt.ttft.stats(),
+        tpot: mt.tpot.stats(),
+        itl: mt.itl.stats(),
+        e2e: mt.e2e.stats(),
+        duration_s: (mt.now - mt.first_arrival.unwrap_or(mt.now)).max(0.0),
+        output_tokens: mt.output_tokens,
+        prompt_tokens: mt.prompt_tokens,
+        steps: mt.steps,
+        preemptions: mt.preemptions,
+        good_requests: mt.good,
+        kv_blocks: w.pools.iter().map(|p| p.blocks).collect(),
+        max_model_len: mml,
+        max_running: mt.max_running,
+        transfers: w.transfers,
+        transfer_s: w.transfer_s,
+        shapes_built,
+        requests: mt.requests,
+        series: mt.series,
+        warnings,
+    })
+}
+
+/// What an instance does with a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Both,
+    /// Prefill only: a request leaves when its prompt is computed (its first token sampled).
+    Prefill,
+    /// Decode only: requests arrive with their prompt's KV.
+    Decode,
+}
+
+/// A request in the cluster.
 #[derive(Clone, Copy, Debug)]
 struct Req {
     id: u64,
@@ -230,185 +559,10 @@ impl Req {
     }
 }
 
-/// KV blocks one instance holds: the memory left after weights and the step workspace under
-/// gpu_memory_utilization, in blocks of `block_size` tokens.
-fn kv_blocks(pricer: &StepPricer, dev: &Device, s: &Scheduler) -> Result<(u64, f64)> {
-    let l = pricer.layout();
-    let workspace = pricer.workspace_bytes(s.max_num_batched_tokens);
-    let (budget, free) = if s.fraction_of_free {
-        let left = dev.memory_bytes() - l.weight_bytes() - workspace;
-        (dev.memory_bytes(), left * s.memory_fraction)
-    } else {
-        let budget = dev.memory_bytes() * s.memory_fraction;
-        (budget, budget - l.weight_bytes() - workspace)
-    };
-    let per_block = l.kv_bytes_per_token() * s.block_size as f64;
-    if free <= 0.0 || per_block <= 0.0 {
-        return Err(Error::plan(
-            "kv_blocks",
-            format!(
-                "no memory is left for the KV cache: weights {:.1} GB and workspace {:.1} GB per device \
-                 against {:.1} GB; use more TP or a smaller max_num_batched_tokens",
-                l.weight_bytes() / 1e9,
-                workspace / 1e9,
-                budget / 1e9
-            ),
-        ));
-    }
-    Ok(((free / per_block).floor() as u64, per_block))
-}
-
-/// Simulates one instance serving `workload`.
-#[allow(clippy::too_many_arguments)]
-pub fn simulate(
-    m: &Model,
-    dev: &Device,
-    plan: &Plan,
-    eff: &Efficiency,
-    proto: ProtocolTable,
-    sched: &Scheduler,
-    workload: &Workload,
-    opts: &Options,
-) -> Result<SimResult> {
-    plan.validate(m)?;
-    dev.validate()?;
-    eff.validate()?;
-    for (name, v) in [("pp", plan.pp), ("dp", plan.dp), ("attention_dp", plan.attention_dp)] {
-        if v != 1 {
-            return Err(Error::plan(
-                name,
-                format!(
-                    "the serving simulator runs one instance without {name} (got {v}); serve replicas as instances"
-                ),
-            ));
-        }
-    }
-    for (name, v) in [
-        ("max_num_batched_tokens", sched.max_num_batched_tokens),
-        ("max_num_seqs", sched.max_num_seqs),
-        ("block_size", sched.block_size),
-    ] {
-        if v == 0 {
-            return Err(Error::plan(name, "must be >= 1"));
-        }
-    }
-    for (name, v) in [
-        ("slo_ttft_s", opts.slo_ttft_s),
-        ("slo_tpot_s", opts.slo_tpot_s),
-        ("horizon_s", opts.horizon_s),
-        ("sample_s", opts.sample_s),
-    ] {
-        if let Some(v) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
-            return Err(Error::plan(name, format!("must be a finite number > 0, got {v}")));
-        }
-    }
-    let max_model_len = sched.max_model_len.unwrap_or(m.max_model_len);
-    if max_model_len == 0 {
-        return Err(Error::plan("max_model_len", "must be >= 1"));
-    }
-    if !(sched.memory_fraction.is_finite() && sched.memory_fraction > 0.0 && sched.memory_fraction <= 1.0) {
-        return Err(Error::plan(
-            "memory_fraction",
-            format!("must be in (0, 1], got {}", sched.memory_fraction),
-        ));
-    }
-    let layout = Layout::new(m, dev, plan, proto)?;
-    let mut pricer = StepPricer::new(layout, plan, eff, dev.memory_bw());
-    let total_blocks = match sched.kv_blocks {
-        Some(b) => b,
-        None => kv_blocks(&pricer, dev, sched)?.0,
-    };
-    let bs = sched.block_size;
-    if max_model_len.div_ceil(bs) > total_blocks {
-        return Err(Error::plan(
-            "max_model_len",
-            format!(
-                "{max_model_len} tokens need {} KV blocks of {bs} but the instance holds {total_blocks} \
-                 ({} tokens); lower max_model_len or give the KV cache more memory (more TP)",
-                max_model_len.div_ceil(bs),
-                total_blocks * bs
-            ),
-        ));
-    }
-    let mut warnings: Vec<String> = pricer.layout().warnings().to_vec();
-    if m.layer_groups
-        .iter()
-        .any(|g| g.attention.as_ref().is_some_and(|a| a.window.is_some()))
-    {
-        warnings.push(
-            "sliding-window layers hold KV blocks for the whole sequence (their blocks behind the window are \
-             not freed): the KV capacity is a lower bound"
-                .to_string(),
-        );
-    }
-    let mut sim = Sim {
-        sched: sched.clone(),
-        opts: opts.clone(),
-        max_model_len,
-        total_blocks,
-        free_blocks: total_blocks,
-        slots: Vec::new(),
-        free_slots: Vec::new(),
-        waiting: VecDeque::new(),
-        running: Vec::new(),
-        counts: Counts::default(),
-        ttft: LogHist::new(),
-        tpot: LogHist::new(),
-        itl: LogHist::new(),
-        e2e: LogHist::new(),
-        now: 0.0,
-        output_tokens: 0,
-        prompt_tokens: 0,
-        steps: 0,
-        preemptions: 0,
-        good: 0,
-        max_running: 0,
-        requests: Vec::new(),
-        series: Vec::new(),
-        next_sample: 0.0,
-        next_id: 0,
-        first_arrival: None,
-    };
-    let mut src = Source::new(workload)?;
-    sim.run(&mut pricer, &mut src);
-    let first = sim.first_arrival.unwrap_or(sim.now);
-    let counts = sim.counts;
-    debug_assert!(counts.conserved());
-    Ok(SimResult {
-        counts,
-        ttft: sim.ttft.stats(),
-        tpot: sim.tpot.stats(),
-        itl: sim.itl.stats(),
-        e2e: sim.e2e.stats(),
-        duration_s: (sim.now - first).max(0.0),
-        output_tokens: sim.output_tokens,
-        prompt_tokens: sim.prompt_tokens,
-        steps: sim.steps,
-        preemptions: sim.preemptions,
-        good_requests: sim.good,
-        kv_blocks: total_blocks,
-        block_size: bs,
-        max_model_len,
-        max_running: sim.max_running,
-        shapes_built: pricer.shapes_built,
-        requests: sim.requests,
-        series: sim.series,
-        warnings,
-    })
-}
-
-struct Sim {
-    sched: Scheduler,
+/// Streamed results of a run, shared by every instance.
+struct Metrics {
     opts: Options,
     max_model_len: u64,
-    total_blocks: u64,
-    free_blocks: u64,
-    /// Requests in the server, by slot (reused when one leaves).
-    slots: Vec<Req>,
-    free_slots: Vec<usize>,
-    waiting: VecDeque<usize>,
-    /// In scheduling order: the last is preempted first.
-    running: Vec<usize>,
     counts: Counts,
     ttft: LogHist,
     tpot: LogHist,
@@ -428,42 +582,53 @@ struct Sim {
     first_arrival: Option<f64>,
 }
 
-impl Sim {
-    fn blocks_for(&self, tokens: u64) -> u64 {
-        tokens.div_ceil(self.sched.block_size)
+impl Metrics {
+    fn new(opts: Options, max_model_len: u64) -> Metrics {
+        Metrics {
+            opts,
+            max_model_len,
+            counts: Counts::default(),
+            ttft: LogHist::new(),
+            tpot: LogHist::new(),
+            itl: LogHist::new(),
+            e2e: LogHist::new(),
+            now: 0.0,
+            output_tokens: 0,
+            prompt_tokens: 0,
+            steps: 0,
+            preemptions: 0,
+            good: 0,
+            max_running: 0,
+            requests: Vec::new(),
+            series: Vec::new(),
+            next_sample: 0.0,
+            next_id: 0,
+            first_arrival: None,
+        }
     }
 
-    /// A request arrives: rejected on its lengths (spec 70) or queued.
-    fn admit(&mut self, a: Arrival) {
+    fn record(&mut self, r: &Req, status: Status, instance: usize) {
+        if self.opts.keep_requests {
+            self.requests.push(RequestRecord {
+                id: r.id,
+                arrival_s: r.arrival_s,
+                first_token_s: r.first_s,
+                end_s: r.last_s,
+                prompt: r.prompt,
+                output: r.generated,
+                preemptions: r.preemptions,
+                status,
+                instance: instance as u32,
+            });
+        }
+    }
+
+    /// A request arrives: rejected on its lengths (spec 70), or returned to be routed.
+    fn arrive(&mut self, a: Arrival, entry: &Scheduler) -> Option<Req> {
         self.counts.injected += 1;
         self.first_arrival.get_or_insert(a.arrival_s);
         let id = self.next_id;
         self.next_id += 1;
-        let status = if a.prompt >= self.max_model_len {
-            Some(Status::RejectedPromptTooLong)
-        } else if a.max_tokens.is_some_and(|b| a.prompt + b > self.max_model_len) {
-            Some(Status::RejectedBudgetTooLong)
-        } else if !self.sched.chunked_prefill && a.prompt > self.sched.max_num_batched_tokens {
-            Some(Status::RejectedPromptOverBudget)
-        } else {
-            None
-        };
-        if let Some(s) = status {
-            self.counts.bump(s);
-            if self.opts.keep_requests {
-                self.requests.push(RequestRecord {
-                    id,
-                    arrival_s: a.arrival_s,
-                    first_token_s: f64::NAN,
-                    end_s: f64::NAN,
-                    prompt: a.prompt,
-                    output: 0,
-                    preemptions: 0,
-                    status: s,
-                });
-            }
-            return;
-        }
         let r = Req {
             id,
             arrival_s: a.arrival_s,
@@ -477,7 +642,115 @@ impl Sim {
             last_s: f64::NAN,
             preemptions: 0,
         };
-        let slot = match self.free_slots.pop() {
+        let status = if a.prompt >= self.max_model_len {
+            Some(Status::RejectedPromptTooLong)
+        } else if a.max_tokens.is_some_and(|b| a.prompt + b > self.max_model_len) {
+            Some(Status::RejectedBudgetTooLong)
+        } else if !entry.chunked_prefill && a.prompt > entry.max_num_batched_tokens {
+            Some(Status::RejectedPromptOverBudget)
+        } else {
+            None
+        };
+        if let Some(s) = status {
+            self.counts.bump(s);
+            self.record(&r, s, 0);
+            return None;
+        }
+        Some(r)
+    }
+
+    /// A token of `r` produced now; the status when the request is done.
+    fn emit(&mut self, r: &mut Req) -> Option<Status> {
+        let now = self.now;
+        r.generated += 1;
+        self.output_tokens += 1;
+        if r.generated == 1 {
+            r.first_s = now;
+            self.ttft.add(now - r.arrival_s);
+            self.prompt_tokens += r.prompt;
+        } else {
+            self.itl.add(now - r.last_s);
+        }
+        r.last_s = now;
+        // the end of sequence is read only now, as sampling would find it
+        if r.generated >= r.eos_at || r.max_tokens.is_some_and(|b| r.generated >= b) {
+            Some(Status::Completed)
+        } else if r.prompt + r.generated >= self.max_model_len {
+            Some(Status::LengthCapped)
+        } else {
+            None
+        }
+    }
+
+    fn finish(&mut self, r: &Req, status: Status, instance: usize) {
+        self.counts.running -= 1;
+        self.counts.bump(status);
+        self.e2e.add(r.last_s - r.arrival_s);
+        let ttft = r.first_s - r.arrival_s;
+        let tpot = (r.generated > 1).then(|| (r.last_s - r.first_s) / (r.generated - 1) as f64);
+        if let Some(t) = tpot {
+            self.tpot.add(t);
+        }
+        let ok_ttft = self.opts.slo_ttft_s.is_none_or(|s| ttft <= s);
+        let ok_tpot = self.opts.slo_tpot_s.is_none_or(|s| tpot.is_none_or(|t| t <= s));
+        if ok_ttft && ok_tpot {
+            self.good += 1;
+        }
+        self.record(r, status, instance);
+    }
+}
+
+/// One server: its queue, running requests and KV blocks.
+struct Instance {
+    pool: usize,
+    role: Role,
+    sched: Scheduler,
+    max_model_len: u64,
+    total_blocks: u64,
+    free_blocks: u64,
+    /// Requests on the instance, by slot (reused when one leaves).
+    slots: Vec<Req>,
+    free_slots: Vec<usize>,
+    waiting: VecDeque<usize>,
+    /// In scheduling order: the last is preempted first.
+    running: Vec<usize>,
+    /// The step in progress: (slot, tokens).
+    step: Vec<(usize, u64)>,
+    busy: bool,
+}
+
+impl Instance {
+    fn new(pool: usize, role: Role, sched: Scheduler, max_model_len: u64, blocks: u64) -> Instance {
+        Instance {
+            pool,
+            role,
+            sched,
+            max_model_len,
+            total_blocks: blocks,
+            free_blocks: blocks,
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            step: Vec::new(),
+            busy: false,
+        }
+    }
+
+    fn outstanding(&self) -> usize {
+        self.waiting.len() + self.running.len()
+    }
+
+    fn kv_used(&self) -> f64 {
+        1.0 - self.free_blocks as f64 / self.total_blocks as f64
+    }
+
+    fn blocks_for(&self, tokens: u64) -> u64 {
+        tokens.div_ceil(self.sched.block_size)
+    }
+
+    fn put(&mut self, r: Req) -> usize {
+        match self.free_slots.pop() {
             Some(i) => {
                 self.slots[i] = r;
                 i
@@ -486,8 +759,13 @@ impl Sim {
                 self.slots.push(r);
                 self.slots.len() - 1
             }
-        };
-        self.counts.waiting += 1;
+        }
+    }
+
+    /// Queues a routed request (a transferred one arrives holding its prompt's blocks).
+    fn enqueue(&mut self, r: Req, c: &mut Counts) {
+        let slot = self.put(r);
+        c.waiting += 1;
         self.waiting.push_back(slot);
     }
 
@@ -512,15 +790,15 @@ impl Sim {
         self.blocks_for(r.computed + n).saturating_sub(r.blocks)
     }
 
-    fn preempt(&mut self, slot: usize) {
+    fn preempt(&mut self, slot: usize, m: &mut Metrics) {
         let r = &mut self.slots[slot];
         self.free_blocks += r.blocks;
         r.blocks = 0;
         r.computed = 0;
         r.preemptions += 1;
-        self.preemptions += 1;
-        self.counts.running -= 1;
-        self.counts.waiting += 1;
+        m.preemptions += 1;
+        m.counts.running -= 1;
+        m.counts.waiting += 1;
         self.waiting.push_front(slot);
     }
 
@@ -528,13 +806,12 @@ impl Sim {
     fn reservation(&self, slot: usize) -> u64 {
         let r = &self.slots[slot];
         let out = r.max_tokens.unwrap_or(self.max_model_len - r.prompt);
-        self.blocks_for((r.prompt + out).min(self.max_model_len))
+        self.blocks_for((r.prompt + out).min(self.max_model_len)).max(r.blocks)
     }
 
     /// Schedules the running requests in order (`prefilling`: only those still prefilling, or
-    /// only those decoding), preempting the newest when blocks run out. Returns whether any
-    /// request was preempted.
-    fn schedule_running(&mut self, budget: &mut u64, out: &mut Vec<(usize, u64)>, prefilling: Option<bool>) -> bool {
+    /// only those decoding), preempting the newest when blocks run out. Whether any was.
+    fn schedule_running(&mut self, budget: &mut u64, prefilling: Option<bool>, m: &mut Metrics) -> bool {
         let mut preempted = false;
         let mut i = 0;
         while i < self.running.len() && *budget > 0 {
@@ -554,7 +831,7 @@ impl Sim {
             let mut self_preempted = false;
             while self.free_blocks < need {
                 let victim = self.running.pop().expect("running holds slot");
-                self.preempt(victim);
+                self.preempt(victim, m);
                 preempted = true;
                 if victim == slot {
                     self_preempted = true;
@@ -567,7 +844,7 @@ impl Sim {
             self.free_blocks -= need;
             self.slots[slot].blocks += need;
             *budget -= n;
-            out.push((slot, n));
+            self.step.push((slot, n));
             i += 1;
         }
         preempted
@@ -575,15 +852,16 @@ impl Sim {
 
     /// Moves waiting requests in arrival order into the step while budget, sequences and blocks
     /// allow.
-    fn schedule_waiting(&mut self, budget: &mut u64, out: &mut Vec<(usize, u64)>) {
+    fn schedule_waiting(&mut self, budget: &mut u64, m: &mut Metrics) {
         while *budget > 0 && (self.running.len() as u64) < self.sched.max_num_seqs {
             let Some(&slot) = self.waiting.front() else { break };
             let n = self.chunk(slot, *budget);
             if n == 0 {
                 break;
             }
+            let held = self.slots[slot].blocks;
             let need = if self.sched.reserve_full {
-                self.reservation(slot)
+                self.reservation(slot) - held
             } else {
                 self.need(slot, n)
             };
@@ -593,198 +871,314 @@ impl Sim {
             self.waiting.pop_front();
             self.free_blocks -= need;
             self.slots[slot].blocks += need;
-            self.counts.waiting -= 1;
-            self.counts.running += 1;
+            m.counts.waiting -= 1;
+            m.counts.running += 1;
             self.running.push(slot);
             *budget -= n;
-            out.push((slot, n));
+            self.step.push((slot, n));
         }
     }
 
-    /// The next step's requests and token counts.
-    fn form_step(&mut self, out: &mut Vec<(usize, u64)>) {
-        out.clear();
+    /// Forms the next step into `self.step`.
+    fn form_step(&mut self, m: &mut Metrics) {
+        self.step.clear();
         let mut budget = self.sched.max_num_batched_tokens;
         if self.sched.mixed {
             // vLLM v1: running requests first (decodes and started prefills, in order), then
             // waiting ones unless this step preempted
-            if !self.schedule_running(&mut budget, out, None) {
-                self.schedule_waiting(&mut budget, out);
+            if !self.schedule_running(&mut budget, None, m) {
+                self.schedule_waiting(&mut budget, m);
             }
             return;
         }
         // prefill first: started prefills, then new requests; decodes when there is none
-        let preempted = self.schedule_running(&mut budget, out, Some(true));
-        if !preempted {
-            self.schedule_waiting(&mut budget, out);
+        if !self.schedule_running(&mut budget, Some(true), m) {
+            self.schedule_waiting(&mut budget, m);
         }
-        if out.is_empty() {
+        if self.step.is_empty() {
             let mut budget = self.sched.max_num_batched_tokens;
-            self.schedule_running(&mut budget, out, Some(false));
+            self.schedule_running(&mut budget, Some(false), m);
+        }
+    }
+}
+
+/// A scheduled event. Ties in time keep the order they were scheduled in.
+#[derive(Clone, Copy, Debug)]
+struct Event {
+    t: f64,
+    seq: u64,
+    kind: EventKind,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum EventKind {
+    Arrival(Arrival),
+    StepEnd(usize),
+    /// A prompt's KV reaches decode instance `to`.
+    Transfer {
+        req: Req,
+        to: usize,
+    },
+}
+
+impl PartialEq for Event {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Event {}
+impl PartialOrd for Event {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Event {
+    // BinaryHeap is a max-heap: the earliest event (then the first scheduled) is the greatest
+    fn cmp(&self, o: &Self) -> Ordering {
+        o.t.total_cmp(&self.t).then(o.seq.cmp(&self.seq))
+    }
+}
+
+struct PoolState<'a> {
+    pricer: StepPricer<'a>,
+    blocks: u64,
+    /// KV bytes one rank holds per token (a prompt's transfer: each rank sends its shard).
+    kv_rank_bytes: f64,
+    first: usize,
+    count: usize,
+    next_rr: usize,
+}
+
+/// Every instance, the event queue and the metrics.
+struct World<'a> {
+    pools: Vec<PoolState<'a>>,
+    instances: Vec<Instance>,
+    metrics: Metrics,
+    router: Router,
+    link: Option<KvLink>,
+    events: BinaryHeap<Event>,
+    seq: u64,
+    transfers: u64,
+    transfer_s: f64,
+    step: Vec<(usize, u64)>,
+    prefill: Vec<Segment>,
+    contexts: Vec<u64>,
+    segs: Vec<Segment>,
+    done: Vec<(usize, Status)>,
+    /// The instance whose step end is being taken in (its next step waits for all of it).
+    hold: Option<usize>,
+}
+
+impl World<'_> {
+    fn push(&mut self, t: f64, kind: EventKind) {
+        self.seq += 1;
+        self.events.push(Event { t, seq: self.seq, kind });
+    }
+
+    /// The instance of pool `p` the router sends a request to.
+    fn route(&mut self, p: usize) -> usize {
+        let pool = &mut self.pools[p];
+        let range = pool.first..pool.first + pool.count;
+        match self.router {
+            Router::RoundRobin => {
+                let i = pool.first + pool.next_rr % pool.count;
+                pool.next_rr += 1;
+                i
+            }
+            // the first of the least loaded (ties: the lowest index, deterministic)
+            Router::LeastOutstanding => range.min_by_key(|&i| self.instances[i].outstanding()).unwrap_or(0),
+            Router::LeastKv => range
+                .min_by(|&a, &b| self.instances[a].kv_used().total_cmp(&self.instances[b].kv_used()))
+                .unwrap_or(0),
         }
     }
 
-    /// Records a token of `slot` produced at `self.now`; true when the request is done.
-    fn emit(&mut self, slot: usize) -> Option<Status> {
-        let now = self.now;
-        let r = &mut self.slots[slot];
-        r.generated += 1;
-        self.output_tokens += 1;
-        if r.generated == 1 {
-            r.first_s = now;
-            self.ttft.add(now - r.arrival_s);
-            self.prompt_tokens += r.prompt;
-        } else {
-            self.itl.add(now - r.last_s);
-        }
-        r.last_s = now;
-        // the end of sequence is read only now, as sampling would find it
-        if r.generated >= r.eos_at || r.max_tokens.is_some_and(|b| r.generated >= b) {
-            Some(Status::Completed)
-        } else if r.prompt + r.generated >= self.max_model_len {
-            Some(Status::LengthCapped)
-        } else {
-            None
+    fn arrive(&mut self, a: Arrival) {
+        let entry = self.instances[self.pools[0].first].sched.clone();
+        if let Some(r) = self.metrics.arrive(a, &entry) {
+            let i = self.route(0);
+            self.instances[i].enqueue(r, &mut self.metrics.counts);
+            self.start(i);
         }
     }
 
-    fn finish(&mut self, slot: usize, status: Status) {
-        let r = self.slots[slot];
-        self.free_blocks += r.blocks;
-        self.counts.running -= 1;
-        self.counts.bump(status);
-        let e2e = r.last_s - r.arrival_s;
-        let ttft = r.first_s - r.arrival_s;
-        self.e2e.add(e2e);
-        let tpot = (r.generated > 1).then(|| (r.last_s - r.first_s) / (r.generated - 1) as f64);
-        if let Some(t) = tpot {
-            self.tpot.add(t);
+    /// Starts a step on instance `i` if it is idle and has work.
+    fn start(&mut self, i: usize) {
+        if self.instances[i].busy || self.hold == Some(i) {
+            return;
         }
-        let ok_ttft = self.opts.slo_ttft_s.is_none_or(|s| ttft <= s);
-        let ok_tpot = self.opts.slo_tpot_s.is_none_or(|s| tpot.is_none_or(|t| t <= s));
-        if ok_ttft && ok_tpot {
-            self.good += 1;
+        let inst = &mut self.instances[i];
+        inst.form_step(&mut self.metrics);
+        if inst.step.is_empty() {
+            return;
         }
-        if self.opts.keep_requests {
-            self.requests.push(RequestRecord {
-                id: r.id,
-                arrival_s: r.arrival_s,
-                first_token_s: r.first_s,
-                end_s: r.last_s,
-                prompt: r.prompt,
-                output: r.generated,
-                preemptions: r.preemptions,
-                status,
-            });
+        self.prefill.clear();
+        self.contexts.clear();
+        for &(slot, n) in &inst.step {
+            let r = &inst.slots[slot];
+            if n == 1 && r.generated > 0 && r.pending() == 1 {
+                self.contexts.push(r.computed + 1);
+            } else {
+                self.prefill.push(Segment {
+                    count: 1,
+                    new: n,
+                    prefix: r.computed,
+                    samples: r.computed + n == r.tokens(),
+                });
+            }
         }
-        self.free_slots.push(slot);
+        let pricer = &mut self.pools[inst.pool].pricer;
+        let dt = if self.prefill.is_empty() {
+            pricer.decode_step_s(&self.contexts)
+        } else {
+            pricer.mixed_step_s(&self.prefill, &self.contexts, &mut self.segs)
+        };
+        inst.busy = true;
+        self.metrics.max_running = self.metrics.max_running.max(inst.running.len() as u64);
+        let t = self.metrics.now + dt;
+        self.push(t, EventKind::StepEnd(i));
+    }
+
+    /// The step of instance `i` ends now: tokens, completions, hand-offs; then its next step.
+    fn end_step(&mut self, i: usize, closed: bool, src: &mut Source) {
+        self.metrics.steps += 1;
+        // requests that arrive while this step's results are taken in join its next step
+        self.hold = Some(i);
+        let mut step = std::mem::take(&mut self.step);
+        let mut done = std::mem::take(&mut self.done);
+        done.clear();
+        {
+            let inst = &mut self.instances[i];
+            inst.busy = false;
+            std::mem::swap(&mut step, &mut inst.step);
+            for &(slot, n) in &step {
+                let r = &mut inst.slots[slot];
+                r.computed += n;
+                if r.computed == r.tokens() {
+                    match self.metrics.emit(r) {
+                        Some(s) => done.push((slot, s)),
+                        // a prefill instance hands the request on after its first token
+                        None if inst.role == Role::Prefill => done.push((slot, Status::Completed)),
+                        None => {}
+                    }
+                }
+            }
+            if !done.is_empty() {
+                inst.running.retain(|s| !done.iter().any(|(d, _)| d == s));
+            }
+        }
+        for &(slot, status) in &done {
+            let inst = &mut self.instances[i];
+            let r = inst.slots[slot];
+            inst.free_blocks += r.blocks;
+            inst.free_slots.push(slot);
+            let finished = r.generated >= r.eos_at || r.max_tokens.is_some_and(|b| r.generated >= b);
+            if inst.role == Role::Prefill && !finished && status == Status::Completed {
+                self.hand_off(r);
+                continue;
+            }
+            self.metrics.finish(&r, status, i);
+            if closed {
+                if let Some(a) = src.next_closed(self.metrics.now) {
+                    self.arrive(a);
+                }
+            }
+        }
+        self.step = step;
+        self.done = done;
+        self.hold = None;
+        self.start(i);
+    }
+
+    /// A prefilled request's KV leaves for a decode instance.
+    fn hand_off(&mut self, mut r: Req) {
+        let link = self.link.expect("disaggregated clusters have a link");
+        let bytes = r.prompt as f64 * self.pools[0].kv_rank_bytes;
+        let dt = bytes / (link.bw_gbs * 1e9) + link.latency_us * 1e-6;
+        self.transfers += 1;
+        self.transfer_s += dt;
+        self.metrics.counts.running -= 1;
+        self.metrics.counts.transferring += 1;
+        r.blocks = 0;
+        let to = self.route(1);
+        let t = self.metrics.now + dt;
+        self.push(t, EventKind::Transfer { req: r, to });
+    }
+
+    /// A prompt's KV reaches decode instance `to`: queued there holding its blocks, or refused.
+    fn receive(&mut self, mut r: Req, to: usize, closed: bool, src: &mut Source) {
+        self.metrics.counts.transferring -= 1;
+        let inst = &mut self.instances[to];
+        let need = inst.blocks_for(r.computed);
+        if inst.free_blocks < need {
+            self.metrics.counts.bump(Status::RejectedDecodeKv);
+            self.metrics.record(&r, Status::RejectedDecodeKv, to);
+            if closed {
+                if let Some(a) = src.next_closed(self.metrics.now) {
+                    self.arrive(a);
+                }
+            }
+            return;
+        }
+        inst.free_blocks -= need;
+        r.blocks = need;
+        inst.enqueue(r, &mut self.metrics.counts);
+        self.start(to);
     }
 
     fn sample(&mut self) {
-        let Some(dt) = self.opts.sample_s else { return };
-        while self.now >= self.next_sample {
-            self.series.push(Sample {
-                t_s: self.next_sample,
-                waiting: self.counts.waiting,
-                running: self.counts.running,
-                kv_used: 1.0 - self.free_blocks as f64 / self.total_blocks as f64,
+        let Some(dt) = self.metrics.opts.sample_s else { return };
+        while self.metrics.now >= self.metrics.next_sample {
+            let total: u64 = self.instances.iter().map(|x| x.total_blocks).sum();
+            let free: u64 = self.instances.iter().map(|x| x.free_blocks).sum();
+            let m = &mut self.metrics;
+            m.series.push(Sample {
+                t_s: m.next_sample,
+                waiting: m.counts.waiting,
+                running: m.counts.running,
+                kv_used: 1.0 - free as f64 / total as f64,
             });
-            self.next_sample += dt;
+            m.next_sample += dt;
         }
     }
 
-    fn run(&mut self, pricer: &mut StepPricer, src: &mut Source) {
+    fn run(&mut self, src: &mut Source) {
         let closed = src.closed_loop();
-        let mut pending: Option<Arrival> = None;
-        if let Some(c) = closed {
-            for _ in 0..c {
-                match src.next_closed(0.0) {
-                    Some(a) => self.admit(a),
-                    None => break,
-                }
-            }
-        } else {
-            pending = src.next_open();
-        }
-        let horizon = self.opts.horizon_s.unwrap_or(f64::INFINITY);
-        let mut step: Vec<(usize, u64)> = Vec::new();
-        let mut prefill: Vec<Segment> = Vec::new();
-        let mut contexts: Vec<u64> = Vec::new();
-        let mut segs: Vec<Segment> = Vec::new();
-        let mut done: Vec<(usize, Status)> = Vec::new();
-        loop {
-            while let Some(a) = pending.filter(|a| a.arrival_s <= self.now) {
-                self.admit(a);
-                pending = src.next_open();
-            }
-            if self.waiting.is_empty() && self.running.is_empty() {
-                match pending {
-                    Some(a) if a.arrival_s <= horizon => {
-                        self.now = a.arrival_s;
-                        self.sample();
-                        continue;
+        match closed {
+            Some(c) => {
+                for _ in 0..c {
+                    match src.next_closed(0.0) {
+                        Some(a) => self.push(0.0, EventKind::Arrival(a)),
+                        None => break,
                     }
-                    _ => break,
                 }
             }
-            if self.now >= horizon {
+            None => {
+                if let Some(a) = src.next_open() {
+                    self.push(a.arrival_s, EventKind::Arrival(a));
+                }
+            }
+        }
+        let horizon = self.metrics.opts.horizon_s.unwrap_or(f64::INFINITY);
+        while let Some(e) = self.events.pop() {
+            if e.t > horizon {
+                // what is still queued or in a step stays counted where it is
                 break;
             }
-            self.form_step(&mut step);
-            if step.is_empty() {
-                // nothing fits beside what runs: cannot happen with a lone request (every
-                // request fits the cache alone, checked at start), so the running ones progress
-                debug_assert!(!self.running.is_empty(), "an empty step with nothing running");
-                if self.running.is_empty() {
-                    break;
-                }
-                continue;
-            }
-            prefill.clear();
-            contexts.clear();
-            for &(slot, n) in &step {
-                let r = &self.slots[slot];
-                if n == 1 && r.generated > 0 && r.pending() == 1 {
-                    contexts.push(r.computed + 1);
-                } else {
-                    prefill.push(Segment {
-                        count: 1,
-                        new: n,
-                        prefix: r.computed,
-                        samples: r.computed + n == r.tokens(),
-                    });
-                }
-            }
-            let dt = if prefill.is_empty() {
-                pricer.decode_step_s(&contexts)
-            } else {
-                pricer.mixed_step_s(&prefill, &contexts, &mut segs)
-            };
-            self.now += dt;
-            self.steps += 1;
-            done.clear();
-            for &(slot, n) in &step {
-                let r = &mut self.slots[slot];
-                r.computed += n;
-                if r.computed == r.tokens() {
-                    if let Some(s) = self.emit(slot) {
-                        done.push((slot, s));
-                    }
-                }
-            }
-            self.max_running = self.max_running.max(self.running.len() as u64);
-            if !done.is_empty() {
-                self.running.retain(|s| !done.iter().any(|(d, _)| d == s));
-                for &(slot, status) in &done {
-                    self.finish(slot, status);
-                    if closed.is_some() {
-                        if let Some(a) = src.next_closed(self.now) {
-                            self.admit(a);
+            self.metrics.now = e.t;
+            self.sample();
+            match e.kind {
+                EventKind::Arrival(a) => {
+                    self.arrive(a);
+                    if closed.is_none() {
+                        if let Some(n) = src.next_open() {
+                            self.push(n.arrival_s, EventKind::Arrival(n));
                         }
                     }
                 }
+                EventKind::StepEnd(i) => self.end_step(i, closed.is_some(), src),
+                EventKind::Transfer { req, to } => self.receive(req, to, closed.is_some(), src),
             }
-            self.sample();
         }
     }
 }

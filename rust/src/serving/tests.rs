@@ -318,8 +318,8 @@ fn kv_blocks_follow_the_memory_left() {
     let weights = crate::params::count(&llama31_8b()).total as f64 * 2.0;
     let upper = ((0.9 * 80e9 - weights) / per_block).floor() as u64;
     assert!(
-        r.kv_blocks < upper && r.kv_blocks as f64 > 0.97 * upper as f64,
-        "{} vs {upper}",
+        r.kv_blocks[0] < upper && r.kv_blocks[0] as f64 > 0.97 * upper as f64,
+        "{:?} vs {upper}",
         r.kv_blocks
     );
     // a fraction of what weights and workspace leave (TensorRT-LLM) holds 0.9 of the free memory
@@ -328,8 +328,8 @@ fn kv_blocks_follow_the_memory_left() {
         ..vllm()
     };
     let t = sim(&trt, &closed(1, 1, fixed(10), fixed(2), 0), &opts());
-    assert!(t.kv_blocks > r.kv_blocks);
-    assert!(t.kv_blocks as f64 <= 0.9 * (80e9 - weights) / per_block);
+    assert!(t.kv_blocks[0] > r.kv_blocks[0]);
+    assert!(t.kv_blocks[0] as f64 <= 0.9 * (80e9 - weights) / per_block);
 }
 
 #[test]
@@ -359,4 +359,174 @@ fn without_chunked_prefill_a_prompt_over_the_budget_is_rejected() {
     let r = sim(&s, &w, &opts());
     assert_eq!(r.counts.completed, 1);
     assert_eq!(r.counts.rejected_prompt_over_budget, 1);
+}
+
+fn pool(instances: u64, tp: u64, s: &Scheduler) -> Pool {
+    Pool {
+        instances,
+        tp,
+        ep: 1,
+        scheduler: s.clone(),
+    }
+}
+
+fn cluster(c: &Cluster, w: &Workload, o: &Options) -> SimResult {
+    simulate_cluster(&llama31_8b(), &h100(), &plan(), &eff(), proto(), c, w, o).unwrap()
+}
+
+#[test]
+fn round_robin_replicas_serve_their_share_as_one_instance_would() {
+    // 4 instances and 4 clients of equal requests: round robin gives each instance one client,
+    // so every request runs as it would alone on one instance, and the output rate is 4 times
+    let one = sim(&vllm(), &closed(1, 20, fixed(700), fixed(90), 0), &opts());
+    let c = Cluster {
+        pools: vec![pool(4, 1, &vllm())],
+        router: Router::RoundRobin,
+        kv_link: None,
+    };
+    let four = cluster(&c, &closed(4, 80, fixed(700), fixed(90), 0), &opts());
+    assert!(
+        close(four.ttft.mean, one.ttft.mean, 1e-9),
+        "{} vs {}",
+        four.ttft.mean,
+        one.ttft.mean
+    );
+    assert!(close(four.tpot.mean, one.tpot.mean, 1e-9));
+    let rate = |r: &SimResult| r.output_tokens as f64 / r.duration_s;
+    assert!(close(rate(&four), 4.0 * rate(&one), 1e-9));
+    let per: Vec<usize> = (0..4)
+        .map(|i| four.requests.iter().filter(|q| q.instance == i).count())
+        .collect();
+    assert_eq!(per, vec![20; 4]);
+}
+
+#[test]
+fn load_aware_routing_cuts_the_ttft_tail() {
+    let w = Workload {
+        arrivals: Arrivals::Poisson { rate: 12.0 },
+        requests: Some(1500),
+        prompt: Lengths::Lognormal {
+            mean: 1500.0,
+            sigma: 1.2,
+            lo: 1,
+            hi: 60_000,
+        },
+        output: Lengths::Lognormal {
+            mean: 400.0,
+            sigma: 1.2,
+            lo: 1,
+            hi: 8_000,
+        },
+        declare_output: true,
+        seed: 9,
+    };
+    let run = |router| {
+        let c = Cluster {
+            pools: vec![pool(3, 1, &vllm())],
+            router,
+            kv_link: None,
+        };
+        cluster(&c, &w, &opts())
+    };
+    let (rr, lo, kv) = (
+        run(Router::RoundRobin),
+        run(Router::LeastOutstanding),
+        run(Router::LeastKv),
+    );
+    for r in [&rr, &lo, &kv] {
+        assert!(r.counts.conserved() && r.counts.completed == 1500);
+    }
+    // a request sent to a busy instance queues behind long prompts: load-aware routing cuts the tail
+    assert!(lo.ttft.p99 < rr.ttft.p99, "{} vs {}", lo.ttft.p99, rr.ttft.p99);
+    assert!(kv.ttft.p99 < rr.ttft.p99, "{} vs {}", kv.ttft.p99, rr.ttft.p99);
+}
+
+fn disagg(prefill: u64, decode: u64, decode_blocks: Option<u64>) -> Cluster {
+    Cluster {
+        pools: vec![
+            pool(
+                prefill,
+                1,
+                &Scheduler {
+                    max_model_len: Some(8192),
+                    ..vllm()
+                },
+            ),
+            pool(
+                decode,
+                1,
+                &Scheduler {
+                    kv_blocks: decode_blocks,
+                    max_model_len: Some(8192),
+                    ..vllm()
+                },
+            ),
+        ],
+        router: Router::LeastOutstanding,
+        kv_link: Some(KvLink {
+            bw_gbs: 50.0,
+            latency_us: 20.0,
+        }),
+    }
+}
+
+#[test]
+fn a_lone_disaggregated_request_is_prefill_then_transfer_then_decode() {
+    // one client: TTFT is the prefill instance's prefill, the second token waits for the KV
+    // (prompt x 128 KiB over 50 GB/s + 20 us) and one decode step; the rest are decode steps
+    let (prompt, output) = (3000u64, 50u64);
+    let r = cluster(
+        &disagg(1, 1, None),
+        &closed(1, 2, fixed(prompt), fixed(output), 0),
+        &opts(),
+    );
+    let p = Plan {
+        prompt,
+        output,
+        chunk: Some(8192),
+        ..plan()
+    };
+    let e = estimate(&llama31_8b(), &h100(), &p, &eff(), proto(), false).unwrap();
+    let transfer = prompt as f64 * 131072.0 / 50e9 + 20e-6;
+    assert_eq!(r.transfers, 2);
+    assert!(close(r.transfer_s, 2.0 * transfer, 1e-12));
+    assert!(close(r.ttft.mean, e.ttft_s, 1e-9));
+    assert!(
+        close(r.e2e.mean, e.e2e_s + transfer, 1e-9),
+        "{} vs {}",
+        r.e2e.mean,
+        e.e2e_s + transfer
+    );
+}
+
+#[test]
+fn disaggregated_conservation_and_refused_transfers() {
+    let w = Workload {
+        arrivals: Arrivals::Poisson { rate: 25.0 },
+        requests: Some(300),
+        prompt: Lengths::Uniform { lo: 500, hi: 6000 },
+        output: Lengths::Uniform { lo: 50, hi: 600 },
+        declare_output: true,
+        seed: 4,
+    };
+    // a decode pool of 700 blocks (11,200 tokens) cannot take every prompt sent its way
+    let c = disagg(2, 1, Some(700));
+    let mut refused = 0;
+    for h in [0.3, 2.0, 5.5, 1e9] {
+        let r = cluster(
+            &c,
+            &w,
+            &Options {
+                horizon_s: Some(h),
+                ..opts()
+            },
+        );
+        assert!(r.counts.conserved(), "horizon {h}: {:?}", r.counts);
+        refused = r.counts.rejected_decode_kv;
+    }
+    assert!(refused > 0);
+    let roomy = cluster(&disagg(2, 2, None), &w, &opts());
+    assert_eq!(roomy.counts.rejected_decode_kv, 0);
+    assert_eq!(roomy.counts.completed, 300);
+    assert_eq!(roomy.transfers, 300);
 }
