@@ -47,5 +47,36 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// One scheduler step priced by the serving simulator's pricer (shapes already built, as in a
+/// run): a decode step of 64 sequences at spread contexts, and a mixed step (a 2,048-token prefill
+/// chunk on a 4,096-token prefix beside 64 decodes).
+fn bench_step(c: &mut Criterion) {
+    use _core::engine::Layout;
+    use _core::graph::Segment;
+    use _core::serving::step::StepPricer;
+    let eff = Efficiency::uncalibrated();
+    let dev = h100();
+    let m = llama31_8b();
+    let plan = Plan::new(1, 1, 1, 0.9);
+    let layout = Layout::new(&m, &dev, &plan, proto()).unwrap();
+    let mut p = StepPricer::new(layout, &plan, &eff, dev.memory_bw());
+    let contexts: Vec<u64> = (0..64).map(|i| 1000 + 37 * i).collect();
+    let prefill = [Segment {
+        count: 1,
+        new: 2048,
+        prefix: 4096,
+        samples: false,
+    }];
+    let mut segs = Vec::new();
+    p.decode_step_s(&contexts);
+    p.mixed_step_s(&prefill, &contexts, &mut segs);
+    c.bench_function("serving step: decode of 64 (llama-3.1-8b)", |b| {
+        b.iter(|| p.decode_step_s(black_box(&contexts)))
+    });
+    c.bench_function("serving step: 2048-token chunk + 64 decodes", |b| {
+        b.iter(|| p.mixed_step_s(black_box(&prefill), black_box(&contexts), &mut segs))
+    });
+}
+
+criterion_group!(benches, bench, bench_step);
 criterion_main!(benches);

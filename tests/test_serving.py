@@ -132,8 +132,9 @@ def test_cli_scenario_json_and_out(tmp_path):
 
 
 def test_serving_runs_replay_a_fixed_subset_through_the_simulator(tmp_path):
-    # the first Qwen3-32B agg vLLM runs on H100 and one disagg run of the shipped file, replayed:
-    # each priced run's TPOT is the simulated measured requests' mean, and the disagg run says why
+    # the first Qwen3-32B agg vLLM runs on H100 and one disagg SGLang run of the shipped file
+    # (DeepSeek-R1, prefill and decode pools of TP 16), replayed: each priced run's TPOT is the
+    # simulated measured requests' mean
     import csv
     import io
     from pathlib import Path
@@ -144,7 +145,8 @@ def test_serving_runs_replay_a_fixed_subset_through_the_simulator(tmp_path):
     rows = list(csv.DictReader(io.StringIO(src.read_text())))
     agg = [r for r in rows if (r["backend"], r["model_path"], r["system"], r["mode"], r["tp_size"])
            == ("vllm", "Qwen/Qwen3-32B", "h100_sxm", "agg", "2")][:2]  # fmt: skip
-    disagg = [r for r in rows if r["mode"] == "disagg"][:1]
+    disagg = [r for r in rows if (r["mode"], r["backend"], r["system"]) == ("disagg", "sglang", "h100_sxm")
+              and "silicon_concurrency=" in r["silicon_data_source"]][:1]  # fmt: skip
     f = tmp_path / "runs.csv"
     with f.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
@@ -153,8 +155,7 @@ def test_serving_runs_replay_a_fixed_subset_through_the_simulator(tmp_path):
     recs = serving_runs(str(f))
     assert len(recs) == 6
     priced = [r for r in recs if r["predicted"] is not None]
-    assert len(priced) == 4 and all(r["predicted"] > 0 for r in priced)
-    assert all("disaggregated" in r["reason"] for r in recs if r["predicted"] is None)
+    assert len(priced) == 6 and all(r["predicted"] > 0 for r in priced)
     r, run = priced[1], agg[0]
     c, isl, osl = int(r["concurrency"]), int(r["isl"]), int(r["osl"])
     s = ridgeline.simulate("Qwen/Qwen3-32B", "H100_SXM", concurrency=c, requests=12 * c, prompt=isl, output=osl,

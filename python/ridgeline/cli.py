@@ -236,10 +236,10 @@ def estimate(
 
 _SIM_KEYS = (
     "model", "hardware", "tp", "ep", "instances", "router", "prefill_instances", "decode_instances", "prefill_tp",
-    "decode_tp", "kv_link_gbs", "kv_link_latency_us", "runtime", "dtype", "weight_dtype", "kv_dtype", "rate",
-    "burstiness", "concurrency", "trace", "requests", "prompt", "output", "declare_output", "seed", "max_model_len",
-    "kv_blocks", "slo_ttft_ms", "slo_tpot_ms", "horizon_s", "max_num_batched_tokens", "max_num_seqs", "block_size",
-    "chunked_prefill", "mixed", "reserve_full", "memory_fraction", "fraction_of_free",
+    "decode_tp", "prefill_ep", "decode_ep", "kv_link_gbs", "kv_link_latency_us", "runtime", "dtype", "weight_dtype",
+    "kv_dtype", "rate", "burstiness", "concurrency", "trace", "requests", "prompt", "output", "declare_output", "seed",
+    "max_model_len", "kv_blocks", "slo_ttft_ms", "slo_tpot_ms", "horizon_s", "max_num_batched_tokens", "max_num_seqs",
+    "block_size", "chunked_prefill", "mixed", "reserve_full", "memory_fraction", "fraction_of_free",
 )  # fmt: skip
 
 

@@ -310,8 +310,8 @@ ROUTERS = ("round_robin", "least_outstanding", "least_kv")
 
 
 def _cluster(dev: Device, sched: Mapping[str, Any], *, tp: Any, ep: Any, instances: Any, router: Any,
-             prefill_instances: Any, decode_instances: Any, prefill_tp: Any, decode_tp: Any, kv_link_gbs: Any,
-             kv_link_latency_us: Any) -> dict[str, Any]:  # fmt: skip
+             prefill_instances: Any, decode_instances: Any, prefill_tp: Any, decode_tp: Any, prefill_ep: Any,
+             decode_ep: Any, kv_link_gbs: Any, kv_link_latency_us: Any) -> dict[str, Any]:  # fmt: skip
     """The core's cluster: one pool of ``instances`` (aggregated) or, when prefill or decode
     instances are given, a prefill pool and a decode pool with the KV link between them (default:
     the device's scale-out link from the catalog: the pools sit on different nodes)."""
@@ -320,7 +320,8 @@ def _cluster(dev: Device, sched: Mapping[str, Any], *, tp: Any, ep: Any, instanc
     tp, ep = _checks.whole("tp", tp, 1), _checks.whole("ep", ep, 1)
     disagg = prefill_instances is not None or decode_instances is not None
     if not disagg:
-        for k, v in (("prefill_tp", prefill_tp), ("decode_tp", decode_tp), ("kv_link_gbs", kv_link_gbs),
+        for k, v in (("prefill_tp", prefill_tp), ("decode_tp", decode_tp), ("prefill_ep", prefill_ep),
+                     ("decode_ep", decode_ep), ("kv_link_gbs", kv_link_gbs),
                      ("kv_link_latency_us", kv_link_latency_us)):  # fmt: skip
             if v is not None:
                 raise PlanError(f"{k}: only with prefill_instances and decode_instances (disaggregated serving)")
@@ -338,8 +339,10 @@ def _cluster(dev: Device, sched: Mapping[str, Any], *, tp: Any, ep: Any, instanc
                         f"(bandwidth {bw}, latency {lat} us); give kv_link_gbs and kv_link_latency_us")  # fmt: skip
     pools = [
         {"instances": _checks.whole(f"{k}_instances", n, 1),
-         "tp": _checks.whole(f"{k}_tp", t if t is not None else tp, 1), "ep": ep, "scheduler": dict(sched)}
-        for k, n, t in (("prefill", prefill_instances, prefill_tp), ("decode", decode_instances, decode_tp))
+         "tp": _checks.whole(f"{k}_tp", t if t is not None else tp, 1),
+         "ep": _checks.whole(f"{k}_ep", e if e is not None else ep, 1), "scheduler": dict(sched)}
+        for k, n, t, e in (("prefill", prefill_instances, prefill_tp, prefill_ep),
+                           ("decode", decode_instances, decode_tp, decode_ep))
     ]  # fmt: skip
     return {"pools": pools, "router": router, "kv_link": {"bw_gbs": float(bw), "latency_us": float(lat)}}
 
@@ -380,6 +383,8 @@ def simulate(
     decode_instances: Optional[int] = None,
     prefill_tp: Optional[int] = None,
     decode_tp: Optional[int] = None,
+    prefill_ep: Optional[int] = None,
+    decode_ep: Optional[int] = None,
     kv_link_gbs: Optional[float] = None,
     kv_link_latency_us: Optional[float] = None,
     runtime: Optional[str] = None,
@@ -406,7 +411,8 @@ def simulate(
         router: round_robin, least_outstanding (fewest requests waiting or running) or least_kv
             (smallest share of KV blocks in use).
         prefill_instances, decode_instances: prefill/decode disaggregation: a prefill pool and a
-            decode pool (``prefill_tp``, ``decode_tp``, default ``tp``); after its prompt a request's
+            decode pool (``prefill_tp``, ``decode_tp``, default ``tp``; ``prefill_ep``, ``decode_ep``,
+            default ``ep``); after its prompt a request's
             KV moves to a decode instance over ``kv_link_gbs`` per rank plus ``kv_link_latency_us``
             (default: the device's scale-out link in the catalog). TTFT is the prefill's first token.
         rate: open-loop arrivals per second (Poisson; gamma gaps with ``burstiness`` != 1, the
@@ -503,7 +509,8 @@ def simulate(
         core_sched["kv_blocks"] = _checks.whole("kv_blocks", kv_blocks, 1)
     cluster = _cluster(p.dev, core_sched, tp=tp, ep=ep, instances=instances, router=router,
                        prefill_instances=prefill_instances, decode_instances=decode_instances, prefill_tp=prefill_tp,
-                       decode_tp=decode_tp, kv_link_gbs=kv_link_gbs, kv_link_latency_us=kv_link_latency_us)  # fmt: skip
+                       decode_tp=decode_tp, prefill_ep=prefill_ep, decode_ep=decode_ep, kv_link_gbs=kv_link_gbs,
+                       kv_link_latency_us=kv_link_latency_us)  # fmt: skip
     r = _core.simulate_prepared(p.core, json.dumps(cluster), json.dumps(work), json.dumps(opts))
     requests_df = series_df = None
     if keep_requests or sample_s is not None:

@@ -9,6 +9,8 @@ the raw structural agreement.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 from typing import Any, Optional
@@ -236,6 +238,32 @@ def rows_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
 _NEEDS_SIMULATOR = "needs the serving simulator"
 
 
+def _disagg_shape(x: dict[str, str], dev: Any) -> tuple[dict[str, Any], int, Optional[str]]:
+    """A disaggregated run's pools (workers, TP, EP each; a blank count is one worker), its
+    concurrency (the source's silicon_concurrency) and why it cannot be replayed, if so. The KV
+    link is the device's scale-out link; its latency is omitted where the catalog has none."""
+    import re
+
+    def num(k: str) -> int:
+        return int(x[k]) if x[k].strip() else 1
+
+    m = re.search(r"silicon_concurrency=(\d+)", x["silicon_data_source"])
+    c = int(m.group(1)) if m else 0
+    why = None
+    if not c:
+        why = "disaggregated run without silicon_concurrency in its source"
+    elif any(num(f"{p}_{k}") > 1 for p in ("prefill", "decode") for k in ("attention_dp_size", "pp_size")):
+        why = "attention DP or PP: the serving simulator runs instances without them"
+    shape = {
+        "prefill_instances": num("prefill_num_workers"), "decode_instances": num("decode_num_workers"),
+        "prefill_tp": num("prefill_tp_size"), "decode_tp": num("decode_tp_size"),
+        "prefill_ep": num("prefill_moe_ep_size"), "decode_ep": num("decode_moe_ep_size"),
+        "kv_link_gbs": dev.scaleout_bw_gbs, "kv_link_latency_us": dev.scaleout_latency_us or 0.0,
+        "router": "least_outstanding",
+    }  # fmt: skip
+    return shape, c, why
+
+
 def serving_runs(path: str, catalog: Optional[Catalog] = None, limit: Optional[int] = None) -> list[dict[str, Any]]:
     """The closed-loop serving runs of a silicon_calibration-format file, each replayed through the
     serving simulator: ``concurrency`` clients of ``isl`` prompt and ``osl`` output tokens under
@@ -254,6 +282,9 @@ def serving_runs(path: str, catalog: Optional[Catalog] = None, limit: Optional[i
     cat = catalog or default_catalog()
     rows = import_file(path, read_text(path, what="rows file", error=CatalogError))
     match_hardware(rows, cat)
+    # the disaggregated runs' worker shapes, by the file's line (the rows keep the aggregated plan)
+    raw = {i: x for i, x in enumerate(csv.DictReader(io.StringIO(read_text(path, what="rows file",
+                                                                         error=CatalogError))), start=2)}  # fmt: skip
     runs: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         runs.setdefault(r["id"].rsplit(":", 1)[0], []).append(r)
@@ -270,15 +301,18 @@ def serving_runs(path: str, catalog: Optional[Catalog] = None, limit: Optional[i
                 for x in metric_rows]  # fmt: skip
         why = next((str(x["not_priced"]) for x in metric_rows
                     if x["not_priced"] and _NEEDS_SIMULATOR not in x["not_priced"]), None)  # fmt: skip
-        if why is None and any("mode disagg" in str(x["not_priced"]) for x in metric_rows):
-            why = "prefill/decode-disaggregated run: the simulator's prefill and decode pools are not built yet"
         kw: dict[str, Any] = {}
+        shape: dict[str, Any] = {}
+        c = int(r["batch"] or 1)
         if why is None:
             kw, _ = _estimate_kwargs(r, Model.from_config(r["model"]).max_model_len, cat)
+            shape = {"tp": kw["tp"], "ep": kw["ep"]}
             if kw["attention_dp"] > 1 or kw["pp"] > 1:
-                why = "attention DP or PP: the serving simulator runs one instance without them"
+                why = "attention DP or PP: the serving simulator runs instances without them"
+            if any("mode disagg" in str(x["not_priced"]) for x in metric_rows):
+                shape, c, why = _disagg_shape(raw[int(r["id"].split(":")[1])], cat.get(r["hardware"]))
         if why is None:
-            c, isl, osl = int(r["batch"]), int(r["prompt_tokens"]), int(r["output_tokens"])
+            isl, osl = int(r["prompt_tokens"]), int(r["output_tokens"])
             sched = scheduler_defaults(r["runtime"], cat.get(r["hardware"])) or {}
             # a runtime that prefills whole prompts ran these with a step budget that admits one
             # beside every client's decode (below it a new prompt waits for every decode to end:
@@ -289,7 +323,7 @@ def serving_runs(path: str, catalog: Optional[Catalog] = None, limit: Optional[i
             try:
                 s = simulate(
                     r["model"], r["hardware"], concurrency=c, requests=(per_client + warmup) * c, prompt=isl,
-                    output=osl, tp=kw["tp"], ep=kw["ep"], runtime=r["runtime"], dtype=kw["dtype"],
+                    output=osl, **shape, runtime=r["runtime"], dtype=kw["dtype"],
                     weight_dtype=kw["weight_dtype"], kv_dtype=kw["kv_dtype"], max_model_len=isl + osl,
                     keep_requests=True, catalog=cat, max_num_batched_tokens=budget,
                 )  # fmt: skip
