@@ -185,3 +185,16 @@ def test_replicas_and_disaggregation_through_the_doors():
         ridgeline.simulate(LLAMA, "H100_SXM", prefill_tp=2, **kw)
     with pytest.raises(PlanError, match="router"):
         ridgeline.simulate(LLAMA, "H100_SXM", router="random", **kw)
+
+
+def test_the_readme_scenario_prints_what_the_readme_shows(tmp_path):
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    scenario = readme.split("```yaml\n# scenario.yaml", 1)[1].split("```", 1)[0]
+    shown = readme.split("<!-- scenario-output:start -->\n```\n", 1)[1].split("\n```\n<!-- scenario-output:end -->")[0]
+    f = tmp_path / "scenario.yaml"
+    f.write_text("# scenario.yaml" + scenario)
+    code, out, err = run_main("simulate", "--scenario", str(f))
+    assert code == 0, err
+    assert out.rstrip("\n") == shown

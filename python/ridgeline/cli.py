@@ -812,9 +812,9 @@ def _rows_report(out: list[dict[str, Any]], as_json: bool, per_row: bool = True)
     from .validate import rows_summary
 
     summary = rows_summary(out)
-    click.echo(f"\n  {'runtime / hardware / metric':<44} {'rows':>5} {'MedAPE':>7} {'obs/pred':>9} {'<1.5x':>6}")
+    click.echo(f"\n  {'runtime / hardware / metric':<46} {'rows':>5} {'MedAPE':>7} {'obs/pred':>9} {'<1.5x':>6}")
     for key, v in summary["groups"].items():
-        click.echo(f"  {key:<44} {v['rows']:>5} {v['medape']:>7.1%} {v['median_obs_over_pred']:>9.3f} "
+        click.echo(f"  {key:<46} {v['rows']:>5} {v['medape']:>7.1%} {v['median_obs_over_pred']:>9.3f} "
                    f"{v['within_1_5x']:>6.1%}")  # fmt: skip
     for reason, n in summary["not_priced"].items():
         click.echo(f"  not priced: {n:>5} rows: {reason}")

@@ -219,7 +219,8 @@ def rows_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
             key = key.split(":")[0] if ":" in key else key
             reasons[key] = reasons.get(key, 0) + 1
             continue
-        groups.setdefault(f"{r['runtime']} / {r['hardware']} / {r['metric']}", []).append(r)
+        mode = f" / {r['mode']}" if r.get("mode") else ""
+        groups.setdefault(f"{r['runtime']} / {r['hardware']} / {r['metric']}{mode}", []).append(r)
     out = {}
     for key, g in sorted(groups.items()):
         obs = np.array([x["observed"] for x in g], dtype=float)
@@ -297,7 +298,8 @@ def serving_runs(path: str, catalog: Optional[Catalog] = None, limit: Optional[i
         r = metric_rows[0]
         base = [{"id": x["id"], "hardware": x["hardware"] or x["file_hardware"], "runtime": x["runtime"],
                  "model": x["model"], "metric": x["metric"], "observed": float(x["value"]), "predicted": None,
-                 "unit": x["unit"], "concurrency": x["batch"], "isl": x["prompt_tokens"], "osl": x["output_tokens"]}
+                 "unit": x["unit"], "concurrency": x["batch"], "isl": x["prompt_tokens"], "osl": x["output_tokens"],
+                 "mode": "disagg" if "mode disagg" in str(x["not_priced"]) else "agg"}
                 for x in metric_rows]  # fmt: skip
         why = next((str(x["not_priced"]) for x in metric_rows
                     if x["not_priced"] and _NEEDS_SIMULATOR not in x["not_priced"]), None)  # fmt: skip
@@ -309,8 +311,10 @@ def serving_runs(path: str, catalog: Optional[Catalog] = None, limit: Optional[i
             shape = {"tp": kw["tp"], "ep": kw["ep"]}
             if kw["attention_dp"] > 1 or kw["pp"] > 1:
                 why = "attention DP or PP: the serving simulator runs instances without them"
-            if any("mode disagg" in str(x["not_priced"]) for x in metric_rows):
+            if base[0]["mode"] == "disagg":
                 shape, c, why = _disagg_shape(raw[int(r["id"].split(":")[1])], cat.get(r["hardware"]))
+                for b in base:
+                    b["concurrency"] = c
         if why is None:
             isl, osl = int(r["prompt_tokens"]), int(r["output_tokens"])
             sched = scheduler_defaults(r["runtime"], cat.get(r["hardware"])) or {}
