@@ -198,3 +198,20 @@ def test_the_readme_scenario_prints_what_the_readme_shows(tmp_path):
     code, out, err = run_main("simulate", "--scenario", str(f))
     assert code == 0, err
     assert out.rstrip("\n") == shown
+
+
+def test_max_throughput_rows_replay_the_datasets_trtllm_bench_sent():
+    # the first shipped offline max-throughput rows (TensorRT-LLM perf-overview, Llama-3.1-8B fp8,
+    # 128/128: 30,000 requests at once) priced as the simulator's output rate of that dataset
+    from ridgeline.benchmarks import trtllm_bench_requests
+    from ridgeline.validate import max_throughput_rows
+
+    assert trtllm_bench_requests()[(128, 128)] == 30000 and trtllm_bench_requests()[(20000, 2000)] == 1000
+    recs = max_throughput_rows(limit=2)
+    assert [r["hardware"] for r in recs] == ["H100_SXM", "L40S"] and all(r["predicted"] for r in recs)
+    s = ridgeline.simulate("meta-llama/Llama-3.1-8B", "H100_SXM", concurrency=30000, requests=30000, prompt=128,
+                           output=128, runtime="trtllm", weight_dtype="fp8", kv_dtype="fp8",
+                           max_model_len=256)  # fmt: skip
+    assert recs[0]["predicted"] == pytest.approx(s.output_tok_s, rel=1e-12)
+    # measured 28,836.77 output tok/s; the replay lands within 1.5x of it
+    assert 1 / 1.5 < recs[0]["observed"] / recs[0]["predicted"] < 1.5

@@ -503,7 +503,15 @@ def exclusions() -> dict[str, str]:
     return {r["id"]: r["reason"] for r in csv.DictReader(io.StringIO(text))}
 
 
-SIDE_FILES = ("hardware_map.csv", "model_map.csv", "exclusions.csv")
+SIDE_FILES = ("hardware_map.csv", "model_map.csv", "exclusions.csv", "trtllm_bench_requests.csv")
+
+
+def trtllm_bench_requests() -> dict[tuple[int, int], int]:
+    """(input, output tokens) -> the requests TensorRT-LLM's throughput tables were measured with
+    (data/benchmarks/trtllm_bench_requests.csv, from its perf-overview)."""
+    text = _data.read_text("data/benchmarks/trtllm_bench_requests.csv")
+    return {(int(r["input_tokens"]), int(r["output_tokens"])): int(r["num_requests"])
+            for r in csv.DictReader(io.StringIO(text))}  # fmt: skip
 
 
 def shipped_rows() -> list[Row]:

@@ -823,7 +823,7 @@ def _rows_report(out: list[dict[str, Any]], as_json: bool, per_row: bool = True)
 def _validate_serving(rows_file: Optional[str], limit: Optional[int], as_json: bool) -> None:
     from .errors import PlanError
     from .kernels import KERNEL_DIR
-    from .validate import serving_runs
+    from .validate import max_throughput_rows, serving_runs
 
     path = rows_file or str(Path(KERNEL_DIR) / "silicon_calibration.csv")
     if not Path(path).is_file():
@@ -832,7 +832,7 @@ def _validate_serving(rows_file: Optional[str], limit: Optional[int], as_json: b
         )
     if limit is not None and limit < 1:
         raise PlanError(f"limit: must be a whole number >= 1, got {limit}")
-    _rows_report(serving_runs(path, limit=limit), as_json, per_row=False)
+    _rows_report([*serving_runs(path, limit=limit), *max_throughput_rows(limit=limit)], as_json, per_row=False)
 
 
 def _validate_comm(as_json: bool, per_row: bool, kernels: Optional[str]) -> None:

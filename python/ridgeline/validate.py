@@ -349,3 +349,62 @@ def serving_runs(path: str, catalog: Optional[Catalog] = None, limit: Optional[i
                 b["reason"] = why
             out.append(b)
     return out
+
+
+#: Why an offline max-throughput row waited for the simulator (benchmarks._trtllm_throughput).
+_MAX_THROUGHPUT = "offline max throughput"
+
+
+def max_throughput_rows(catalog: Optional[Catalog] = None, limit: Optional[int] = None) -> list[dict[str, Any]]:
+    """The shipped offline max-throughput rows (trtllm-bench: every request of the dataset sent at
+    once, the runtime batching them) replayed through the simulator: the dataset's request count
+    (``trtllm_bench_requests``) all arriving at once, under the runtime's scheduler (a whole-prompt
+    step budget raised to hold one prompt beside a full batch of decodes, as an engine built for
+    the dataset does) and shipped calibration; predicted: output tokens per second of the run."""
+    from .benchmarks import shipped_rows, trtllm_bench_requests
+    from .calibrate import _estimate_kwargs
+    from .errors import RidgelineError
+    from .models import Model
+    from .serving import scheduler_defaults, simulate
+
+    cat = catalog or default_catalog()
+    counts = trtllm_bench_requests()
+    out: list[dict[str, Any]] = []
+    rows = [r for r in shipped_rows() if _MAX_THROUGHPUT in str(r["not_priced"])]
+    for r in rows[:limit]:
+        isl, osl = int(r["prompt_tokens"]), int(r["output_tokens"])
+        rec = {"id": r["id"], "hardware": r["hardware"] or r["file_hardware"], "runtime": r["runtime"],
+               "model": r["model"], "metric": r["metric"], "observed": float(r["value"]), "predicted": None,
+               "unit": r["unit"], "mode": "max throughput"}  # fmt: skip
+        n = counts.get((isl, osl))
+        why = None
+        if not r["model"]:
+            why = next(iter(str(r["notes"]).split(";")), "no bundled model")
+            why = f"model '{why.removeprefix('model ')}' has no bundled config"
+        elif not r["hardware"]:
+            why = f"hardware '{r['file_hardware']}' is not in the catalog"
+        elif n is None:
+            why = f"no request count for {isl}/{osl} in trtllm_bench_requests.csv"
+        if why is None:
+            kw, _ = _estimate_kwargs(r, Model.from_config(r["model"]).max_model_len, cat)
+            if kw["pp"] > 1:
+                why = "PP: the serving simulator runs instances without it"
+        if why is None:
+            sched = scheduler_defaults(r["runtime"], cat.get(r["hardware"])) or {}
+            cap = int(sched.get("max_num_seqs", 0))
+            budget = None
+            if not sched.get("chunked_prefill", True) and isl + cap > sched["max_num_batched_tokens"]:
+                budget = isl + cap
+            try:
+                s = simulate(r["model"], r["hardware"], concurrency=n, requests=n, prompt=isl, output=osl,
+                             tp=kw["tp"], ep=kw["ep"], runtime=r["runtime"], dtype=kw["dtype"],
+                             weight_dtype=kw["weight_dtype"], kv_dtype=kw["kv_dtype"], max_model_len=isl + osl,
+                             catalog=cat, max_num_batched_tokens=budget)  # fmt: skip
+            except RidgelineError as e:
+                why = str(e)
+            else:
+                rec.update(predicted=s.output_tok_s, calibration=s.calibration)
+        if why is not None:
+            rec["reason"] = why
+        out.append(rec)
+    return out
