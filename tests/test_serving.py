@@ -215,3 +215,22 @@ def test_max_throughput_rows_replay_the_datasets_trtllm_bench_sent():
     assert recs[0]["predicted"] == pytest.approx(s.output_tok_s, rel=1e-12)
     # measured 28,836.77 output tok/s; the replay lands within 1.5x of it
     assert 1 / 1.5 < recs[0]["observed"] / recs[0]["predicted"] < 1.5
+
+
+def test_itl_histogram_counts_every_token_after_the_first(tmp_path):
+    s = ridgeline.simulate(LLAMA, "H100_SXM", rate=10.0, requests=200, prompt="uniform:100:3000",
+                           output="uniform:1:500", keep_requests=True, sample_s=0.5)  # fmt: skip
+    produced = s.requests.filter(pl.col("output_tokens") > 0).height
+    assert int(s.itl_hist["tokens"].sum()) == s.output_tokens - produced
+    pytest.importorskip("matplotlib")
+    from ridgeline.plot import rate_curve, simulation
+
+    paths = simulation(s, str(tmp_path), "svg")
+    assert [p.rsplit("/", 1)[1] for p in paths] == ["latency_cdf.svg", "queue_kv.svg"]
+    code, out, err = run_main("simulate", "-m", LLAMA, "-H", "H100_SXM", "--rate", "2,8", "--requests", "100",
+                              "--plot", str(tmp_path))  # fmt: skip
+    assert code == 0, err
+    lines = [x for x in out.splitlines() if x.strip()[:1].isdigit()]
+    assert len(lines) == 2 and (tmp_path / "rate_curve.png").exists()
+    with pytest.raises(PlanError, match="format"):
+        rate_curve([s], str(tmp_path), "jpg")

@@ -296,7 +296,7 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
 @click.option("--dtype", default=None, help=f"Activation dtype (default bf16): {DTYPES}.")
 @click.option("--weight-dtype", default=None, help="Weight storage format (as estimate).")
 @click.option("--kv-dtype", default=None, help="KV-cache dtype.")
-@click.option("--rate", type=float, default=None, help="Open loop: requests per second (Poisson).")
+@click.option("--rate", default=None, help="Open loop: requests per second (Poisson); a list (2,4,8) sweeps the rates.")
 @click.option("--burstiness", type=float, default=None, help="Gamma arrivals: the gaps' coefficient of variation.")
 @click.option("--concurrency", type=int, default=None, help="Closed loop: clients, each sending when its last ends.")
 @click.option("--trace", default=None, help="CSV/JSONL of arrival_s, prompt_tokens, output_tokens[, max_tokens].")
@@ -332,10 +332,19 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
 )
 @click.option("--sample-ms", type=float, default=100.0, show_default=True, help="Time-series interval with --out.")
 @click.option("--force", is_flag=True, help="Overwrite files in --out.")
+@click.option(
+    "--plot",
+    "plot_dir",
+    default=None,
+    help="Write plots here: TTFT/ITL CDFs and queue/KV over time; with several rates the throughput-latency curve.",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["png", "svg"]), default="png", show_default=True, help="Plot format."
+)
 @click.option("--uncalibrated", is_flag=True, help="Price steps at the efficiency-1 bound.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, force: bool, uncalibrated: bool,
-             as_json: bool, **flags: Any) -> None:  # fmt: skip
+def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, force: bool, plot_dir: Optional[str],
+             fmt: str, uncalibrated: bool, as_json: bool, **flags: Any) -> None:  # fmt: skip
     """Simulate a serving instance under load: TTFT, TPOT, ITL, throughput, goodput."""
     from .errors import PlanError
     from .serving import simulate as run
@@ -352,8 +361,22 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
         if there and not force:
             raise PlanError(f"out: {', '.join(there)} already exist(s); pass --force to overwrite")
     model, hardware = args.pop("model"), args.pop("hardware")
-    s = run(model, hardware, keep_requests=out is not None, sample_s=sample_ms / 1e3 if out is not None else None,
+    rates = _rates(args.pop("rate", None))
+    if len(rates) > 1:
+        if out is not None:
+            raise PlanError("out: one run at a time (give one --rate with --out)")
+        _rate_sweep(model, hardware, rates, args, calibrated=not uncalibrated, as_json=as_json, plot_dir=plot_dir,
+                    fmt=fmt)  # fmt: skip
+        return
+    if rates:
+        args["rate"] = rates[0]
+    detail = out is not None or plot_dir is not None
+    s = run(model, hardware, keep_requests=detail, sample_s=sample_ms / 1e3 if detail else None,
             calibrated=not uncalibrated, **args)  # fmt: skip
+    if plot_dir is not None:
+        from .plot import simulation as plots
+
+        files += [Path(p) for p in plots(s, plot_dir, fmt)]
     if out is not None:
         Path(out).mkdir(parents=True, exist_ok=True)
         s.requests.write_parquet(files[0])
@@ -364,6 +387,41 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
     click.echo(s.summary())
     for f in files:
         click.echo(f"wrote {f}")
+
+
+def _rates(v: Any) -> list[float]:
+    """A rate or a comma-separated list of them (a scenario file may give a number or a list)."""
+    from .errors import PlanError
+
+    if v is None:
+        return []
+    items = v if isinstance(v, list) else str(v).split(",")
+    try:
+        return [float(x) for x in items]
+    except (TypeError, ValueError):
+        raise PlanError(f"rate: expected requests per second or a list such as 2,4,8, got {v!r}") from None
+
+
+def _rate_sweep(model: str, hardware: str, rates: list[float], args: dict[str, Any], *, calibrated: bool,
+                as_json: bool, plot_dir: Optional[str], fmt: str) -> None:  # fmt: skip
+    from .serving import simulate as run
+
+    sims = [run(model, hardware, rate=r, calibrated=calibrated, **args) for r in rates]
+    if as_json:
+        click.echo(json.dumps([s.to_dict() for s in sims], indent=2))
+    else:
+        click.echo(f"{sims[0].model} on {sims[0].hardware}, {sims[0].cluster['describe']}, "
+                   f"{sims[0].runtime} ({sims[0].calibration})")  # fmt: skip
+        click.echo(f"  {'rate/s':>8} {'req/s':>8} {'out tok/s':>10} {'TTFT p50':>9} {'TTFT p99':>9} "
+                   f"{'TPOT p50':>9} {'TPOT p99':>9} {'goodput/s':>9}  (ms)")  # fmt: skip
+        for r, s in zip(rates, sims):
+            click.echo(f"  {r:>8g} {s.request_rate_req_s:>8.2f} {s.output_tok_s:>10,.0f} "
+                       f"{s.ttft_s['p50'] * 1e3:>9.1f} {s.ttft_s['p99'] * 1e3:>9.1f} {s.tpot_s['p50'] * 1e3:>9.2f} "
+                       f"{s.tpot_s['p99'] * 1e3:>9.2f} {s.goodput_req_s:>9.2f}")  # fmt: skip
+    if plot_dir is not None:
+        from .plot import rate_curve
+
+        click.echo(f"wrote {rate_curve(sims, plot_dir, fmt)}", err=as_json)
 
 
 def _held_out_text(held: Any) -> str:

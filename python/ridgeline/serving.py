@@ -204,6 +204,8 @@ class Simulation:
     transfer_s: float = 0.0
     requests: Any = field(default=None, repr=False)
     series: Any = field(default=None, repr=False)
+    #: The inter-token latencies as a histogram (Polars: itl_s, tokens), for a CDF.
+    itl_hist: Any = field(default=None, repr=False)
 
     @property
     def finished(self) -> int:
@@ -228,7 +230,7 @@ class Simulation:
         return self.good_requests / self.duration_s if self.duration_s > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k not in ("requests", "series")}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("requests", "series", "itl_hist")}
         out.update(request_rate_req_s=self.request_rate_req_s, output_tok_s=self.output_tok_s,
                    total_tok_s=self.total_tok_s, goodput_req_s=self.goodput_req_s)  # fmt: skip
         result: dict[str, Any] = json.loads(json.dumps(out, default=list))
@@ -512,10 +514,11 @@ def simulate(
                        decode_tp=decode_tp, prefill_ep=prefill_ep, decode_ep=decode_ep, kv_link_gbs=kv_link_gbs,
                        kv_link_latency_us=kv_link_latency_us)  # fmt: skip
     r = _core.simulate_prepared(p.core, json.dumps(cluster), json.dumps(work), json.dumps(opts))
+    import polars as pl
+
+    itl_df = pl.DataFrame(dict(r["itl_hist"]))
     requests_df = series_df = None
     if keep_requests or sample_s is not None:
-        import polars as pl
-
         if keep_requests:
             requests_df = (
                 pl.DataFrame(dict(r["requests"]))
@@ -541,5 +544,5 @@ def simulate(
         steps=int(r["steps"]), preemptions=int(r["preemptions"]), good_requests=int(r["good_requests"]),
         kv_blocks=tuple(int(b) for b in r["kv_blocks"]), max_model_len=mml, max_running=int(r["max_running"]),
         slo=slo, cluster=_cluster_labels(cluster), transfers=int(r["transfers"]), transfer_s=float(r["transfer_s"]),
-        warnings=tuple(dict.fromkeys(warnings)), requests=requests_df, series=series_df,
+        warnings=tuple(dict.fromkeys(warnings)), requests=requests_df, series=series_df, itl_hist=itl_df,
     )  # fmt: skip

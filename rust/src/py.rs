@@ -476,6 +476,10 @@ fn sim_dict(py: Python<'_>, r: SimResult) -> PyResult<Bound<'_, PyDict>> {
     ser.set_item("running", PyArray1::from_iter(py, s.iter().map(|x| x.running)))?;
     ser.set_item("kv_used", PyArray1::from_iter(py, s.iter().map(|x| x.kv_used)))?;
     out.set_item("series", ser)?;
+    let itl = PyDict::new(py);
+    itl.set_item("itl_s", PyArray1::from_iter(py, r.itl_bins.iter().map(|b| b.0)))?;
+    itl.set_item("tokens", PyArray1::from_iter(py, r.itl_bins.iter().map(|b| b.1)))?;
+    out.set_item("itl_hist", itl)?;
     Ok(out)
 }
 

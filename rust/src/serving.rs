@@ -199,6 +199,8 @@ pub struct SimResult {
     pub tpot: Stats,
     pub itl: Stats,
     pub e2e: Stats,
+    /// The inter-token latencies' distribution: (seconds, tokens) per histogram bin.
+    pub itl_bins: Vec<(f64, u64)>,
     /// Seconds from the first arrival to the end of the last step.
     pub duration_s: f64,
     pub output_tokens: u64,
@@ -503,6 +505,7 @@ pub fn simulate_cluster(
         tpot: mt.tpot.stats(),
         itl: mt.itl.stats(),
         e2e: mt.e2e.stats(),
+        itl_bins: mt.itl.bins(),
         duration_s: (mt.now - mt.first_arrival.unwrap_or(mt.now)).max(0.0),
         output_tokens: mt.output_tokens,
         prompt_tokens: mt.prompt_tokens,

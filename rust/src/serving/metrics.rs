@@ -91,6 +91,22 @@ impl LogHist {
         self.max
     }
 
+    /// The non-empty bins as (geometric centre, count), in increasing order (zeros first, at 0):
+    /// the distribution itself, for a CDF.
+    pub fn bins(&self) -> Vec<(f64, u64)> {
+        let mut out = Vec::new();
+        if self.zeros > 0 {
+            out.push((0.0, self.zeros));
+        }
+        for (i, &c) in self.counts.iter().enumerate() {
+            if c > 0 {
+                let centre = LO_S * ((i as f64 + 0.5) / BINS_PER_E).exp();
+                out.push((centre.clamp(self.min, self.max), c));
+            }
+        }
+        out
+    }
+
     pub fn stats(&self) -> Stats {
         if self.n == 0 {
             return Stats::default();
@@ -125,6 +141,7 @@ mod tests {
         }
         let s = h.stats();
         assert_eq!(s.count, 10_001);
+        assert_eq!(h.bins().iter().map(|b| b.1).sum::<u64>(), 10_001);
         assert_eq!(s.min, xs[0]);
         assert_eq!(s.max, xs[10_000]);
         let mean = xs.iter().sum::<f64>() / xs.len() as f64;
