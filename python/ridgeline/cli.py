@@ -237,9 +237,10 @@ def estimate(
 _SIM_KEYS = (
     "model", "hardware", "tp", "ep", "instances", "router", "prefill_instances", "decode_instances", "prefill_tp",
     "decode_tp", "prefill_ep", "decode_ep", "kv_link_gbs", "kv_link_latency_us", "runtime", "dtype", "weight_dtype",
-    "kv_dtype", "rate", "burstiness", "concurrency", "trace", "requests", "prompt", "output", "declare_output", "seed",
-    "max_model_len", "kv_blocks", "slo_ttft_ms", "slo_tpot_ms", "horizon_s", "max_num_batched_tokens", "max_num_seqs",
-    "block_size", "chunked_prefill", "mixed", "reserve_full", "memory_fraction", "fraction_of_free",
+    "kv_dtype", "rate", "burstiness", "concurrency", "ramp_s", "trace", "requests", "prompt", "output",
+    "declare_output", "seed", "max_model_len", "kv_blocks", "slo_ttft_ms", "slo_tpot_ms", "horizon_s",
+    "max_num_batched_tokens", "max_num_seqs", "block_size", "chunked_prefill", "mixed", "reserve_full",
+    "memory_fraction", "fraction_of_free",
 )  # fmt: skip
 
 
@@ -299,6 +300,7 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
 @click.option("--rate", default=None, help="Open loop: requests per second (Poisson); a list (2,4,8) sweeps the rates.")
 @click.option("--burstiness", type=float, default=None, help="Gamma arrivals: the gaps' coefficient of variation.")
 @click.option("--concurrency", type=int, default=None, help="Closed loop: clients, each sending when its last ends.")
+@click.option("--ramp-s", type=float, default=None, help="Closed loop: the clients start evenly over this many s.")
 @click.option("--trace", default=None, help="CSV/JSONL of arrival_s, prompt_tokens, output_tokens[, max_tokens].")
 @click.option("--requests", type=int, default=None, help="Requests to send (default 1000).")
 @click.option(

@@ -302,7 +302,8 @@ def _describe(workload: Mapping[str, Any]) -> str:
     head = {
         "poisson": f"Poisson {a.get('rate', 0):g} req/s",
         "gamma": f"gamma {a.get('rate', 0):g} req/s (CV {a.get('cv', 0):g})",
-        "closed": f"closed loop of {a.get('concurrency', 0)} clients",
+        "closed": f"closed loop of {a.get('concurrency', 0)} clients"
+        + (f" starting over {a['ramp_s']:g} s" if a.get("ramp_s") else ""),
     }[a["kind"]]
     return (f"{head}, {workload['requests']:,} requests, prompt {lengths(workload['prompt'])}, "
             f"output {lengths(workload['output'])} tokens")  # fmt: skip
@@ -371,6 +372,7 @@ def simulate(
     rate: Optional[float] = None,
     burstiness: float = 1.0,
     concurrency: Optional[int] = None,
+    ramp_s: float = 0.0,
     trace: Any = None,
     requests: Optional[int] = None,
     prompt: Any = 1024,
@@ -420,7 +422,7 @@ def simulate(
         rate: open-loop arrivals per second (Poisson; gamma gaps with ``burstiness`` != 1, the
             coefficient of variation of the gaps).
         concurrency: closed loop instead: this many clients, each sending its next request when
-            its last one ends.
+            its last one ends; they start evenly over ``ramp_s`` seconds (0: all at once).
         trace: a CSV or JSONL file of ``arrival_s, prompt_tokens, output_tokens[, max_tokens]``.
         requests: requests to send (default 1,000; a trace: its rows).
         prompt, output: lengths: a whole number, ``"uniform:LO:HI"``, ``"normal:MEAN:STD[:LO:HI]"``
@@ -475,13 +477,16 @@ def simulate(
         sched["source"] = f"{sched['source']}; given: {', '.join(sorted(given))}"
     mml = p.m.max_model_len if max_model_len is None else _checks.whole("max_model_len", max_model_len, 1)
     modes = [x for x in (("rate", rate), ("concurrency", concurrency), ("trace", trace)) if x[1] is not None]
+    if ramp_s and concurrency is None:
+        raise PlanError("ramp_s: only with concurrency (a closed loop's clients start over it)")
     if len(modes) != 1:
         raise PlanError("workload: give exactly one of rate (open loop), concurrency (closed loop) or trace, "
                         f"got {', '.join(m for m, _ in modes) or 'none'}")  # fmt: skip
     if trace is not None:
         arrivals: dict[str, Any] = {"kind": "trace", "rows": read_trace(trace)}
     elif concurrency is not None:
-        arrivals = {"kind": "closed", "concurrency": _checks.whole("concurrency", concurrency, 1)}
+        arrivals = {"kind": "closed", "concurrency": _checks.whole("concurrency", concurrency, 1),
+                    "ramp_s": _checks.number("ramp_s", ramp_s)}  # fmt: skip
     else:
         per_s = _checks.number("rate", rate, positive=True)
         cv = _checks.number("burstiness", burstiness, positive=True)

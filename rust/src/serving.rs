@@ -1148,10 +1148,11 @@ impl World<'_> {
     fn run(&mut self, src: &mut Source) {
         let closed = src.closed_loop();
         match closed {
-            Some(c) => {
-                for _ in 0..c {
-                    match src.next_closed(0.0) {
-                        Some(a) => self.push(0.0, EventKind::Arrival(a)),
+            Some((c, ramp)) => {
+                for k in 0..c {
+                    let at = ramp * k as f64 / c as f64;
+                    match src.next_closed(at) {
+                        Some(a) => self.push(at, EventKind::Arrival(a)),
                         None => break,
                     }
                 }

@@ -40,7 +40,10 @@ fn fixed(v: u64) -> Lengths {
 
 fn closed(concurrency: u64, requests: u64, prompt: Lengths, output: Lengths, seed: u64) -> Workload {
     Workload {
-        arrivals: Arrivals::Closed { concurrency },
+        arrivals: Arrivals::Closed {
+            concurrency,
+            ramp_s: 0.0,
+        },
         requests: Some(requests),
         prompt,
         output,
@@ -529,4 +532,20 @@ fn disaggregated_conservation_and_refused_transfers() {
     assert_eq!(roomy.counts.rejected_decode_kv, 0);
     assert_eq!(roomy.counts.completed, 300);
     assert_eq!(roomy.transfers, 300);
+}
+
+#[test]
+fn a_ramp_starts_the_clients_evenly() {
+    // 4 clients over 2 s: the first requests arrive at 0, 0.5, 1 and 1.5 s
+    let w = Workload {
+        arrivals: Arrivals::Closed {
+            concurrency: 4,
+            ramp_s: 2.0,
+        },
+        ..closed(4, 4, fixed(100), fixed(5), 0)
+    };
+    let r = sim(&vllm(), &w, &opts());
+    let mut starts: Vec<f64> = r.requests.iter().map(|q| q.arrival_s).collect();
+    starts.sort_by(f64::total_cmp);
+    assert_eq!(starts, vec![0.0, 0.5, 1.0, 1.5]);
 }

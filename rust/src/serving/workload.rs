@@ -186,8 +186,13 @@ pub enum Arrivals {
     /// Gamma gaps of mean 1/`rate` and coefficient of variation `cv` (burstiness; 1 is Poisson).
     Gamma { rate: f64, cv: f64 },
     /// `concurrency` clients, each sending its next request when its last one ends (the form
-    /// of the measured production serving runs).
-    Closed { concurrency: u64 },
+    /// of the measured production serving runs); the clients start evenly over `ramp_s`
+    /// seconds (0: all at once).
+    Closed {
+        concurrency: u64,
+        #[serde(default)]
+        ramp_s: f64,
+    },
     /// Replayed requests (sorted by arrival on load).
     Trace { rows: Vec<TraceRow> },
 }
@@ -239,9 +244,15 @@ impl Workload {
                     return Err(Error::plan("cv", format!("must be a finite number > 0, got {cv}")));
                 }
             }
-            Arrivals::Closed { concurrency } => {
+            Arrivals::Closed { concurrency, ramp_s } => {
                 if *concurrency == 0 {
                     return Err(Error::plan("concurrency", "must be >= 1"));
+                }
+                if !(ramp_s.is_finite() && *ramp_s >= 0.0) {
+                    return Err(Error::plan(
+                        "ramp_s",
+                        format!("must be a finite number >= 0, got {ramp_s}"),
+                    ));
                 }
             }
             Arrivals::Trace { rows } => {
@@ -328,9 +339,10 @@ impl Source {
         self.sent >= self.total
     }
 
-    pub fn closed_loop(&self) -> Option<u64> {
+    /// A closed loop's clients and the seconds over which they start.
+    pub fn closed_loop(&self) -> Option<(u64, f64)> {
         match self.w.arrivals {
-            Arrivals::Closed { concurrency } => Some(concurrency),
+            Arrivals::Closed { concurrency, ramp_s } => Some((concurrency, ramp_s)),
             _ => None,
         }
     }
