@@ -93,15 +93,22 @@ def test_bad_input_is_refused_by_name(kw, needle):
         ridgeline.simulate(LLAMA, "H100_SXM", requests=5, **kw)
 
 
-def test_traces_are_read_and_prefix_ids_refused(tmp_path):
+def test_traces_are_read_with_their_prefixes(tmp_path):
     t = tmp_path / "t.csv"
     t.write_text("arrival_s,prompt_tokens,output_tokens,max_tokens\n0.0,100,5,\n0.5,200,10,4\n0.2,300,3,\n")
     s = ridgeline.simulate(LLAMA, "H100_SXM", trace=t, keep_requests=True)
     assert s.counts["injected"] == 3 and s.output_tokens == 5 + 4 + 3
     j = tmp_path / "t.jsonl"
+    j.write_text("".join(f'{{"arrival_s": {10 * k}, "prompt_tokens": 3000, "output_tokens": 2, "prefix_id": 7, '
+                         f'"prefix_tokens": 2048}}\n' for k in range(3)))  # fmt: skip
+    s = ridgeline.simulate(LLAMA, "H100_SXM", trace=j)
+    assert s.cached_tokens == 2 * 2048 and s.scheduler["prefix_caching"]
+    assert ridgeline.simulate(LLAMA, "H100_SXM", trace=j, prefix_caching=False).cached_tokens == 0
     j.write_text('{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 2, "prefix_id": 7}\n')
-    with pytest.raises(PlanError, match="prefix caching"):
+    with pytest.raises(PlanError, match="prefix_id and prefix_tokens together"):
         ridgeline.simulate(LLAMA, "H100_SXM", trace=j)
+    with pytest.raises(PlanError, match="give both"):
+        ridgeline.simulate(LLAMA, "H100_SXM", rate=1.0, prefix_groups=3)
     bad = tmp_path / "b.csv"
     bad.write_text("arrival_s,prompt\n0,1\n")
     with pytest.raises(PlanError, match="lacks column"):

@@ -238,9 +238,9 @@ _SIM_KEYS = (
     "model", "hardware", "tp", "ep", "instances", "router", "prefill_instances", "decode_instances", "prefill_tp",
     "decode_tp", "prefill_ep", "decode_ep", "kv_link_gbs", "kv_link_latency_us", "runtime", "dtype", "weight_dtype",
     "kv_dtype", "rate", "burstiness", "concurrency", "ramp_s", "trace", "requests", "prompt", "output",
-    "declare_output", "seed", "max_model_len", "kv_blocks", "slo_ttft_ms", "slo_tpot_ms", "horizon_s",
-    "max_num_batched_tokens", "max_num_seqs", "block_size", "chunked_prefill", "mixed", "reserve_full",
-    "memory_fraction", "fraction_of_free",
+    "declare_output", "prefix_groups", "prefix_tokens", "prefix_caching", "seed", "max_model_len", "kv_blocks",
+    "slo_ttft_ms", "slo_tpot_ms", "horizon_s", "max_num_batched_tokens", "max_num_seqs", "block_size",
+    "chunked_prefill", "mixed", "reserve_full", "memory_fraction", "fraction_of_free",
 )  # fmt: skip
 
 
@@ -278,7 +278,7 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
 @click.option("--instances", type=int, default=None, help="Identical instances behind the router (default 1).")
 @click.option(
     "--router",
-    type=click.Choice(["round_robin", "least_outstanding", "least_kv"]),
+    type=click.Choice(["round_robin", "least_outstanding", "least_kv", "prefix_affinity"]),
     default=None,
     help="How requests are sent to instances (default round_robin).",
 )
@@ -315,6 +315,9 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
     help="Requests declare their output length as max_tokens (default yes, as benchmark clients).",
 )
 @click.option("--seed", type=int, default=None, help="Seed of the one generator (default 0).")
+@click.option("--prefix-groups", type=int, default=None, help="Shared prompt prefixes the requests draw from.")
+@click.option("--prefix-tokens", type=int, default=None, help="Tokens of each shared prefix.")
+@click.option("--prefix-caching/--no-prefix-caching", default=None, help="Cache shared prefixes (runtime default).")
 @click.option("--max-num-batched-tokens", type=int, default=None, help="Token budget per step (runtime default).")
 @click.option("--max-num-seqs", type=int, default=None, help="Requests running at once (runtime default).")
 @click.option("--block-size", type=int, default=None, help="Tokens per KV block (runtime default).")

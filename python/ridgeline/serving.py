@@ -32,6 +32,7 @@ SCHEDULER_FIELDS = {
     "reserve_full": bool,
     "memory_fraction": float,
     "fraction_of_free": bool,
+    "prefix_caching": bool,
 }
 _LENGTH_KINDS = {
     "fixed": ("value",),
@@ -126,8 +127,8 @@ def parse_lengths(name: str, v: Any, hi: int) -> dict[str, Any]:
 
 def read_trace(path: Any) -> list[dict[str, Any]]:
     """Rows of a trace file (CSV or JSONL): ``arrival_s, prompt_tokens, output_tokens``, optional
-    ``max_tokens``. A ``prefix_id`` column with values is refused: prefix caching is not simulated
-    yet, and a trace's shared prefixes would be priced as new tokens."""
+    ``max_tokens``, ``prefix_id`` and ``prefix_tokens`` (requests with one id start with the same
+    that many tokens: a prefix cache may hold them)."""
     import polars as pl
 
     p = Path(_checks.text("trace", str(path)))
@@ -145,13 +146,12 @@ def read_trace(path: Any) -> list[dict[str, Any]]:
     missing = [c for c in need if c not in df.columns]
     if missing:
         raise PlanError(f"trace: {p} lacks column(s) {', '.join(missing)} (it has {', '.join(df.columns)})")
-    if "prefix_id" in df.columns and df["prefix_id"].drop_nulls().len() > 0:
-        raise PlanError(
-            f"trace: {p} has prefix_id values, but prefix caching is not simulated yet (shared prefixes would be "
-            "priced as new tokens); drop the column to simulate without prefix reuse"
-        )
+    if ("prefix_id" in df.columns) != ("prefix_tokens" in df.columns):
+        raise PlanError(f"trace: {p} needs prefix_id and prefix_tokens together (requests with one id share "
+                        "their first prefix_tokens tokens)")  # fmt: skip
     rows = []
-    cols = [*need, *(["max_tokens"] if "max_tokens" in df.columns else [])]
+    optional = [c for c in ("max_tokens", "prefix_id", "prefix_tokens") if c in df.columns]
+    cols = [*need, *optional]
     for i, r in enumerate(df.select(cols).iter_rows(named=True)):
         try:
             row = {"arrival_s": _checks.number("arrival_s", r["arrival_s"]),
@@ -159,6 +159,9 @@ def read_trace(path: Any) -> list[dict[str, Any]]:
                    "output_tokens": _checks.whole("output_tokens", r["output_tokens"], 1)}  # fmt: skip
             if r.get("max_tokens") is not None:
                 row["max_tokens"] = _checks.whole("max_tokens", r["max_tokens"], 1)
+            if r.get("prefix_id") is not None:
+                row["prefix_id"] = _checks.whole("prefix_id", r["prefix_id"], 0)
+                row["prefix_tokens"] = _checks.whole("prefix_tokens", r["prefix_tokens"], 0)
         except PlanError as e:
             raise PlanError(f"trace: {p} row {i + 1}: {e}") from None
         rows.append(row)
@@ -200,6 +203,8 @@ class Simulation:
     warnings: tuple[str, ...]
     #: Instances of each pool, and (disaggregated) the KV transfers and their total seconds.
     cluster: Mapping[str, Any] = field(default_factory=dict)
+    #: Prompt tokens read from a prefix cache instead of computed.
+    cached_tokens: int = 0
     transfers: int = 0
     transfer_s: float = 0.0
     requests: Any = field(default=None, repr=False)
@@ -260,7 +265,8 @@ class Simulation:
                 f"; {self.transfers:,} KV transfers, {self.transfer_s / max(self.transfers, 1) * 1e3:.2f} ms each"
                 if self.transfers
                 else ""
-            ),
+            )
+            + (f"; {self.cached_tokens:,} prompt tokens read from the prefix cache" if self.cached_tokens else ""),
             f"over {self.duration_s:.2f} s: {self.request_rate_req_s:.2f} req/s, "
             f"{self.output_tok_s:,.0f} output tok/s, "
             f"{self.total_tok_s:,.0f} total tok/s"
@@ -305,11 +311,14 @@ def _describe(workload: Mapping[str, Any]) -> str:
         "closed": f"closed loop of {a.get('concurrency', 0)} clients"
         + (f" starting over {a['ramp_s']:g} s" if a.get("ramp_s") else ""),
     }[a["kind"]]
+    shared = workload.get("prefixes")
     return (f"{head}, {workload['requests']:,} requests, prompt {lengths(workload['prompt'])}, "
-            f"output {lengths(workload['output'])} tokens")  # fmt: skip
+            f"output {lengths(workload['output'])} tokens"
+            + (f", prompts starting with one of {shared['count']} shared prefixes of {shared['tokens']} tokens"
+               if shared else ""))  # fmt: skip
 
 
-ROUTERS = ("round_robin", "least_outstanding", "least_kv")
+ROUTERS = ("round_robin", "least_outstanding", "least_kv", "prefix_affinity")
 
 
 def _cluster(dev: Device, sched: Mapping[str, Any], *, tp: Any, ep: Any, instances: Any, router: Any,
@@ -378,6 +387,8 @@ def simulate(
     prompt: Any = 1024,
     output: Any = 256,
     declare_output: bool = True,
+    prefix_groups: Optional[int] = None,
+    prefix_tokens: Optional[int] = None,
     seed: int = 0,
     tp: int = 1,
     ep: int = 1,
@@ -428,6 +439,9 @@ def simulate(
         prompt, output: lengths: a whole number, ``"uniform:LO:HI"``, ``"normal:MEAN:STD[:LO:HI]"``
             or ``"lognormal:MEAN:SIGMA[:LO:HI]"``.
         declare_output: each request declares its output length as max_tokens (benchmark clients).
+        prefix_groups, prefix_tokens: each request starts with one of ``prefix_groups`` shared
+            prefixes (drawn uniformly) of ``prefix_tokens`` tokens (a system prompt or history),
+            which the runtime's prefix cache may hold (``prefix_caching``).
         seed: the one generator's seed: a seed reproduces a run bit for bit.
         max_model_len: longest sequence (default: the model's).
         kv_blocks: the instance's KV blocks (default: from the memory the runtime leaves).
@@ -502,6 +516,13 @@ def simulate(
         "declare_output": _checks.flag("declare_output", declare_output),
         "seed": _checks.whole("seed", seed, 0),
     }
+    if (prefix_groups is None) != (prefix_tokens is None):
+        raise PlanError("prefix_groups and prefix_tokens: give both (shared prefixes) or neither")
+    if prefix_groups is not None:
+        if trace is not None:
+            raise PlanError("prefix_groups: a trace gives its own prefix_id and prefix_tokens columns")
+        work["prefixes"] = {"count": _checks.whole("prefix_groups", prefix_groups, 1),
+                            "tokens": _checks.whole("prefix_tokens", prefix_tokens, 1)}  # fmt: skip
     slo = {"ttft": slo_ttft_ms, "tpot": slo_tpot_ms}
     opts = {
         "slo_ttft_s": None if slo_ttft_ms is None else _checks.number("slo_ttft_ms", slo_ttft_ms, positive=True) / 1e3,
@@ -549,5 +570,6 @@ def simulate(
         steps=int(r["steps"]), preemptions=int(r["preemptions"]), good_requests=int(r["good_requests"]),
         kv_blocks=tuple(int(b) for b in r["kv_blocks"]), max_model_len=mml, max_running=int(r["max_running"]),
         slo=slo, cluster=_cluster_labels(cluster), transfers=int(r["transfers"]), transfer_s=float(r["transfer_s"]),
+        cached_tokens=int(r["cached_tokens"]),
         warnings=tuple(dict.fromkeys(warnings)), requests=requests_df, series=series_df, itl_hist=itl_df,
     )  # fmt: skip

@@ -448,6 +448,7 @@ fn sim_dict(py: Python<'_>, r: SimResult) -> PyResult<Bound<'_, PyDict>> {
         ("good_requests", r.good_requests),
         ("max_model_len", r.max_model_len),
         ("transfers", r.transfers),
+        ("cached_tokens", r.cached_tokens),
         ("max_running", r.max_running),
         ("shapes_built", r.shapes_built),
     ] {

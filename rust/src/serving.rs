@@ -21,7 +21,7 @@ use crate::plan::{Efficiency, Plan};
 use metrics::{LogHist, Stats};
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use step::StepPricer;
 use workload::{Arrival, Source, Workload};
 
@@ -49,6 +49,11 @@ pub struct Scheduler {
     /// Longest sequence (prompt + output); default: the model's.
     #[serde(default)]
     pub max_model_len: Option<u64>,
+    /// Whole KV blocks of a shared prompt prefix stay cached after their request and serve the
+    /// next request with the same prefix id (vLLM's prefix caching, SGLang's radix cache,
+    /// TensorRT-LLM's block reuse); unused ones are evicted, least recently used first.
+    #[serde(default)]
+    pub prefix_caching: bool,
     /// Share of memory the runtime takes for weights, workspace and KV cache
     /// (`fraction_of_free` false: of the device's memory, vLLM's gpu_memory_utilization), or
     /// for the KV cache (true: of what weights and workspace leave, TensorRT-LLM's
@@ -215,6 +220,8 @@ pub struct SimResult {
     pub max_model_len: u64,
     /// Most requests running on one instance at once.
     pub max_running: u64,
+    /// Prompt tokens read from a prefix cache instead of computed.
+    pub cached_tokens: u64,
     /// Disaggregated: KV transfers, and the seconds they took in all.
     pub transfers: u64,
     pub transfer_s: f64,
@@ -262,6 +269,9 @@ pub enum Router {
     LeastOutstanding,
     /// The smallest share of KV blocks in use.
     LeastKv,
+    /// An instance that holds the request's prefix in its cache (the least loaded of them),
+    /// else the least loaded.
+    PrefixAffinity,
 }
 
 /// A pool of identical instances: their plan's parallel degrees and scheduler.
@@ -515,6 +525,7 @@ pub fn simulate_cluster(
         kv_blocks: w.pools.iter().map(|p| p.blocks).collect(),
         max_model_len: mml,
         max_running: mt.max_running,
+        cached_tokens: mt.cached_tokens,
         transfers: w.transfers,
         transfer_s: w.transfer_s,
         shapes_built,
@@ -550,6 +561,10 @@ struct Req {
     first_s: f64,
     last_s: f64,
     preemptions: u32,
+    prefix_id: Option<u64>,
+    prefix_tokens: u64,
+    /// Blocks the request reads from the prefix cache (held there, not in `blocks`).
+    shared: u64,
 }
 
 impl Req {
@@ -583,6 +598,7 @@ struct Metrics {
     next_sample: f64,
     next_id: u64,
     first_arrival: Option<f64>,
+    cached_tokens: u64,
 }
 
 impl Metrics {
@@ -607,6 +623,7 @@ impl Metrics {
             next_sample: 0.0,
             next_id: 0,
             first_arrival: None,
+            cached_tokens: 0,
         }
     }
 
@@ -644,6 +661,9 @@ impl Metrics {
             first_s: f64::NAN,
             last_s: f64::NAN,
             preemptions: 0,
+            prefix_id: a.prefix_id,
+            prefix_tokens: a.prefix_tokens,
+            shared: 0,
         };
         let status = if a.prompt >= self.max_model_len {
             Some(Status::RejectedPromptTooLong)
@@ -720,6 +740,17 @@ struct Instance {
     /// The step in progress: (slot, tokens).
     step: Vec<(usize, u64)>,
     busy: bool,
+    /// Cached prefixes by id: their blocks (taken from `free_blocks`), the requests reading
+    /// them and when they were last used (a counter: least recently used is evicted first).
+    cache: HashMap<u64, Cached>,
+    uses: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Cached {
+    blocks: u64,
+    readers: u32,
+    last_use: u64,
 }
 
 impl Instance {
@@ -737,6 +768,8 @@ impl Instance {
             running: Vec::new(),
             step: Vec::new(),
             busy: false,
+            cache: HashMap::new(),
+            uses: 0,
         }
     }
 
@@ -790,10 +823,97 @@ impl Instance {
     /// Blocks `slot` needs beyond what it holds to compute `n` more tokens.
     fn need(&self, slot: usize, n: u64) -> u64 {
         let r = &self.slots[slot];
-        self.blocks_for(r.computed + n).saturating_sub(r.blocks)
+        self.blocks_for(r.computed + n).saturating_sub(r.blocks + r.shared)
+    }
+
+    /// Frees the blocks of the least recently used prefix no request reads; whether one was.
+    fn evict(&mut self) -> bool {
+        let victim = self
+            .cache
+            .iter()
+            .filter(|(_, c)| c.readers == 0)
+            .min_by_key(|(id, c)| (c.last_use, **id))
+            .map(|(id, _)| *id);
+        match victim.and_then(|id| self.cache.remove(&id)) {
+            Some(c) => {
+                self.free_blocks += c.blocks;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A request stops reading its cached prefix (it ends, moves on or is preempted).
+    fn unshare(&mut self, slot: usize) {
+        let r = &mut self.slots[slot];
+        if r.shared > 0 {
+            if let Some(c) = r.prefix_id.and_then(|id| self.cache.get_mut(&id)) {
+                c.readers -= 1;
+            }
+            r.shared = 0;
+        }
+    }
+
+    /// A request about to start its prompt reads the cached blocks of its prefix, if any: whole
+    /// blocks, leaving at least one prompt token to compute. Returns the tokens it skips.
+    fn hit(&mut self, slot: usize) -> u64 {
+        let bs = self.sched.block_size;
+        let r = self.slots[slot];
+        let (true, Some(id), 0) = (self.sched.prefix_caching, r.prefix_id, r.computed) else {
+            return 0;
+        };
+        let Some(c) = self.cache.get_mut(&id) else { return 0 };
+        let blocks = c.blocks.min((r.prompt - 1) / bs);
+        if blocks == 0 {
+            return 0;
+        }
+        self.uses += 1;
+        c.readers += 1;
+        c.last_use = self.uses;
+        let r = &mut self.slots[slot];
+        r.shared = blocks;
+        r.computed = blocks * bs;
+        blocks * bs
+    }
+
+    /// After a step: a request whose prefix is computed and not yet cached leaves its prefix's
+    /// whole blocks in the cache (it reads them from there on).
+    fn keep_prefix(&mut self, slot: usize) {
+        let bs = self.sched.block_size;
+        let r = self.slots[slot];
+        let (true, Some(id), 0) = (self.sched.prefix_caching, r.prefix_id, r.shared) else {
+            return;
+        };
+        let blocks = r.prefix_tokens / bs;
+        if blocks == 0 || r.computed < blocks * bs || self.cache.contains_key(&id) {
+            return;
+        }
+        self.uses += 1;
+        self.cache.insert(
+            id,
+            Cached {
+                blocks,
+                readers: 1,
+                last_use: self.uses,
+            },
+        );
+        let r = &mut self.slots[slot];
+        r.blocks -= blocks;
+        r.shared = blocks;
+    }
+
+    /// A request leaves the instance: its own blocks freed, its cached prefix no longer read.
+    fn release(&mut self, slot: usize) -> Req {
+        self.unshare(slot);
+        let r = self.slots[slot];
+        self.free_blocks += r.blocks;
+        self.slots[slot].blocks = 0;
+        self.free_slots.push(slot);
+        r
     }
 
     fn preempt(&mut self, slot: usize, m: &mut Metrics) {
+        self.unshare(slot);
         let r = &mut self.slots[slot];
         self.free_blocks += r.blocks;
         r.blocks = 0;
@@ -833,6 +953,9 @@ impl Instance {
             let need = self.need(slot, n);
             let mut self_preempted = false;
             while self.free_blocks < need {
+                if self.evict() {
+                    continue;
+                }
                 let victim = self.running.pop().expect("running holds slot");
                 self.preempt(victim, m);
                 preempted = true;
@@ -858,19 +981,24 @@ impl Instance {
     fn schedule_waiting(&mut self, budget: &mut u64, m: &mut Metrics) {
         while *budget > 0 && (self.running.len() as u64) < self.sched.max_num_seqs {
             let Some(&slot) = self.waiting.front() else { break };
+            let hit = self.hit(slot);
             let n = self.chunk(slot, *budget);
-            if n == 0 {
-                break;
-            }
-            let held = self.slots[slot].blocks;
+            let held = self.slots[slot].blocks + self.slots[slot].shared;
             let need = if self.sched.reserve_full {
-                self.reservation(slot) - held
+                self.reservation(slot).saturating_sub(held)
             } else {
                 self.need(slot, n)
             };
-            if self.free_blocks < need {
+            while n > 0 && self.free_blocks < need && self.evict() {}
+            if n == 0 || self.free_blocks < need {
+                // it waits: the cache is looked up again when it is admitted
+                if hit > 0 {
+                    self.unshare(slot);
+                    self.slots[slot].computed = 0;
+                }
                 break;
             }
+            m.cached_tokens += hit;
             self.waiting.pop_front();
             self.free_blocks -= need;
             self.slots[slot].blocks += need;
@@ -979,9 +1107,11 @@ impl World<'_> {
     }
 
     /// The instance of pool `p` the router sends a request to.
-    fn route(&mut self, p: usize) -> usize {
+    fn route(&mut self, p: usize, prefix: Option<u64>) -> usize {
         let pool = &mut self.pools[p];
         let range = pool.first..pool.first + pool.count;
+        let least =
+            |inst: &[Instance], r: std::ops::Range<usize>| r.min_by_key(|&i| inst[i].outstanding()).unwrap_or(0);
         match self.router {
             Router::RoundRobin => {
                 let i = pool.first + pool.next_rr % pool.count;
@@ -989,7 +1119,14 @@ impl World<'_> {
                 i
             }
             // the first of the least loaded (ties: the lowest index, deterministic)
-            Router::LeastOutstanding => range.min_by_key(|&i| self.instances[i].outstanding()).unwrap_or(0),
+            Router::LeastOutstanding => least(&self.instances, range),
+            Router::PrefixAffinity => {
+                let holders = range
+                    .clone()
+                    .filter(|&i| prefix.is_some_and(|id| self.instances[i].cache.contains_key(&id)))
+                    .min_by_key(|&i| self.instances[i].outstanding());
+                holders.unwrap_or_else(|| least(&self.instances, range))
+            }
             Router::LeastKv => range
                 .min_by(|&a, &b| self.instances[a].kv_used().total_cmp(&self.instances[b].kv_used()))
                 .unwrap_or(0),
@@ -999,7 +1136,7 @@ impl World<'_> {
     fn arrive(&mut self, a: Arrival) {
         let entry = self.instances[self.pools[0].first].sched.clone();
         if let Some(r) = self.metrics.arrive(a, &entry) {
-            let i = self.route(0);
+            let i = self.route(0, r.prefix_id);
             self.instances[i].enqueue(r, &mut self.metrics.counts);
             self.start(i);
         }
@@ -1055,8 +1192,9 @@ impl World<'_> {
             inst.busy = false;
             std::mem::swap(&mut step, &mut inst.step);
             for &(slot, n) in &step {
+                inst.slots[slot].computed += n;
+                inst.keep_prefix(slot);
                 let r = &mut inst.slots[slot];
-                r.computed += n;
                 if r.computed == r.tokens() {
                     match self.metrics.emit(r) {
                         Some(s) => done.push((slot, s)),
@@ -1071,12 +1209,9 @@ impl World<'_> {
             }
         }
         for &(slot, status) in &done {
-            let inst = &mut self.instances[i];
-            let r = inst.slots[slot];
-            inst.free_blocks += r.blocks;
-            inst.free_slots.push(slot);
+            let r = self.instances[i].release(slot);
             let finished = r.generated >= r.eos_at || r.max_tokens.is_some_and(|b| r.generated >= b);
-            if inst.role == Role::Prefill && !finished && status == Status::Completed {
+            if self.instances[i].role == Role::Prefill && !finished && status == Status::Completed {
                 self.hand_off(r);
                 continue;
             }
@@ -1103,7 +1238,7 @@ impl World<'_> {
         self.metrics.counts.running -= 1;
         self.metrics.counts.transferring += 1;
         r.blocks = 0;
-        let to = self.route(1);
+        let to = self.route(1, None);
         let t = self.metrics.now + dt;
         self.push(t, EventKind::Transfer { req: r, to });
     }

@@ -21,6 +21,7 @@ fn vllm() -> Scheduler {
         memory_fraction: 0.9,
         fraction_of_free: false,
         kv_blocks: None,
+        prefix_caching: true,
     }
 }
 
@@ -49,6 +50,7 @@ fn closed(concurrency: u64, requests: u64, prompt: Lengths, output: Lengths, see
         output,
         declare_output: true,
         seed,
+        prefixes: None,
     }
 }
 
@@ -138,6 +140,7 @@ fn conservation_holds_at_every_horizon() {
         },
         declare_output: false,
         seed: 11,
+        prefixes: None,
     };
     // a small cache forces preemptions; max_model_len forces every rejection and the length cap
     let s = Scheduler {
@@ -186,6 +189,7 @@ fn a_seed_reproduces_a_run_bit_for_bit() {
         },
         declare_output: true,
         seed: 5,
+        prefixes: None,
     };
     let a = sim(&vllm(), &w, &opts());
     let b = sim(&vllm(), &w, &opts());
@@ -206,30 +210,40 @@ fn max_model_len_rules() {
             prompt_tokens: 1000,
             output_tokens: 5,
             max_tokens: None,
+            prefix_id: None,
+            prefix_tokens: 0,
         },
         TraceRow {
             arrival_s: 0.1,
             prompt_tokens: 999,
             output_tokens: 5,
             max_tokens: Some(2),
+            prefix_id: None,
+            prefix_tokens: 0,
         },
         TraceRow {
             arrival_s: 0.2,
             prompt_tokens: 990,
             output_tokens: 50,
             max_tokens: None,
+            prefix_id: None,
+            prefix_tokens: 0,
         },
         TraceRow {
             arrival_s: 0.3,
             prompt_tokens: 990,
             output_tokens: 50,
             max_tokens: Some(10),
+            prefix_id: None,
+            prefix_tokens: 0,
         },
         TraceRow {
             arrival_s: 0.4,
             prompt_tokens: 998,
             output_tokens: 50,
             max_tokens: Some(2),
+            prefix_id: None,
+            prefix_tokens: 0,
         },
     ];
     let w = Workload {
@@ -239,6 +253,7 @@ fn max_model_len_rules() {
         output: fixed(1),
         declare_output: false,
         seed: 0,
+        prefixes: None,
     };
     let s = Scheduler {
         max_model_len: Some(1000),
@@ -349,6 +364,8 @@ fn without_chunked_prefill_a_prompt_over_the_budget_is_rejected() {
             prompt_tokens: p,
             output_tokens: 3,
             max_tokens: None,
+            prefix_id: None,
+            prefix_tokens: 0,
         })
         .collect();
     let w = Workload {
@@ -358,6 +375,7 @@ fn without_chunked_prefill_a_prompt_over_the_budget_is_rejected() {
         output: fixed(1),
         declare_output: false,
         seed: 0,
+        prefixes: None,
     };
     let r = sim(&s, &w, &opts());
     assert_eq!(r.counts.completed, 1);
@@ -422,6 +440,7 @@ fn load_aware_routing_cuts_the_ttft_tail() {
         },
         declare_output: true,
         seed: 9,
+        prefixes: None,
     };
     let run = |router| {
         let c = Cluster {
@@ -511,6 +530,7 @@ fn disaggregated_conservation_and_refused_transfers() {
         output: Lengths::Uniform { lo: 50, hi: 600 },
         declare_output: true,
         seed: 4,
+        prefixes: None,
     };
     // a decode pool of 700 blocks (11,200 tokens) cannot take every prompt sent its way
     let c = disagg(2, 1, Some(700));
@@ -548,4 +568,138 @@ fn a_ramp_starts_the_clients_evenly() {
     let mut starts: Vec<f64> = r.requests.iter().map(|q| q.arrival_s).collect();
     starts.sort_by(f64::total_cmp);
     assert_eq!(starts, vec![0.0, 0.5, 1.0, 1.5]);
+}
+
+fn shared(arrival_s: f64, prompt: u64, prefix: Option<(u64, u64)>) -> TraceRow {
+    TraceRow {
+        arrival_s,
+        prompt_tokens: prompt,
+        output_tokens: 20,
+        max_tokens: None,
+        prefix_id: prefix.map(|p| p.0),
+        prefix_tokens: prefix.map_or(0, |p| p.1),
+    }
+}
+
+fn trace(rows: Vec<TraceRow>) -> Workload {
+    Workload {
+        arrivals: Arrivals::Trace { rows },
+        requests: None,
+        prompt: fixed(1),
+        output: fixed(1),
+        declare_output: false,
+        seed: 0,
+        prefixes: None,
+    }
+}
+
+#[test]
+fn a_cached_prefix_is_read_not_computed() {
+    // three requests far apart sharing a 4,000-token prefix of a 5,000-token prompt: the first
+    // computes it, the next two read its 250 cached blocks and prefill 1,000 tokens on it (the
+    // static estimate with prefix 4000); without caching every one computes the whole prompt
+    let rows = (0..3).map(|k| shared(10.0 * k as f64, 5000, Some((7, 4000)))).collect();
+    let on = sim(&vllm(), &trace(rows), &opts());
+    assert_eq!(on.cached_tokens, 8000);
+    let ttft = |p: &Plan| {
+        estimate(&llama31_8b(), &h100(), p, &eff(), proto(), false)
+            .unwrap()
+            .ttft_s
+    };
+    let whole = ttft(&Plan {
+        prompt: 5000,
+        output: 20,
+        chunk: Some(8192),
+        ..plan()
+    });
+    let rest = ttft(&Plan {
+        prompt: 1000,
+        prefix: 4000,
+        output: 20,
+        chunk: Some(8192),
+        ..plan()
+    });
+    let mut t: Vec<f64> = on.requests.iter().map(|q| q.first_token_s - q.arrival_s).collect();
+    t.sort_by(f64::total_cmp);
+    assert!(
+        close(t[0], rest, 1e-9) && close(t[1], rest, 1e-9) && close(t[2], whole, 1e-9),
+        "{t:?}"
+    );
+    let rows = (0..3).map(|k| shared(10.0 * k as f64, 5000, Some((7, 4000)))).collect();
+    let off = sim(
+        &Scheduler {
+            prefix_caching: false,
+            ..vllm()
+        },
+        &trace(rows),
+        &opts(),
+    );
+    assert_eq!(off.cached_tokens, 0);
+    assert!(close(off.ttft.mean, whole, 1e-9));
+}
+
+#[test]
+fn unread_prefixes_are_evicted_when_blocks_run_out() {
+    // 60 prefixes of 2,000 tokens in a cache of 1,000 blocks (16,000 tokens): old prefixes make
+    // room for new requests instead of preempting them; every request is accounted for
+    let w = Workload {
+        arrivals: Arrivals::Poisson { rate: 8.0 },
+        requests: Some(400),
+        prompt: Lengths::Uniform { lo: 2100, hi: 3000 },
+        output: Lengths::Uniform { lo: 10, hi: 200 },
+        declare_output: true,
+        seed: 3,
+        prefixes: Some(super::workload::Prefixes {
+            count: 60,
+            tokens: 2000,
+        }),
+    };
+    let s = Scheduler {
+        kv_blocks: Some(1000),
+        max_model_len: Some(8192),
+        ..vllm()
+    };
+    for h in [1.0, 7.5, 1e9] {
+        let r = sim(
+            &s,
+            &w,
+            &Options {
+                horizon_s: Some(h),
+                ..opts()
+            },
+        );
+        assert!(r.counts.conserved(), "{:?}", r.counts);
+    }
+    let r = sim(&s, &w, &opts());
+    assert_eq!(r.counts.completed, 400);
+    assert!(r.cached_tokens > 0);
+}
+
+#[test]
+fn prefix_affinity_routing_reads_more_from_the_cache() {
+    let w = Workload {
+        arrivals: Arrivals::Poisson { rate: 6.0 },
+        requests: Some(300),
+        prompt: Lengths::Uniform { lo: 3200, hi: 4000 },
+        output: Lengths::Uniform { lo: 10, hi: 100 },
+        declare_output: true,
+        seed: 8,
+        prefixes: Some(super::workload::Prefixes { count: 8, tokens: 3000 }),
+    };
+    let run = |router| {
+        let c = Cluster {
+            pools: vec![pool(4, 1, &vllm())],
+            router,
+            kv_link: None,
+        };
+        cluster(&c, &w, &opts())
+    };
+    let (rr, pa) = (run(Router::RoundRobin), run(Router::PrefixAffinity));
+    assert!(
+        pa.cached_tokens > rr.cached_tokens,
+        "{} vs {}",
+        pa.cached_tokens,
+        rr.cached_tokens
+    );
+    assert!(pa.ttft.mean < rr.ttft.mean);
 }

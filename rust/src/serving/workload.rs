@@ -175,6 +175,12 @@ pub struct TraceRow {
     /// The output budget the client declares (`max_tokens`); None: none declared.
     #[serde(default)]
     pub max_tokens: Option<u64>,
+    /// Requests with the same id start with the same `prefix_tokens` tokens (a shared system
+    /// prompt or conversation history), which a prefix cache may hold.
+    #[serde(default)]
+    pub prefix_id: Option<u64>,
+    #[serde(default)]
+    pub prefix_tokens: u64,
 }
 
 /// How requests arrive.
@@ -214,6 +220,17 @@ pub struct Workload {
     pub declare_output: bool,
     #[serde(default)]
     pub seed: u64,
+    /// Synthetic shared prefixes: each request starts with one of `count` prefixes (drawn
+    /// uniformly) of `tokens` tokens (at most its prompt but one).
+    #[serde(default)]
+    pub prefixes: Option<Prefixes>,
+}
+
+/// Shared prompt prefixes of a synthetic workload.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+pub struct Prefixes {
+    pub count: u64,
+    pub tokens: u64,
 }
 
 fn default_prompt() -> Lengths {
@@ -278,6 +295,11 @@ impl Workload {
         if !matches!(self.arrivals, Arrivals::Trace { .. }) && self.requests.unwrap_or(0) == 0 {
             return Err(Error::plan("requests", "must be >= 1"));
         }
+        if let Some(p) = self.prefixes {
+            if p.count == 0 || p.tokens == 0 {
+                return Err(Error::plan("prefixes", "count and tokens must be >= 1"));
+            }
+        }
         self.prompt.validate("prompt")?;
         self.output.validate("output")
     }
@@ -299,6 +321,9 @@ pub struct Arrival {
     /// Where the model would stop by itself (end of sequence): never read by the scheduler.
     pub output: u64,
     pub max_tokens: Option<u64>,
+    pub prefix_id: Option<u64>,
+    /// Leading tokens shared with every request of the same `prefix_id` (< prompt).
+    pub prefix_tokens: u64,
 }
 
 /// Draws the workload's requests in order; a closed loop's next request waits for `release`.
@@ -350,11 +375,21 @@ impl Source {
     fn lengths(&mut self, at: f64) -> Arrival {
         let prompt = self.w.prompt.draw(&mut self.rng);
         let output = self.w.output.draw(&mut self.rng);
+        // drawn only when configured, so that a workload without prefixes keeps its stream
+        let (prefix_id, prefix_tokens) = match self.w.prefixes {
+            Some(p) => (
+                Some((self.rng.uniform() * p.count as f64) as u64),
+                p.tokens.min(prompt - 1),
+            ),
+            None => (None, 0),
+        };
         Arrival {
             arrival_s: at,
             prompt,
             output,
             max_tokens: self.w.declare_output.then_some(output),
+            prefix_id,
+            prefix_tokens,
         }
     }
 
@@ -382,6 +417,8 @@ impl Source {
                     prompt: row.prompt_tokens,
                     output: row.output_tokens,
                     max_tokens: row.max_tokens,
+                    prefix_id: row.prefix_id,
+                    prefix_tokens: row.prefix_tokens.min(row.prompt_tokens - 1),
                 }
             }
             Arrivals::Closed { .. } => return None,
