@@ -643,6 +643,11 @@ def sweep(
     help="Fit vLLM, SGLang and TensorRT-LLM from their measured kernels and serving runs (kernel_fits.csv).",
 )  # fmt: skip
 @click.option(
+    "--serving",
+    is_flag=True,
+    help="Fit the serving simulator's step overhead by replaying the serving runs (serving_fits.csv).",
+)
+@click.option(
     "--kernels", default="data/benchmarks/aic", show_default=True,
     help="With --comm: the folder of measured kernel tables (AIConfigurator layout).",
 )  # fmt: skip
@@ -653,7 +658,7 @@ def sweep(
     "data/calibration/fits.csv, with --comm data/hardware/link_collectives.csv.",
 )
 @click.option("--force", is_flag=True, help="Replace fits.csv and holdout.csv when the fit differs from them.")
-def calibrate(out: Optional[str], force: bool, comm: bool, production: bool, kernels: str) -> None:
+def calibrate(out: Optional[str], force: bool, comm: bool, production: bool, serving: bool, kernels: str) -> None:
     """Fit efficiencies per runtime profile and per device to the measured rows (deterministic).
 
     A file that already holds the fit is left alone; one that differs is replaced only with --force.
@@ -666,6 +671,9 @@ def calibrate(out: Optional[str], force: bool, comm: bool, production: bool, ker
         return
     if production:
         _calibrate_production(out or "data/calibration/kernel_fits.csv", force, kernels)
+        return
+    if serving:
+        _calibrate_serving(out or "data/calibration/serving_fits.csv", force, kernels)
         return
     out = out or "data/calibration/fits.csv"
     from ._io import changed_files, check_output, write_files
@@ -703,6 +711,30 @@ def calibrate(out: Optional[str], force: bool, comm: bool, production: bool, ker
         )
     said = {path: f"{len(fits)} rows", held_path: f"{len(held)} held-out ranges"}
     click.echo("; ".join(f"{'wrote' if p in changed else 'unchanged'} {said[p]} in {p}" for p in texts))
+
+
+SERVING_FIT_COLUMNS = ("runtime", "hardware", "t_step_us", "n_runs", "rms_log", "medape", "medape_transferred",
+                       "transferred_to", "structure_version", "data_hash", "fitted_at", "source")  # fmt: skip
+
+
+def _calibrate_serving(out: str, force: bool, kernels: str) -> None:
+    from ._io import changed_files, check_output, csv_text, write_files
+    from .errors import PlanError
+    from .validate import serving_step_fits
+
+    path = check_output(out, force=True, what="--out", hint="run from the repository root, or pass --out")
+    runs = Path(kernels) / "silicon_calibration.csv"
+    if not runs.is_file():
+        raise PlanError(f"kernels: {kernels} holds no silicon_calibration.csv (the measured serving runs)")
+    rows = serving_step_fits(str(runs))
+    changed = changed_files({path: csv_text(rows, SERVING_FIT_COLUMNS)}, force=force, what="calibrate --serving")
+    write_files(changed, what="calibrate --serving")
+    for r in rows:
+        moved = "" if r["medape_transferred"] is None else (
+            f", on {r['transferred_to']} {r['medape_transferred']:.1%}")  # fmt: skip
+        click.echo(f"  {r['runtime']:<7} {r['hardware']:<9} step {r['t_step_us']:<8.4g} us over {r['n_runs']:>4} runs: "
+                   f"TPOT MedAPE {r['medape']:.1%}{moved}")  # fmt: skip
+    click.echo(f"{'wrote' if path in changed else 'unchanged'} {len(rows)} rows in {path}")
 
 
 def _calibrate_production(out: str, force: bool, kernels: str) -> None:

@@ -566,6 +566,7 @@ def _prepare(
     scaleout_latency_us: Any = None,
     calibrated: Any = True,
     attention_dp: Any = 1,
+    t_step_us: Optional[float] = None,
 ) -> _Prepared:
     """Resolves and checks everything of a plan but its numbers (``estimate`` keeps the result)."""
     if catalog is not None and not isinstance(catalog, Catalog):
@@ -619,6 +620,9 @@ def _prepare(
     label, fit_row = lookup(dev.name, runtime, cat) if calibrated else (UNCALIBRATED, None)
     formats = weights.format_names()
     eff = _UNCALIBRATED_EFF if fit_row is None else efficiency_json(fit_row, formats)
+    if t_step_us is not None:
+        # the serving simulator's own per-step overhead (serving.step_overhead), replacing the row's
+        eff = json.dumps({**json.loads(eff), "t_step_s": t_step_us * 1e-6})
     if routing_skew is None:
         tail["routing_skew"] = float(fit_row.get("routing_skew") or 0.0) if fit_row else 0.0
     else:

@@ -22,6 +22,9 @@ from .errors import PlanError
 from .estimate import _prepare
 
 _SCHEDULERS = "data/calibration/runtime_schedulers.csv"
+#: The per-step overhead fitted by replaying the measured serving runs (``ridgeline calibrate
+#: --serving``): a step's host time beside its kernels, once prefill interruptions are simulated.
+SERVING_FITS = "data/calibration/serving_fits.csv"
 #: Scheduler fields a user may give, with their types.
 SCHEDULER_FIELDS = {
     "max_num_batched_tokens": int,
@@ -69,6 +72,30 @@ def scheduler_defaults(runtime: Optional[str], dev: Device) -> Optional[dict[str
         out[k] = r[k] == "true" if kind is bool else kind(r[k])
     out["source"] = r["source"]
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def serving_fits() -> dict[tuple[str, str], dict[str, str]]:
+    """(runtime, hardware or "*" for the runtime's profile) -> its serving fit row (none shipped: {})."""
+    if SERVING_FITS not in _data.list_files("data/calibration/"):
+        return {}
+    return {(r["runtime"], r["hardware"]): r for r in csv.DictReader(_data.read_text(SERVING_FITS).splitlines())}
+
+
+def step_overhead(runtime: Optional[str], hardware: str) -> Optional[tuple[float, str]]:
+    """The simulator's per-step overhead for ``runtime`` on ``hardware`` (us) and what it rests on:
+    the device's own serving fit, else the runtime's profile (the median over fitted devices)."""
+    if not runtime:
+        return None
+    fits = serving_fits()
+    row = fits.get((runtime, hardware)) or fits.get((runtime, "*"))
+    if row is None:
+        return None
+    where = f"{hardware}'s" if row["hardware"] == hardware else f"{runtime}'s profile over"
+    return float(row["t_step_us"]), (
+        f"in place of t_step, the simulator's step overhead {float(row['t_step_us']):.4g} us, fitted on {where} "
+        f"{row['n_runs']} replayed serving runs (TPOT MedAPE {float(row['medape']):.1%}; {SERVING_FITS})"
+    )
 
 
 def parse_lengths(name: str, v: Any, hi: int) -> dict[str, Any]:
@@ -413,6 +440,7 @@ def simulate(
     horizon_s: Optional[float] = None,
     keep_requests: bool = False,
     sample_s: Optional[float] = None,
+    step_overhead_us: Optional[float] = None,
     calibrated: bool = True,
     catalog: Optional[Catalog] = None,
     **scheduler: Any,
@@ -449,6 +477,8 @@ def simulate(
         horizon_s: stop the clock here (requests in flight are counted as such).
         keep_requests: return per-request records (``Simulation.requests``, a Polars frame).
         sample_s: interval of the queue and KV time series (``Simulation.series``).
+        step_overhead_us: each step's host overhead (default: the runtime's fit on replayed serving
+            runs, ``serving_fits.csv``, where it has one; else its calibration's t_step).
         **scheduler: any of ``SCHEDULER_FIELDS`` (max_num_batched_tokens, max_num_seqs, block_size,
             chunked_prefill, mixed, reserve_full, memory_fraction, fraction_of_free) over the
             runtime's defaults.
@@ -462,6 +492,13 @@ def simulate(
         raise PlanError(f"{unknown[0]}: not a simulate argument (scheduler fields: {', '.join(SCHEDULER_FIELDS)})")
     p = _prepare(model, hardware, catalog, runtime=runtime, dtype=dtype, weight_dtype=weight_dtype,
                  kv_dtype=kv_dtype, calibrated=calibrated)  # fmt: skip
+    # a calibrated run takes the step overhead fitted on replayed serving runs where there is one
+    fitted = step_overhead(p.plan_labels["runtime"], p.dev.name) if calibrated and p.held_runtime else None
+    if step_overhead_us is not None:
+        fitted = (_checks.number("step_overhead_us", step_overhead_us), "step overhead given")
+    if fitted is not None:
+        p = _prepare(model, hardware, catalog, runtime=runtime, dtype=dtype, weight_dtype=weight_dtype,
+                     kv_dtype=kv_dtype, calibrated=calibrated, t_step_us=fitted[0])  # fmt: skip
     runtime_name = p.plan_labels["runtime"]
     sched = scheduler_defaults(runtime_name, p.dev)
     given = {k: v for k, v in scheduler.items() if v is not None}
@@ -561,7 +598,8 @@ def simulate(
         work["describe"] = f"trace of {len(arrivals['rows']):,} requests"
     warnings = (*p.warnings, *r["warnings"])
     return Simulation(
-        model=p.model, hardware=p.dev.name, runtime=runtime_name, calibration=p.label, calibration_note=p.note,
+        model=p.model, hardware=p.dev.name, runtime=runtime_name, calibration=p.label,
+        calibration_note=p.note + (f"; {fitted[1]}" if fitted else ""),
         runtime_note=p.runtime_note, plan={"tp": cluster["pools"][0]["tp"], "ep": cluster["pools"][0]["ep"],
                                            "dtype": p.plan_tail["dtype"], "weights": p.plan_labels["weights"]},
         scheduler={**sched, "max_model_len": mml}, workload=work, counts=dict(r["counts"]),

@@ -265,14 +265,19 @@ def _disagg_shape(x: dict[str, str], dev: Any) -> tuple[dict[str, Any], int, Opt
     return shape, c, why
 
 
-def serving_runs(path: str, catalog: Optional[Catalog] = None, limit: Optional[int] = None) -> list[dict[str, Any]]:
+def serving_runs(
+    path: str, catalog: Optional[Catalog] = None, limit: Optional[int] = None,
+    step_overhead_us: Optional[float] = None, modes: tuple[str, ...] = ("agg", "disagg"),
+) -> list[dict[str, Any]]:  # fmt: skip
     """The closed-loop serving runs of a silicon_calibration-format file, each replayed through the
     serving simulator: ``concurrency`` clients of ``isl`` prompt and ``osl`` output tokens under
     the run's runtime (its scheduler defaults and shipped calibration), plan and weights;
     ``serving_run_requests_per_client`` measured requests a client after
     ``serving_run_warmup_per_client`` warm-up ones (the run's counts are not recorded:
     constants.csv says what is assumed). TTFT and TPOT are the measured requests' means. One
-    record per metric row of the file, priced or with its reason; ``limit``: the first runs only."""
+    record per metric row of the file, priced or with its reason; ``limit``: the first runs only;
+    ``step_overhead_us``: every run's per-step overhead (default: the shipped serving fits);
+    ``modes``: agg and/or disagg runs."""
     from ._io import read_text
     from .benchmarks import import_file, match_hardware
     from .calibrate import _estimate_kwargs
@@ -301,6 +306,8 @@ def serving_runs(path: str, catalog: Optional[Catalog] = None, limit: Optional[i
                  "unit": x["unit"], "concurrency": x["batch"], "isl": x["prompt_tokens"], "osl": x["output_tokens"],
                  "mode": "disagg" if "mode disagg" in str(x["not_priced"]) else "agg"}
                 for x in metric_rows]  # fmt: skip
+        if base[0]["mode"] not in modes:
+            continue
         why = next((str(x["not_priced"]) for x in metric_rows
                     if x["not_priced"] and _NEEDS_SIMULATOR not in x["not_priced"]), None)  # fmt: skip
         kw: dict[str, Any] = {}
@@ -329,7 +336,7 @@ def serving_runs(path: str, catalog: Optional[Catalog] = None, limit: Optional[i
                     r["model"], r["hardware"], concurrency=c, requests=(per_client + warmup) * c, prompt=isl,
                     output=osl, **shape, runtime=r["runtime"], dtype=kw["dtype"],
                     weight_dtype=kw["weight_dtype"], kv_dtype=kw["kv_dtype"], max_model_len=isl + osl,
-                    keep_requests=True, catalog=cat, max_num_batched_tokens=budget,
+                    keep_requests=True, catalog=cat, max_num_batched_tokens=budget, step_overhead_us=step_overhead_us,
                 )  # fmt: skip
             except RidgelineError as e:
                 why = str(e)
@@ -407,4 +414,69 @@ def max_throughput_rows(catalog: Optional[Catalog] = None, limit: Optional[int] 
         if why is not None:
             rec["reason"] = why
         out.append(rec)
+    return out
+
+
+def serving_step_fits(path: str, catalog: Optional[Catalog] = None) -> list[dict[str, Any]]:
+    """The simulator's per-step overhead per (runtime, device), fitted on the aggregated serving
+    runs of a silicon_calibration-format file replayed through it (the rows of
+    data/calibration/serving_fits.csv): each run is simulated at no step overhead and at
+    ``fit_step_probe_us``; a run's TPOT is close to affine in the overhead (its slope: the steps
+    a measured token waits for), so the overhead is the log least squares of TPOT0 + slope x t
+    against the measured TPOT, t >= 0. Each device's fit is also applied to the other devices'
+    runs of its runtime (``medape_transferred``: the held-out figure), and a runtime profile row
+    (hardware ``*``) takes the devices' median."""
+    from scipy.optimize import least_squares  # type: ignore[import-untyped]
+
+    from ._data import data_hash
+    from ._version import __version__
+    from .snapshot import structure_version
+
+    cat = catalog or default_catalog()
+    probe = float(cat.constant("fit_step_probe_us"))
+    at0 = serving_runs(path, cat, step_overhead_us=0.0, modes=("agg",))
+    at1 = serving_runs(path, cat, step_overhead_us=probe, modes=("agg",))
+    runs: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for a, b in zip(at0, at1):
+        if a["metric"] != "tpot_ms" or a["predicted"] is None or b["predicted"] is None:
+            continue
+        slope = (b["predicted"] - a["predicted"]) / probe
+        runs.setdefault((a["runtime"], a["hardware"]), []).append((a["observed"], a["predicted"], slope))
+
+    def medape(rows: list[tuple[float, float, float]], t: float) -> float:
+        return float(np.median([abs(p + k * t - o) / o for o, p, k in rows]))
+
+    fits: dict[tuple[str, str], float] = {}
+    rms: dict[tuple[str, str], float] = {}
+    for key, rows in sorted(runs.items()):
+        obs, p0, k = (np.array(col) for col in zip(*rows))
+
+        def resid(x: np.ndarray, obs: np.ndarray = obs, p0: np.ndarray = p0, k: np.ndarray = k) -> np.ndarray:
+            return np.asarray(np.log(obs / (p0 + k * x[0])))
+
+        fit = least_squares(resid, [probe], bounds=([0.0], [np.inf]))
+        fits[key] = round(float(fit.x[0]), 3)  # to the ns: a fit at its bound of 0 reads 0
+        rms[key] = float(np.sqrt(np.mean(fit.fun**2)))
+    # what the fit was made against: the engine's structure, the data, ridgeline's version
+    stamp = {"structure_version": structure_version(cat), "data_hash": data_hash()[:16], "fitted_at": __version__}
+    out = []
+    for (rt, hw), t in fits.items():
+        others = [(h, runs[(r, h)]) for (r, h) in fits if r == rt and h != hw]
+        moved = [x for _, rows in others for x in rows]
+        out.append({
+            "runtime": rt, "hardware": hw, "t_step_us": t, "n_runs": len(runs[(rt, hw)]),
+            "rms_log": float(f"{rms[(rt, hw)]:.6g}"), "medape": float(f"{medape(runs[(rt, hw)], t):.6g}"),
+            "medape_transferred": float(f"{medape(moved, t):.6g}") if moved else None,
+            "transferred_to": ",".join(h for h, _ in others) or None, **stamp,
+            "source": f"ridgeline calibrate --serving: {len(runs[(rt, hw)])} aggregated serving runs of {rt} on {hw} "
+                      f"replayed through the simulator ({path.rsplit('/', 1)[-1]})",
+        })  # fmt: skip
+    for rt in sorted({k[0] for k in fits}):
+        t = float(np.median([t for (r, _), t in fits.items() if r == rt]))
+        mine = [x for (r, _), v in runs.items() if r == rt for x in v]
+        out.append({"runtime": rt, "hardware": "*", "t_step_us": float(f"{t:.6g}"), "n_runs": len(mine),
+                    "rms_log": None, "medape": float(f"{medape(mine, t):.6g}"), "medape_transferred": None,
+                    "transferred_to": None, **stamp,
+                    "source": f"ridgeline calibrate --serving: {rt}'s profile, the median of its devices' fits",
+                    })  # fmt: skip
     return out
