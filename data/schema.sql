@@ -17,6 +17,7 @@ CREATE TABLE hardware (
     tflops_int8         DOUBLE CHECK (isfinite(tflops_int8) AND tflops_int8 > 0),
     tflops_tf32         DOUBLE CHECK (isfinite(tflops_tf32) AND tflops_tf32 > 0),
     tflops_fp32         DOUBLE CHECK (isfinite(tflops_fp32) AND tflops_fp32 > 0),
+    -- capacity as vendors quote it, in binary GB (GiB, JEDEC JESD100B.01): an "80GB" H100 holds 80 x 2^30 bytes
     memory_gb           DOUBLE NOT NULL CHECK (isfinite(memory_gb) AND memory_gb > 0),
     memory_bw_gbs       DOUBLE NOT NULL CHECK (isfinite(memory_bw_gbs) AND memory_bw_gbs > 0),
     memory_type         VARCHAR,

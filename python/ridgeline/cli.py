@@ -213,7 +213,7 @@ def estimate(
         (
             "fits",
             f"{'yes' if e.fits else 'NO'} ({mem['budget_bytes'] / GB:,.1f} GB usable of "
-            f"{mem['capacity_bytes'] / GB:,.1f} GB)",
+            f"{mem['capacity_bytes'] / GB:,.1f} GB = {mem['capacity_bytes'] / 2**30:,.4g} GiB)",
         ),
         (
             "compute",

@@ -537,7 +537,7 @@ def estimate(
         raise DoesNotFitError(
             f"{p.model} on {p.dev.name} (batch {batch}, {prompt}+{output} tokens, TP {tp}) "
             f"needs {mem['total_bytes'] / GB:.1f} GB per device but {mem['budget_bytes'] / GB:.1f} GB is usable "
-            f"({p.dev.memory_gb:g} GB x gpu_memory_utilization {budget:g}): "
+            f"({p.dev.memory_gb:g} GiB x gpu_memory_utilization {budget:g}): "
             f"short by {mem['shortfall_bytes'] / GB:.1f} GB; use more TP, a smaller batch or a shorter context "
             "(or --allow-no-fit to see the numbers)"
         )

@@ -7,6 +7,9 @@ use serde::Deserialize;
 /// Unit conversions.
 pub const TERA: f64 = 1e12;
 pub const GIGA: f64 = 1e9;
+/// A gibibyte: memory capacity is quoted in binary units (JEDEC JESD100B.01: "GB" of memory
+/// capacity is 2^30 bytes); an "80GB" H100 holds 80 GiB (nvidia-smi reports 81,559 MiB).
+pub const GIB: f64 = 1073741824.0;
 pub const MICRO: f64 = 1e-6;
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -117,8 +120,9 @@ impl Device {
         self.memory_bw_gbs * GIGA
     }
 
+    /// Device memory in bytes: the catalog's capacity in (binary) GB.
     pub fn memory_bytes(&self) -> f64 {
-        self.memory_gb * GIGA
+        self.memory_gb * GIB
     }
 
     /// Rejects rows the catalog constraints should already have stopped.

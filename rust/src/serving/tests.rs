@@ -330,11 +330,12 @@ fn reserving_the_whole_budget_never_preempts() {
 #[test]
 fn kv_blocks_follow_the_memory_left() {
     // Llama-3.1-8B bf16 on an H100: KV is 32 layers x 2 x 8 heads x 128 x 2 B = 128 KiB a token;
-    // vLLM keeps 0.9 x 80 GB for weights (16.06 GB), workspace and cache
+    // vLLM keeps 0.9 x 80 GiB for weights (16.06 GB), workspace and cache
     let r = sim(&vllm(), &closed(1, 1, fixed(10), fixed(2), 0), &opts());
     let per_block = 131072.0 * 16.0;
     let weights = crate::params::count(&llama31_8b()).total as f64 * 2.0;
-    let upper = ((0.9 * 80e9 - weights) / per_block).floor() as u64;
+    let gib = 1073741824.0;
+    let upper = ((0.9 * 80.0 * gib - weights) / per_block).floor() as u64;
     assert!(
         r.kv_blocks[0] < upper && r.kv_blocks[0] as f64 > 0.97 * upper as f64,
         "{:?} vs {upper}",
@@ -347,7 +348,7 @@ fn kv_blocks_follow_the_memory_left() {
     };
     let t = sim(&trt, &closed(1, 1, fixed(10), fixed(2), 0), &opts());
     assert!(t.kv_blocks[0] > r.kv_blocks[0]);
-    assert!(t.kv_blocks[0] as f64 <= 0.9 * (80e9 - weights) / per_block);
+    assert!(t.kv_blocks[0] as f64 <= 0.9 * (80.0 * gib - weights) / per_block);
 }
 
 #[test]
