@@ -279,3 +279,22 @@ def test_the_serving_step_fit_minimises_its_residual_and_is_held_out_across_devi
         return float(np.sqrt(np.mean([np.log(r["observed"] / r["predicted"]) ** 2 for r in got])))
 
     assert rms(t) <= min(rms(0.8 * t), rms(1.2 * t)) + 1e-3
+
+
+def test_max_rate_finds_where_the_slo_share_gives_way():
+    from ridgeline.serving import max_rate
+
+    kw = {"requests": 400, "prompt": "lognormal:1500:0.8", "output": "lognormal:200:0.8", "slo_ttft_ms": 500,
+          "slo_tpot_ms": 30}  # fmt: skip
+    rate, s = max_rate(LLAMA, "H100_SXM", share=0.9, **kw)
+    assert s.workload["arrivals"]["rate"] == rate and s.good_requests >= 0.9 * s.finished
+    # well past it the share falls below
+    far = ridgeline.simulate(LLAMA, "H100_SXM", rate=1.5 * rate, **kw)
+    assert far.good_requests < 0.9 * far.finished
+    with pytest.raises(PlanError, match="needs an SLO"):
+        max_rate(LLAMA, "H100_SXM", share=0.9, requests=10)
+    code, out, err = run_main("simulate", "-m", LLAMA, "-H", "H100_SXM", "--max-rate", "0.9", "--requests", "400",
+                              "--prompt", "lognormal:1500:0.8", "--output", "lognormal:200:0.8", "--slo-ttft-ms",
+                              "500", "--slo-tpot-ms", "30")  # fmt: skip
+    assert code == 0, err
+    assert f"{rate:.3g} req/s" in out.splitlines()[0]

@@ -346,10 +346,18 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
 @click.option(
     "--format", "fmt", type=click.Choice(["png", "svg"]), default="png", show_default=True, help="Plot format."
 )
+@click.option(
+    "--max-rate",
+    "max_share",
+    type=float,
+    default=None,
+    help="Search the highest Poisson rate at which this share (0-1] of requests meets the SLOs.",
+)
 @click.option("--uncalibrated", is_flag=True, help="Price steps at the efficiency-1 bound.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, force: bool, plot_dir: Optional[str],
-             fmt: str, uncalibrated: bool, as_json: bool, **flags: Any) -> None:  # fmt: skip
+             fmt: str, max_share: Optional[float], uncalibrated: bool, as_json: bool,
+             **flags: Any) -> None:  # fmt: skip
     """Simulate a serving instance under load: TTFT, TPOT, ITL, throughput, goodput."""
     from .errors import PlanError
     from .serving import simulate as run
@@ -366,6 +374,18 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
         if there and not force:
             raise PlanError(f"out: {', '.join(there)} already exist(s); pass --force to overwrite")
     model, hardware = args.pop("model"), args.pop("hardware")
+    if max_share is not None:
+        from .serving import max_rate
+
+        rate, s = max_rate(model, hardware, share=max_share, calibrated=not uncalibrated, **args)
+        if as_json:
+            click.echo(json.dumps({"max_rate_req_s": rate, **s.to_dict()}, indent=2))
+            return
+        slo = ", ".join(f"{k.upper()} {v:g} ms" for k, v in s.slo.items() if v is not None)
+        click.echo(f"highest Poisson rate with {max_share:.0%} of requests within {slo}: {rate:.3g} req/s "
+                   "(searched to 1%); its run:")  # fmt: skip
+        click.echo(s.summary())
+        return
     rates = _rates(args.pop("rate", None))
     if len(rates) > 1:
         if out is not None:
