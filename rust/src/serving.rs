@@ -1133,12 +1133,20 @@ impl World<'_> {
         }
     }
 
-    fn arrive(&mut self, a: Arrival) {
+    /// A request arrives; in a closed loop a rejected client sends its next request at once.
+    fn arrive(&mut self, a: Arrival, src: &mut Source, closed: bool) {
         let entry = self.instances[self.pools[0].first].sched.clone();
-        if let Some(r) = self.metrics.arrive(a, &entry) {
-            let i = self.route(0, r.prefix_id);
-            self.instances[i].enqueue(r, &mut self.metrics.counts);
-            self.start(i);
+        let mut next = Some(a);
+        while let Some(a) = next.take() {
+            match self.metrics.arrive(a, &entry) {
+                Some(r) => {
+                    let i = self.route(0, r.prefix_id);
+                    self.instances[i].enqueue(r, &mut self.metrics.counts);
+                    self.start(i);
+                }
+                None if closed => next = src.next_closed(self.metrics.now),
+                None => {}
+            }
         }
     }
 
@@ -1218,7 +1226,7 @@ impl World<'_> {
             self.metrics.finish(&r, status, i);
             if closed {
                 if let Some(a) = src.next_closed(self.metrics.now) {
-                    self.arrive(a);
+                    self.arrive(a, src, true);
                 }
             }
         }
@@ -1253,7 +1261,7 @@ impl World<'_> {
             self.metrics.record(&r, Status::RejectedDecodeKv, to);
             if closed {
                 if let Some(a) = src.next_closed(self.metrics.now) {
-                    self.arrive(a);
+                    self.arrive(a, src, true);
                 }
             }
             return;
@@ -1308,7 +1316,7 @@ impl World<'_> {
             self.sample();
             match e.kind {
                 EventKind::Arrival(a) => {
-                    self.arrive(a);
+                    self.arrive(a, src, closed.is_some());
                     if closed.is_none() {
                         if let Some(n) = src.next_open() {
                             self.push(n.arrival_s, EventKind::Arrival(n));

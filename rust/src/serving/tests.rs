@@ -704,3 +704,16 @@ fn prefix_affinity_routing_reads_more_from_the_cache() {
     );
     assert!(pa.ttft.mean < rr.ttft.mean);
 }
+
+#[test]
+fn a_rejected_client_sends_its_next_request() {
+    // a closed loop whose prompts are all too long: every request is sent and rejected, none lost
+    let s = Scheduler {
+        max_model_len: Some(512),
+        ..vllm()
+    };
+    let r = sim(&s, &closed(4, 50, fixed(600), fixed(5), 0), &opts());
+    assert_eq!(r.counts.injected, 50);
+    assert_eq!(r.counts.rejected_prompt_too_long, 50);
+    assert!(r.counts.conserved());
+}
