@@ -298,3 +298,21 @@ def test_max_rate_finds_where_the_slo_share_gives_way():
                               "500", "--slo-tpot-ms", "30")  # fmt: skip
     assert code == 0, err
     assert f"{rate:.3g} req/s" in out.splitlines()[0]
+
+
+def test_progress_is_told_each_hundredth_and_its_errors_surface():
+    seen = []
+    s = ridgeline.simulate(LLAMA, "H100_SXM", concurrency=8, requests=500, prompt=200, output=20,
+                           progress=lambda ended, total: seen.append((ended, total)))  # fmt: skip
+    assert s.counts["completed"] == 500 and seen[-1] == (500, 500)
+    ended = [e for e, _ in seen]
+    # ends come 8 at a time here: a report whenever another 5 (a hundredth) have ended
+    assert ended == sorted(ended) and len(seen) == len(set(ended)) >= 500 // 8 and all(t == 500 for _, t in seen)
+
+    def stop(ended, total):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ridgeline.simulate(LLAMA, "H100_SXM", concurrency=8, requests=50, prompt=200, output=20, progress=stop)
+    with pytest.raises(PlanError, match="progress"):
+        ridgeline.simulate(LLAMA, "H100_SXM", concurrency=8, requests=5, progress=3)

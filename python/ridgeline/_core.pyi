@@ -1,6 +1,6 @@
 """Type stubs of the compiled core (checked against the binary by mypy.stubtest)."""
 
-from typing import Any, Optional, final
+from typing import Any, Callable, Optional, final
 
 import numpy as np
 import numpy.typing as npt
@@ -112,7 +112,11 @@ class CoreDevice:
     def name(self) -> str: ...
 
 def simulate_prepared(
-    prepared: Prepared, cluster_json: str, workload_json: str, options_json: str
+    prepared: Prepared,
+    cluster_json: str,
+    workload_json: str,
+    options_json: str,
+    progress: Optional[Callable[[int, int], Any]] = None,
 ) -> dict[str, Any]: ...
 def estimate_prepared(
     prepared: Prepared,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -396,8 +398,9 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
     if rates:
         args["rate"] = rates[0]
     detail = out is not None or plot_dir is not None
-    s = run(model, hardware, keep_requests=detail, sample_s=sample_ms / 1e3 if detail else None,
-            calibrated=not uncalibrated, **args)  # fmt: skip
+    with _progress_bar(as_json) as tell:
+        s = run(model, hardware, keep_requests=detail, sample_s=sample_ms / 1e3 if detail else None,
+                calibrated=not uncalibrated, progress=tell, **args)  # fmt: skip
     if plot_dir is not None:
         from .plot import simulation as plots
 
@@ -412,6 +415,29 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
     click.echo(s.summary())
     for f in files:
         click.echo(f"wrote {f}")
+
+
+@contextlib.contextmanager
+def _progress_bar(quiet: bool) -> Iterator[Optional[Callable[[int, int], None]]]:
+    """A progress bar on stderr for a simulation's requests, where stderr is a terminal."""
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    bar: Any = None
+    shown = 0
+
+    def tell(ended: int, total: int) -> None:
+        nonlocal bar, shown
+        if bar is None:
+            bar = click.progressbar(length=total, label="requests", file=sys.stderr).__enter__()
+        bar.update(ended - shown)
+        shown = ended
+
+    try:
+        yield tell
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
 
 
 def _rates(v: Any) -> list[float]:

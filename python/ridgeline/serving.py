@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -441,6 +441,7 @@ def simulate(
     keep_requests: bool = False,
     sample_s: Optional[float] = None,
     step_overhead_us: Optional[float] = None,
+    progress: Optional[Callable[[int, int], Any]] = None,
     calibrated: bool = True,
     catalog: Optional[Catalog] = None,
     **scheduler: Any,
@@ -479,6 +480,7 @@ def simulate(
         sample_s: interval of the queue and KV time series (``Simulation.series``).
         step_overhead_us: each step's host overhead (default: the runtime's fit on replayed serving
             runs, ``serving_fits.csv``, where it has one; else its calibration's t_step).
+        progress: called as ``progress(ended, total)`` each hundredth of the requests.
         **scheduler: any of ``SCHEDULER_FIELDS`` (max_num_batched_tokens, max_num_seqs, block_size,
             chunked_prefill, mixed, reserve_full, memory_fraction, fraction_of_free) over the
             runtime's defaults.
@@ -576,7 +578,9 @@ def simulate(
                        prefill_instances=prefill_instances, decode_instances=decode_instances, prefill_tp=prefill_tp,
                        decode_tp=decode_tp, prefill_ep=prefill_ep, decode_ep=decode_ep, kv_link_gbs=kv_link_gbs,
                        kv_link_latency_us=kv_link_latency_us)  # fmt: skip
-    r = _core.simulate_prepared(p.core, json.dumps(cluster), json.dumps(work), json.dumps(opts))
+    if progress is not None and not callable(progress):
+        raise PlanError(f"progress: expected a callable taking (ended, total), got {progress!r}")
+    r = _core.simulate_prepared(p.core, json.dumps(cluster), json.dumps(work), json.dumps(opts), progress)
     import polars as pl
 
     itl_df = pl.DataFrame(dict(r["itl_hist"]))

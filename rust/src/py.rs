@@ -395,23 +395,38 @@ fn estimate_prepared(
 /// (pools of instances with their TP, EP and scheduler; router; KV link), workload and options
 /// as JSON. Returns a dict of the counts, metric summaries and scalars, and (when kept)
 /// per-request and time-series columns.
+/// `progress`, when given, is called as `progress(ended, total)` each hundredth of the requests
+/// (the GIL taken for the call only); the first error it raises is raised after the run.
 #[pyfunction]
-#[pyo3(signature = (prepared, cluster_json, workload_json, options_json))]
+#[pyo3(signature = (prepared, cluster_json, workload_json, options_json, progress=None))]
 fn simulate_prepared<'py>(
     py: Python<'py>,
     prepared: &Prepared,
     cluster_json: &str,
     workload_json: &str,
     options_json: &str,
+    progress: Option<Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cluster: Cluster = from_json("cluster", cluster_json)?;
     let work: Workload = from_json("workload", workload_json)?;
     let opts: Options = from_json("options", options_json)?;
     let (m, d, eff, proto) = prepared.parts();
     let plan = &prepared.plan;
+    let mut failed: Option<PyErr> = None;
     let r = guarded("the simulation", || {
-        Ok(py.detach(|| serving::simulate_cluster(m, d, plan, eff, proto, &cluster, &work, &opts))?)
+        Ok(py.detach(|| {
+            let mut tell = |ended: u64, total: u64| {
+                if let (Some(f), None) = (&progress, &failed) {
+                    failed = Python::attach(|py| f.call1(py, (ended, total)).err());
+                }
+            };
+            let cb: Option<&mut dyn FnMut(u64, u64)> = if progress.is_some() { Some(&mut tell) } else { None };
+            serving::simulate_cluster_with(m, d, plan, eff, proto, &cluster, &work, &opts, cb)
+        })?)
     })?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
     sim_dict(py, r)
 }
 

@@ -362,6 +362,23 @@ pub fn simulate_cluster(
     workload: &Workload,
     opts: &Options,
 ) -> Result<SimResult> {
+    simulate_cluster_with(m, dev, plan, eff, proto, cluster, workload, opts, None)
+}
+
+/// `simulate_cluster`, telling `progress(ended, total)` each time another hundredth of the
+/// workload's requests has ended (completed, length-capped or rejected).
+#[allow(clippy::too_many_arguments)]
+pub fn simulate_cluster_with(
+    m: &Model,
+    dev: &Device,
+    plan: &Plan,
+    eff: &Efficiency,
+    proto: ProtocolTable,
+    cluster: &Cluster,
+    workload: &Workload,
+    opts: &Options,
+    progress: Option<&mut dyn FnMut(u64, u64)>,
+) -> Result<SimResult> {
     dev.validate()?;
     eff.validate()?;
     for (name, v) in [("pp", plan.pp), ("dp", plan.dp), ("attention_dp", plan.attention_dp)] {
@@ -504,6 +521,8 @@ pub fn simulate_cluster(
         segs: Vec::new(),
         done: Vec::new(),
         hold: None,
+        progress,
+        next_report: 0,
     };
     w.run(&mut src);
     let shapes_built = w.pools.iter().map(|p| p.pricer.shapes_built).sum();
@@ -1081,7 +1100,7 @@ struct PoolState<'a> {
 }
 
 /// Every instance, the event queue and the metrics.
-struct World<'a> {
+struct World<'a, 'p> {
     pools: Vec<PoolState<'a>>,
     instances: Vec<Instance>,
     metrics: Metrics,
@@ -1098,9 +1117,22 @@ struct World<'a> {
     done: Vec<(usize, Status)>,
     /// The instance whose step end is being taken in (its next step waits for all of it).
     hold: Option<usize>,
+    progress: Option<&'p mut dyn FnMut(u64, u64)>,
+    next_report: u64,
 }
 
-impl World<'_> {
+impl World<'_, '_> {
+    /// Tells the progress callback, each hundredth of the requests.
+    fn report(&mut self, total: u64) {
+        let Some(f) = self.progress.as_mut() else { return };
+        let c = &self.metrics.counts;
+        let ended = c.injected - c.waiting - c.running - c.transferring;
+        if ended >= self.next_report {
+            f(ended, total);
+            self.next_report = ended + (total / 100).max(1);
+        }
+    }
+
     fn push(&mut self, t: f64, kind: EventKind) {
         self.seq += 1;
         self.events.push(Event { t, seq: self.seq, kind });
@@ -1326,6 +1358,14 @@ impl World<'_> {
                 EventKind::StepEnd(i) => self.end_step(i, closed.is_some(), src),
                 EventKind::Transfer { req, to } => self.receive(req, to, closed.is_some(), src),
             }
+            self.report(src.total());
+        }
+        // the last hundredth, however it ended
+        let c = &self.metrics.counts;
+        let ended = c.injected - c.waiting - c.running - c.transferring;
+        if self.next_report > ended && self.next_report - ended < (src.total() / 100).max(1) {
+            self.next_report = ended;
+            self.report(src.total());
         }
     }
 }
