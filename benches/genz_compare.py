@@ -15,12 +15,10 @@ import argparse
 import json
 import os
 import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
+from _peers import peer_python  # benches/, beside this script
 
 # ridgeline id -> (GenZ model name, TP that fits an 80 GB H100)
 MODELS = {
@@ -66,14 +64,7 @@ print(json.dumps({"results": out, "seconds": dt}))
 
 
 def genz_python(given: str | None) -> str:
-    if given:
-        return given
-    venv = Path(tempfile.gettempdir()) / "ridgeline-genz-venv"
-    py = venv / "bin" / "python"
-    if not py.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", "genz-llm==0.0.16"], check=True)
-    return str(py)
+    return peer_python(given, "ridgeline-genz-venv", "genz-llm==0.0.16")
 
 
 def main() -> None:

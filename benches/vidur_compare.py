@@ -55,6 +55,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _peers import peer_python  # benches/, beside this script
+
 MODEL, HARDWARE = "meta-llama/Llama-3.1-8B", "H100_SXM"
 PROMPT, OUTPUT, MAX_SEQS = 1024, 256, 64
 VIDUR_VERSION = "0.0.26"
@@ -114,14 +116,7 @@ print(json.dumps({
 
 
 def vidur_python(given: str | None) -> str:
-    if given:
-        return given
-    venv = Path(tempfile.gettempdir()) / "ridgeline-vidur-venv"
-    py = venv / "bin" / "python"
-    if not py.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", f"vidur=={VIDUR_VERSION}"], check=True)
-    return str(py)
+    return peer_python(given, "ridgeline-vidur-venv", f"vidur=={VIDUR_VERSION}")
 
 
 def one_cpu() -> int | None:

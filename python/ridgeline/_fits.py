@@ -27,6 +27,10 @@ PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us", "eta_moe", "eta_
 BOUND_PARAMS = (1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0)
 CALIBRATION_FILE = "data/calibration/fits.csv"
 HOLDOUT_FILE = "data/calibration/holdout.csv"
+#: The serving simulator's per-step overhead fitted by replaying the measured serving runs
+#: (``ridgeline calibrate --serving``): a step's host time beside its kernels, once prefill
+#: interruptions are simulated.
+SERVING_FITS = "data/calibration/serving_fits.csv"
 #: vLLM, SGLang and TensorRT-LLM fitted from their kernels and serving runs (kernel_fit).
 KERNEL_FITS_FILE = "data/calibration/kernel_fits.csv"
 #: The production runtimes: calibrated from their own measured kernels and serving runs
@@ -167,3 +171,27 @@ def memory_technology(memory_type: Optional[str]) -> str:
     if "lpddr" in t or "unified" in t:
         return "lpddr"
     return "other"
+
+
+@functools.lru_cache(maxsize=1)
+def serving_fits() -> dict[tuple[str, str], dict[str, str]]:
+    """(runtime, hardware or "*" for the runtime's profile) -> its serving fit row (none shipped: {})."""
+    if SERVING_FITS not in _data.list_files("data/calibration/"):
+        return {}
+    return {(r["runtime"], r["hardware"]): r for r in csv.DictReader(_data.read_text(SERVING_FITS).splitlines())}
+
+
+def serving_step(runtime: Optional[str], hardware: str) -> Optional[tuple[float, str]]:
+    """The simulator's per-step overhead for ``runtime`` on ``hardware`` (us) and what it rests on:
+    the device's own serving fit, else the runtime's profile (the median over fitted devices)."""
+    if not runtime:
+        return None
+    fits = serving_fits()
+    row = fits.get((runtime, hardware)) or fits.get((runtime, "*"))
+    if row is None:
+        return None
+    where = f"{hardware}'s" if row["hardware"] == hardware else f"{runtime}'s profile over"
+    return float(row["t_step_us"]), (
+        f"in place of t_step, the simulator's step overhead {float(row['t_step_us']):.4g} us, fitted on {where} "
+        f"{row['n_runs']} replayed serving runs (TPOT MedAPE {float(row['medape']):.1%}; {SERVING_FITS})"
+    )

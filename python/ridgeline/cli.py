@@ -719,7 +719,9 @@ def calibrate(out: Optional[str], force: bool, comm: bool, production: bool, ser
         _calibrate_production(out or "data/calibration/kernel_fits.csv", force, kernels)
         return
     if serving:
-        _calibrate_serving(out or "data/calibration/serving_fits.csv", force, kernels)
+        from ._fits import SERVING_FITS
+
+        _calibrate_serving(out or SERVING_FITS, force, kernels)
         return
     out = out or "data/calibration/fits.csv"
     from ._io import changed_files, check_output, write_files

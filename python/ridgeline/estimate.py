@@ -566,9 +566,13 @@ def _prepare(
     scaleout_latency_us: Any = None,
     calibrated: Any = True,
     attention_dp: Any = 1,
+    serving_step: bool = False,
     t_step_us: Optional[float] = None,
 ) -> _Prepared:
-    """Resolves and checks everything of a plan but its numbers (``estimate`` keeps the result)."""
+    """Resolves and checks everything of a plan but its numbers (``estimate`` keeps the result).
+    ``t_step_us`` replaces the calibration's step overhead; else, with ``serving_step`` (the serving
+    simulator), a calibrated plan takes the overhead fitted on replayed serving runs where there is
+    one (``_fits.serving_step``). The note says which."""
     if catalog is not None and not isinstance(catalog, Catalog):
         raise PlanError(f"catalog: expected a ridgeline.Catalog, got {type(catalog).__name__}")
     cat = catalog or default_catalog()
@@ -616,13 +620,16 @@ def _prepare(
         scaleout_latency_us = _number("scaleout_latency_us", scaleout_latency_us)
     topo = resolve_topology(dev, devices_per_node, scaleout_gbs, scaleout_latency_us)
     from ._fits import efficiency_json, lookup
+    from ._fits import serving_step as serving_fit
 
     label, fit_row = lookup(dev.name, runtime, cat) if calibrated else (UNCALIBRATED, None)
     formats = weights.format_names()
     eff = _UNCALIBRATED_EFF if fit_row is None else efficiency_json(fit_row, formats)
-    if t_step_us is not None:
-        # the serving simulator's own per-step overhead (serving.step_overhead), replacing the row's
-        eff = json.dumps({**json.loads(eff), "t_step_s": t_step_us * 1e-6})
+    step = (t_step_us, "step overhead given") if t_step_us is not None else None
+    if step is None and serving_step and fit_row is not None:
+        step = serving_fit(runtime, dev.name)
+    if step is not None:
+        eff = json.dumps({**json.loads(eff), "t_step_s": step[0] * 1e-6})
     if routing_skew is None:
         tail["routing_skew"] = float(fit_row.get("routing_skew") or 0.0) if fit_row else 0.0
     else:
@@ -639,7 +646,8 @@ def _prepare(
         warnings.append(f"{dev.name} is not vendor-reconciled in the catalog (verified = false): results are estimated")
     return _Prepared(
         model=m.name, m=m, dev=dev, core=core, plan_head=head, plan_tail=tail,
-        label=label, note=UNCALIBRATED_NOTE if fit_row is None else _calibrated_note(fit_row),
+        label=label, note=(UNCALIBRATED_NOTE if fit_row is None else _calibrated_note(fit_row))
+        + (f"; {step[1]}" if step else ""),
         runtime_note=runtime_note, held_runtime=runtime if fit_row is not None else None,
         warnings=tuple(warnings), group_labels=_group_labels(m), formats=formats,
         plan_labels={"runtime": runtime, "from_runtime": from_runtime, "weights": weights.label,

@@ -22,9 +22,6 @@ from .errors import PlanError
 from .estimate import _prepare
 
 _SCHEDULERS = "data/calibration/runtime_schedulers.csv"
-#: The per-step overhead fitted by replaying the measured serving runs (``ridgeline calibrate
-#: --serving``): a step's host time beside its kernels, once prefill interruptions are simulated.
-SERVING_FITS = "data/calibration/serving_fits.csv"
 #: Scheduler fields a user may give, with their types.
 SCHEDULER_FIELDS = {
     "max_num_batched_tokens": int,
@@ -72,30 +69,6 @@ def scheduler_defaults(runtime: Optional[str], dev: Device) -> Optional[dict[str
         out[k] = r[k] == "true" if kind is bool else kind(r[k])
     out["source"] = r["source"]
     return out
-
-
-@functools.lru_cache(maxsize=1)
-def serving_fits() -> dict[tuple[str, str], dict[str, str]]:
-    """(runtime, hardware or "*" for the runtime's profile) -> its serving fit row (none shipped: {})."""
-    if SERVING_FITS not in _data.list_files("data/calibration/"):
-        return {}
-    return {(r["runtime"], r["hardware"]): r for r in csv.DictReader(_data.read_text(SERVING_FITS).splitlines())}
-
-
-def step_overhead(runtime: Optional[str], hardware: str) -> Optional[tuple[float, str]]:
-    """The simulator's per-step overhead for ``runtime`` on ``hardware`` (us) and what it rests on:
-    the device's own serving fit, else the runtime's profile (the median over fitted devices)."""
-    if not runtime:
-        return None
-    fits = serving_fits()
-    row = fits.get((runtime, hardware)) or fits.get((runtime, "*"))
-    if row is None:
-        return None
-    where = f"{hardware}'s" if row["hardware"] == hardware else f"{runtime}'s profile over"
-    return float(row["t_step_us"]), (
-        f"in place of t_step, the simulator's step overhead {float(row['t_step_us']):.4g} us, fitted on {where} "
-        f"{row['n_runs']} replayed serving runs (TPOT MedAPE {float(row['medape']):.1%}; {SERVING_FITS})"
-    )
 
 
 def parse_lengths(name: str, v: Any, hi: int) -> dict[str, Any]:
@@ -492,15 +465,11 @@ def simulate(
     unknown = sorted(set(scheduler) - set(SCHEDULER_FIELDS))
     if unknown:
         raise PlanError(f"{unknown[0]}: not a simulate argument (scheduler fields: {', '.join(SCHEDULER_FIELDS)})")
-    p = _prepare(model, hardware, catalog, runtime=runtime, dtype=dtype, weight_dtype=weight_dtype,
-                 kv_dtype=kv_dtype, calibrated=calibrated)  # fmt: skip
     # a calibrated run takes the step overhead fitted on replayed serving runs where there is one
-    fitted = step_overhead(p.plan_labels["runtime"], p.dev.name) if calibrated and p.held_runtime else None
-    if step_overhead_us is not None:
-        fitted = (_checks.number("step_overhead_us", step_overhead_us), "step overhead given")
-    if fitted is not None:
-        p = _prepare(model, hardware, catalog, runtime=runtime, dtype=dtype, weight_dtype=weight_dtype,
-                     kv_dtype=kv_dtype, calibrated=calibrated, t_step_us=fitted[0])  # fmt: skip
+    p = _prepare(model, hardware, catalog, runtime=runtime, dtype=dtype, weight_dtype=weight_dtype,
+                 kv_dtype=kv_dtype, calibrated=calibrated, serving_step=True,
+                 t_step_us=None if step_overhead_us is None else _checks.number("step_overhead_us",
+                                                                                  step_overhead_us))  # fmt: skip
     runtime_name = p.plan_labels["runtime"]
     sched = scheduler_defaults(runtime_name, p.dev)
     given = {k: v for k, v in scheduler.items() if v is not None}
@@ -598,12 +567,12 @@ def simulate(
             series_df = pl.DataFrame(dict(r["series"]))
     work["describe"] = _describe(work)
     if arrivals["kind"] == "trace":
+        # the result keeps the trace's size, not its rows
         work["arrivals"] = {"kind": "trace", "rows": len(arrivals["rows"])}
-        work["describe"] = f"trace of {len(arrivals['rows']):,} requests"
     warnings = (*p.warnings, *r["warnings"])
     return Simulation(
         model=p.model, hardware=p.dev.name, runtime=runtime_name, calibration=p.label,
-        calibration_note=p.note + (f"; {fitted[1]}" if fitted else ""),
+        calibration_note=p.note,
         runtime_note=p.runtime_note, plan={"tp": cluster["pools"][0]["tp"], "ep": cluster["pools"][0]["ep"],
                                            "dtype": p.plan_tail["dtype"], "weights": p.plan_labels["weights"]},
         scheduler={**sched, "max_model_len": mml}, workload=work, counts=dict(r["counts"]),

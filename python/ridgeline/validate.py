@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import math
+from collections.abc import Mapping
 from typing import Any, Optional
 
 import numpy as np
@@ -265,6 +266,17 @@ def _disagg_shape(x: dict[str, str], dev: Any) -> tuple[dict[str, Any], int, Opt
     return shape, c, why
 
 
+def _whole_prompt_budget(sched: Mapping[str, Any], isl: int, decodes: int) -> Optional[int]:
+    """The step budget a measured run of ``isl``-token prompts beside ``decodes`` running decodes
+    had under scheduler ``sched`` (``serving.scheduler_defaults``): a runtime that prefills whole
+    prompts ran it with a budget admitting one prompt beside them (below it a new prompt waits
+    for every decode to end: TensorRT-LLM needs max_num_tokens >= the longest input without
+    chunked prefill). None: its default serves."""
+    if not sched.get("chunked_prefill", True) and isl + decodes > sched["max_num_batched_tokens"]:
+        return isl + decodes
+    return None
+
+
 def serving_runs(
     path: str, catalog: Optional[Catalog] = None, limit: Optional[int] = None,
     step_overhead_us: Optional[float] = None, modes: tuple[str, ...] = ("agg", "disagg"),
@@ -286,11 +298,11 @@ def serving_runs(
     from .serving import scheduler_defaults, simulate
 
     cat = catalog or default_catalog()
-    rows = import_file(path, read_text(path, what="rows file", error=CatalogError))
+    text = read_text(path, what="rows file", error=CatalogError)
+    rows = import_file(path, text)
     match_hardware(rows, cat)
     # the disaggregated runs' worker shapes, by the file's line (the rows keep the aggregated plan)
-    raw = {i: x for i, x in enumerate(csv.DictReader(io.StringIO(read_text(path, what="rows file",
-                                                                         error=CatalogError))), start=2)}  # fmt: skip
+    raw = {i: x for i, x in enumerate(csv.DictReader(io.StringIO(text)), start=2)}
     runs: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         runs.setdefault(r["id"].rsplit(":", 1)[0], []).append(r)
@@ -325,12 +337,7 @@ def serving_runs(
         if why is None:
             isl, osl = int(r["prompt_tokens"]), int(r["output_tokens"])
             sched = scheduler_defaults(r["runtime"], cat.get(r["hardware"])) or {}
-            # a runtime that prefills whole prompts ran these with a step budget that admits one
-            # beside every client's decode (below it a new prompt waits for every decode to end:
-            # TensorRT-LLM needs max_num_tokens >= the longest input without chunked prefill)
-            budget = None
-            if not sched.get("chunked_prefill", True) and isl + c > sched["max_num_batched_tokens"]:
-                budget = isl + c
+            budget = _whole_prompt_budget(sched, isl, c)
             try:
                 s = simulate(
                     r["model"], r["hardware"], concurrency=c, requests=(per_client + warmup) * c, prompt=isl,
@@ -398,10 +405,7 @@ def max_throughput_rows(catalog: Optional[Catalog] = None, limit: Optional[int] 
                 why = "PP: the serving simulator runs instances without it"
         if why is None:
             sched = scheduler_defaults(r["runtime"], cat.get(r["hardware"])) or {}
-            cap = int(sched.get("max_num_seqs", 0))
-            budget = None
-            if not sched.get("chunked_prefill", True) and isl + cap > sched["max_num_batched_tokens"]:
-                budget = isl + cap
+            budget = _whole_prompt_budget(sched, isl, int(sched.get("max_num_seqs", 0)))
             try:
                 s = simulate(r["model"], r["hardware"], concurrency=n, requests=n, prompt=isl, output=osl,
                              tp=kw["tp"], ep=kw["ep"], runtime=r["runtime"], dtype=kw["dtype"],

@@ -421,7 +421,7 @@ fn simulate_prepared<'py>(
                 }
             };
             let cb: Option<&mut dyn FnMut(u64, u64)> = if progress.is_some() { Some(&mut tell) } else { None };
-            serving::simulate_cluster_with(m, d, plan, eff, proto, &cluster, &work, &opts, cb)
+            serving::simulate_cluster(m, d, plan, eff, proto, &cluster, &work, &opts, cb)
         })?)
     })?;
     if let Some(e) = failed {

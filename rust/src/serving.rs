@@ -106,15 +106,6 @@ pub enum Status {
 }
 
 impl Status {
-    pub const ALL: [Status; 6] = [
-        Status::Completed,
-        Status::LengthCapped,
-        Status::RejectedPromptTooLong,
-        Status::RejectedBudgetTooLong,
-        Status::RejectedPromptOverBudget,
-        Status::RejectedDecodeKv,
-    ];
-
     pub fn name(self) -> &'static str {
         match self {
             Status::Completed => "completed",
@@ -182,6 +173,11 @@ impl Counts {
                 + self.waiting
                 + self.running
                 + self.transferring
+    }
+
+    /// Requests that have left: completed, length-capped or rejected.
+    pub fn ended(&self) -> u64 {
+        self.injected - self.waiting - self.running - self.transferring
     }
 
     fn bump(&mut self, s: Status) {
@@ -327,7 +323,7 @@ pub fn simulate(
         router: Router::RoundRobin,
         kv_link: None,
     };
-    simulate_cluster(m, dev, plan, eff, proto, &cluster, workload, opts)
+    simulate_cluster(m, dev, plan, eff, proto, &cluster, workload, opts, None)
 }
 
 fn check_scheduler(s: &Scheduler, pool: &str) -> Result<()> {
@@ -350,25 +346,11 @@ fn check_scheduler(s: &Scheduler, pool: &str) -> Result<()> {
 }
 
 /// Simulates `cluster` serving `workload`: `plan` gives the precisions and runtime execution,
-/// each pool its own TP, EP and scheduler.
+/// each pool its own TP, EP and scheduler. `progress`, when given, is told `(ended, total)` each
+/// time another hundredth of the workload's requests has ended (completed, length-capped or
+/// rejected).
 #[allow(clippy::too_many_arguments)]
 pub fn simulate_cluster(
-    m: &Model,
-    dev: &Device,
-    plan: &Plan,
-    eff: &Efficiency,
-    proto: ProtocolTable,
-    cluster: &Cluster,
-    workload: &Workload,
-    opts: &Options,
-) -> Result<SimResult> {
-    simulate_cluster_with(m, dev, plan, eff, proto, cluster, workload, opts, None)
-}
-
-/// `simulate_cluster`, telling `progress(ended, total)` each time another hundredth of the
-/// workload's requests has ended (completed, length-capped or rejected).
-#[allow(clippy::too_many_arguments)]
-pub fn simulate_cluster_with(
     m: &Model,
     dev: &Device,
     plan: &Plan,
@@ -475,8 +457,6 @@ pub fn simulate_cluster_with(
                 ),
             ));
         }
-        // a prompt's KV bytes on one rank, and the seconds it takes to move (disaggregated)
-        let kv_rank_bytes = pricer.layout().kv_bytes_per_token();
         let role = match (disagg, k) {
             (false, _) => Role::Both,
             (true, 0) => Role::Prefill,
@@ -488,7 +468,6 @@ pub fn simulate_cluster_with(
         pools.push(PoolState {
             pricer,
             blocks,
-            kv_rank_bytes,
             first: instances.len() - p.instances as usize,
             count: p.instances as usize,
             next_rr: 0,
@@ -1092,8 +1071,6 @@ impl Ord for Event {
 struct PoolState<'a> {
     pricer: StepPricer<'a>,
     blocks: u64,
-    /// KV bytes one rank holds per token (a prompt's transfer: each rank sends its shard).
-    kv_rank_bytes: f64,
     first: usize,
     count: usize,
     next_rr: usize,
@@ -1125,8 +1102,7 @@ impl World<'_, '_> {
     /// Tells the progress callback, each hundredth of the requests.
     fn report(&mut self, total: u64) {
         let Some(f) = self.progress.as_mut() else { return };
-        let c = &self.metrics.counts;
-        let ended = c.injected - c.waiting - c.running - c.transferring;
+        let ended = self.metrics.counts.ended();
         if ended >= self.next_report {
             f(ended, total);
             self.next_report = ended + (total / 100).max(1);
@@ -1271,7 +1247,8 @@ impl World<'_, '_> {
     /// A prefilled request's KV leaves for a decode instance.
     fn hand_off(&mut self, mut r: Req) {
         let link = self.link.expect("disaggregated clusters have a link");
-        let bytes = r.prompt as f64 * self.pools[0].kv_rank_bytes;
+        // each rank sends its shard of the prompt's KV over its own link
+        let bytes = r.prompt as f64 * self.pools[0].pricer.layout().kv_bytes_per_token();
         let dt = bytes / (link.bw_gbs * 1e9) + link.latency_us * 1e-6;
         self.transfers += 1;
         self.transfer_s += dt;
@@ -1361,8 +1338,7 @@ impl World<'_, '_> {
             self.report(src.total());
         }
         // the last hundredth, however it ended
-        let c = &self.metrics.counts;
-        let ended = c.injected - c.waiting - c.running - c.transferring;
+        let ended = self.metrics.counts.ended();
         if self.next_report > ended && self.next_report - ended < (src.total() / 100).max(1) {
             self.next_report = ended;
             self.report(src.total());

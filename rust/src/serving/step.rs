@@ -65,10 +65,6 @@ impl<'a> StepPricer<'a> {
         &self.layout
     }
 
-    pub fn overhead_s(&self) -> f64 {
-        self.overhead_s
-    }
-
     /// The largest activation workspace a step of `tokens` prompt tokens holds (the runtime's
     /// profiling pass at its token budget).
     pub fn workspace_bytes(&self, tokens: u64) -> f64 {
@@ -181,9 +177,8 @@ impl<'a> StepPricer<'a> {
         let decodes = if contexts.is_empty() {
             0.0
         } else {
-            self.form(contexts.len() as u64);
-            let absorb = self.decode[contexts.len()].as_ref().map_or(0.0, |f| f.absorb_s);
-            absorb + self.decode_kernels_s(contexts)
+            let kernels = self.decode_kernels_s(contexts);
+            self.form(contexts.len() as u64).absorb_s + kernels
         };
         fixed + kernels + decodes + self.overhead_s
     }

@@ -54,6 +54,13 @@ fn closed(concurrency: u64, requests: u64, prompt: Lengths, output: Lengths, see
     }
 }
 
+fn poisson(rate: f64, requests: u64, prompt: Lengths, output: Lengths, seed: u64) -> Workload {
+    Workload {
+        arrivals: Arrivals::Poisson { rate },
+        ..closed(1, requests, prompt, output, seed)
+    }
+}
+
 fn eff() -> Efficiency {
     Efficiency {
         t_launch_s: 4e-6,
@@ -393,7 +400,7 @@ fn pool(instances: u64, tp: u64, s: &Scheduler) -> Pool {
 }
 
 fn cluster(c: &Cluster, w: &Workload, o: &Options) -> SimResult {
-    simulate_cluster(&llama31_8b(), &h100(), &plan(), &eff(), proto(), c, w, o).unwrap()
+    simulate_cluster(&llama31_8b(), &h100(), &plan(), &eff(), proto(), c, w, o, None).unwrap()
 }
 
 #[test]
@@ -424,25 +431,23 @@ fn round_robin_replicas_serve_their_share_as_one_instance_would() {
 
 #[test]
 fn load_aware_routing_cuts_the_ttft_tail() {
-    let w = Workload {
-        arrivals: Arrivals::Poisson { rate: 12.0 },
-        requests: Some(1500),
-        prompt: Lengths::Lognormal {
+    let w = poisson(
+        12.0,
+        1500,
+        Lengths::Lognormal {
             mean: 1500.0,
             sigma: 1.2,
             lo: 1,
             hi: 60_000,
         },
-        output: Lengths::Lognormal {
+        Lengths::Lognormal {
             mean: 400.0,
             sigma: 1.2,
             lo: 1,
             hi: 8_000,
         },
-        declare_output: true,
-        seed: 9,
-        prefixes: None,
-    };
+        9,
+    );
     let run = |router| {
         let c = Cluster {
             pools: vec![pool(3, 1, &vllm())],
@@ -524,15 +529,13 @@ fn a_lone_disaggregated_request_is_prefill_then_transfer_then_decode() {
 
 #[test]
 fn disaggregated_conservation_and_refused_transfers() {
-    let w = Workload {
-        arrivals: Arrivals::Poisson { rate: 25.0 },
-        requests: Some(300),
-        prompt: Lengths::Uniform { lo: 500, hi: 6000 },
-        output: Lengths::Uniform { lo: 50, hi: 600 },
-        declare_output: true,
-        seed: 4,
-        prefixes: None,
-    };
+    let w = poisson(
+        25.0,
+        300,
+        Lengths::Uniform { lo: 500, hi: 6000 },
+        Lengths::Uniform { lo: 50, hi: 600 },
+        4,
+    );
     // a decode pool of 700 blocks (11,200 tokens) cannot take every prompt sent its way
     let c = disagg(2, 1, Some(700));
     let mut refused = 0;
@@ -644,16 +647,17 @@ fn unread_prefixes_are_evicted_when_blocks_run_out() {
     // 60 prefixes of 2,000 tokens in a cache of 1,000 blocks (16,000 tokens): old prefixes make
     // room for new requests instead of preempting them; every request is accounted for
     let w = Workload {
-        arrivals: Arrivals::Poisson { rate: 8.0 },
-        requests: Some(400),
-        prompt: Lengths::Uniform { lo: 2100, hi: 3000 },
-        output: Lengths::Uniform { lo: 10, hi: 200 },
-        declare_output: true,
-        seed: 3,
         prefixes: Some(super::workload::Prefixes {
             count: 60,
             tokens: 2000,
         }),
+        ..poisson(
+            8.0,
+            400,
+            Lengths::Uniform { lo: 2100, hi: 3000 },
+            Lengths::Uniform { lo: 10, hi: 200 },
+            3,
+        )
     };
     let s = Scheduler {
         kv_blocks: Some(1000),
@@ -679,13 +683,14 @@ fn unread_prefixes_are_evicted_when_blocks_run_out() {
 #[test]
 fn prefix_affinity_routing_reads_more_from_the_cache() {
     let w = Workload {
-        arrivals: Arrivals::Poisson { rate: 6.0 },
-        requests: Some(300),
-        prompt: Lengths::Uniform { lo: 3200, hi: 4000 },
-        output: Lengths::Uniform { lo: 10, hi: 100 },
-        declare_output: true,
-        seed: 8,
         prefixes: Some(super::workload::Prefixes { count: 8, tokens: 3000 }),
+        ..poisson(
+            6.0,
+            300,
+            Lengths::Uniform { lo: 3200, hi: 4000 },
+            Lengths::Uniform { lo: 10, hi: 100 },
+            8,
+        )
     };
     let run = |router| {
         let c = Cluster {
