@@ -210,7 +210,9 @@ def estimate(
         (
             "memory per device",
             f"{mem['total_bytes'] / GB:,.2f} GB = weights {mem['weights_bytes'] / GB:,.2f} "
-            f"+ KV {mem['kv_bytes'] / GB:,.2f} + activations {mem['activation_bytes'] / GB:,.2f}",
+            f"+ KV {mem['kv_bytes'] / GB:,.2f}"
+            + (f" + linear-attention state {mem['state_bytes'] / GB:,.2f}" if mem.get("state_bytes") else "")
+            + f" + activations {mem['activation_bytes'] / GB:,.2f}",
         ),
         (
             "fits",
@@ -1221,7 +1223,8 @@ def model() -> None:
 @model.command("list")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 def model_list(fmt: str) -> None:
-    """List bundled models: family, parameters, KV bytes per token, max_model_len."""
+    """List bundled models: family, architecture, parameters, KV bytes per token, max_model_len,
+    whether the engine prices them and the towers (vision, audio) left out of the counts."""
     import polars as pl
 
     from .errors import ModelConfigError
@@ -1238,11 +1241,13 @@ def model_list(fmt: str) -> None:
             {
                 "model": name,
                 "family": m.model_type,
+                "architecture": m.architecture_class,
                 "total_params_b": round(m.total_params / 1e9, 3),
                 "active_params_b": round(m.active_params / 1e9, 3),
                 "kv_bytes_per_token_bf16": int(m.kv_bytes_per_token(2.0)),
                 "max_model_len": m.max_model_len,
                 "engine": "priced" if m.unpriced is None else f"not priced yet: {m.unpriced}",
+                "not_counted": "; ".join(m.towers) or None,
             }
         )
     _frame_out(pl.DataFrame(rows), fmt)

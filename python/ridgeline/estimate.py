@@ -610,6 +610,7 @@ def _prepare(
         "kv_dtype": None if kv_dtype is None else canonical_dtype("kv_dtype", kv_dtype),
         "chunk": None if run["chunk"] is None else _positive_int("chunk", run["chunk"]),
         "gpu_memory_utilization": cat.constant("gpu_memory_utilization"),
+        "linear_chunk": int(cat.constant("linear_attention_chunk")),
     }
     weights = quant.on_runtime(stored, runtime)
     if devices_per_node is not None:

@@ -82,7 +82,70 @@ _GATED_BY_TYPE = {
     "starcoder2": False,
     "nemotron": False,
     "nemotron_h": False,
+    # the 2026 families (each one's modeling code: an MLP or experts with gate_proj)
+    "kimi_k2": True,
+    "deepseek_v32": True,
+    "glm_moe_dsa": True,
+    "minimax_m2": True,
+    "qwen3_next": True,
+    "qwen3_5_text": True,
+    "qwen3_5_moe_text": True,
+    "qwen3_vl_text": True,
+    "qwen3_vl_moe_text": True,
+    "step3p7": True,
+    "mimo": True,
 }
+# Families with per-head q/k RMSNorm (q_norm, k_norm over head_dim).
+_QK_NORM_TYPES = {
+    "qwen3", "qwen3_moe", "gemma3", "gemma3_text", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
+    "qwen3_vl_text", "qwen3_vl_moe_text",
+}  # fmt: skip
+# Families whose shared expert has a sigmoid gate (shared_expert_gate: hidden -> 1).
+_SHARED_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe_text"}
+# Families whose routers carry a per-expert score-correction bias (DeepSeek's noaux_tc routing).
+_NOAUX_TYPES = {"deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa"}
+
+# Config keys that change the architecture in a way the normaliser does not model yet: a config
+# holding one (not null, not false) is refused, naming the feature, never counted with the part
+# dropped. Keys the normaliser reads are not listed; generic checks below catch unknown
+# per-layer lists and *_pattern keys.
+_UNSUPPORTED_KEYS = {
+    "compress_ratios": "DeepSeek-V4 compressed attention (compress_ratios)",
+    "hc_mult": "hyper-connections (hc_mult)",
+    "o_lora_rank": "a low-rank grouped output projection (o_lora_rank)",
+    "num_hash_layers": "hash-routed MoE layers (num_hash_layers)",
+    "attention_chunk_size": "chunked local attention (attention_chunk_size)",
+    "no_rope_layers": "layers without rope (no_rope_layers)",
+    "interleave_moe_layer_step": "MoE on interleaved layers (interleave_moe_layer_step)",
+    "intermediate_size_mlp": "per-layer dense/MoE widths (intermediate_size_mlp)",
+    "block_configs": "per-layer NAS blocks (block_configs)",
+    "attention_k_eq_v": "attention with shared keys and values (attention_k_eq_v)",
+    "global_head_dim": "a separate head size for global layers (global_head_dim)",
+    "num_global_key_value_heads": "separate KV heads for global layers (num_global_key_value_heads)",
+    "num_kv_shared_layers": "KV caches shared across layers (num_kv_shared_layers)",
+    "hidden_size_per_layer_input": "per-layer input embeddings (hidden_size_per_layer_input)",
+    "enable_moe_block": "a MoE block beside the dense MLP (enable_moe_block)",
+    "use_double_wide_mlp": "a double-wide MLP (use_double_wide_mlp)",
+    "hybrid_layer_pattern": "per-layer attention geometry (hybrid_layer_pattern, swa_*)",
+    "swa_num_attention_heads": "per-layer attention geometry (swa_num_attention_heads)",
+    "linear_attn_config": "Kimi linear attention (linear_attn_config)",
+    "sparse_attention_config": "MiniMax sparse attention (sparse_attention_config)",
+    "attention_output_gate": "a gated attention output (attention_output_gate)",
+    "dense_intermediate_size": "separate dense-layer widths (dense_intermediate_size)",
+    "moe_latent_size": "latent MoE, experts in a projected space (moe_latent_size)",
+    "attn_res_block_size": "block attention residuals (attn_res_block_size)",
+    "routed_expert_hidden_size": "latent routed experts (routed_expert_hidden_size)",
+    "mla_use_output_gate": "a gated MLA output (mla_use_output_gate)",
+    "layers_block_type": "per-layer block types (layers_block_type)",
+    "index_topk_pattern": "a per-layer top-k pattern (index_topk_pattern)",
+}
+# Per-layer lists and patterns the normaliser reads (any other one is refused).
+_UNDERSTOOD_LAYER_KEYS = {
+    "layer_types", "mlp_only_layers", "hybrid_override_pattern", "mlp_layer_types", "indexer_types",
+    "attn_type_list",
+}  # fmt: skip
+# Keys that describe parts outside the text decoder: reported, never priced.
+_TOWER_KEYS = ("vision_config", "audio_config")
 # Families with a learned attention-sink logit per head, and with a router bias.
 _SINK_TYPES = {"gpt_oss"}
 _ROUTER_BIAS_TYPES = {"gpt_oss"}
@@ -238,6 +301,14 @@ class Model:
     #: The checkpoint's quantization_config, as published (None: unquantised).
     quantization: Optional[Mapping[str, Any]] = None
     torch_dtype: Optional[str] = None
+    #: Parts of the checkpoint outside the text decoder (a vision or audio tower): reported, never
+    #: counted in the parameters nor priced.
+    towers: tuple[str, ...] = ()
+    #: Parameters of each tower, where its structure is known (None: present, not counted).
+    tower_params: tuple[Optional[int], ...] = ()
+    #: Multi-token-prediction (draft) layers the checkpoint carries beside the decoder: not counted
+    #: (the publishers' totals leave them out: DeepSeek-V3 671B) nor priced.
+    mtp_layers: int = 0
 
     @staticmethod
     def from_config(name_or_path: str | Path) -> Model:
@@ -293,11 +364,36 @@ class Model:
         """Layer types the engine refuses to price (None when every layer is priced)."""
         return "Mamba2 (M) layers" if any(g.get("mamba") for g in self.layer_groups) else None
 
+    @property
+    def architecture_class(self) -> str:
+        """The layer kinds of the decoder in a few words ("MoE, MLA, sparse attention (DSA)")."""
+        attn = [g["attention"] for g in self.layer_groups if g.get("attention")]
+        parts = []
+        if any(g.get("linear") for g in self.layer_groups):
+            parts.append("Gated DeltaNet hybrid")
+        if any(g.get("mamba") for g in self.layer_groups):
+            parts.append("Mamba2 hybrid")
+        if self.is_moe:
+            parts.append("MoE")
+        if any(a.get("mla") for a in attn):
+            parts.append("MLA")
+        elif attn:
+            kv, h = attn[0]["kv_heads"], attn[0]["heads"]
+            parts.append("MHA" if kv == h else "MQA" if kv == 1 else "GQA")
+        if any(a.get("indexer") for a in attn):
+            parts.append("sparse attention (DSA)")
+        if any(a.get("window") for a in attn):
+            parts.append("sliding window")
+        if any(a.get("output_gate") for a in attn):
+            parts.append("gated attention")
+        return ", ".join(parts) or "dense"
+
     def summary(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "family": self.model_type,
             "architecture": self.architecture,
+            "architecture_class": self.architecture_class,
             "total_params": self.total_params,
             "active_params": self.active_params,
             "layers": self.num_layers,
@@ -316,6 +412,11 @@ class Model:
             "kv_bytes_per_token_bf16": self.kv_bytes_per_token(2.0),
             "moe": self.is_moe,
             "engine": "priced" if self.unpriced is None else f"not priced yet: {self.unpriced}",
+            "not_counted": [
+                f"{t}: {'structure not known' if n is None else f'{n:,} parameters'} (not in the counts, not priced)"
+                for t, n in zip(self.towers, self.tower_params)
+            ]
+            + ([f"{self.mtp_layers} MTP layer(s) (not counted, not priced)"] if self.mtp_layers else []),
             "quantization": dict(self.quantization) if self.quantization else None,
             "layer_groups": [dict(g) for g in self.layer_groups],
             "params": self.params,
@@ -443,8 +544,12 @@ def _windows(cfg: Mapping[str, Any], model_type: str, n_layers: int) -> list[Opt
                         "model config key 'sliding_window': layer_types names sliding layers but no window size"
                     )
                 out.append(w)
-            elif t == "full_attention":
-                out.append(None)
+            elif (
+                t == "full_attention"
+                or (t == "linear_attention" and _is_gated_deltanet(cfg))
+                or (t == "deepseek_sparse_attention" and cfg.get("index_topk") is not None)
+            ):
+                out.append(None)  # a linear-attention layer has no window (`_layer_kinds`: L)
             elif isinstance(t, str):
                 raise ModelConfigError(f"model config key 'layer_types': layer type {t!r} is not supported yet")
             else:
@@ -517,11 +622,114 @@ def _mla(cfg: Mapping[str, Any]) -> Optional[dict[str, Any]]:
     }
 
 
+def _is_gated_deltanet(cfg: Mapping[str, Any]) -> bool:
+    """The config describes Gated DeltaNet linear-attention layers (Qwen3-Next, Qwen3.5)."""
+    return cfg.get("linear_num_value_heads") is not None
+
+
+def _gated_deltanet(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The Gated DeltaNet mixer of a Qwen3-Next / Qwen3.5 linear-attention layer."""
+    dtype = _name(cfg, "mamba_ssm_dtype")
+    state_bytes = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0, None: None}
+    if dtype not in state_bytes:
+        raise ModelConfigError(
+            f"model config key 'mamba_ssm_dtype': {dtype!r} is not known; known: float32, bfloat16, float16"
+        )
+    return {
+        "num_k_heads": _count(cfg, ("linear_num_key_heads",)),
+        "num_v_heads": _count(cfg, ("linear_num_value_heads",)),
+        "head_k_dim": _count(cfg, ("linear_key_head_dim",)),
+        "head_v_dim": _count(cfg, ("linear_value_head_dim",)),
+        "conv_kernel": _count(cfg, ("linear_conv_kernel_dim",)),
+        "state_bytes": state_bytes[dtype],
+    }
+
+
+# Vision towers whose structure the counter knows: Qwen3-VL's ViT (HF Qwen3VLVisionModel), which
+# Qwen3.5 / 3.6 reuse.
+_QWEN3_VL_VISION = {"qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "qwen3_5_vision", "qwen3_5_moe_vision"}
+
+
+def _vision_params(v: Mapping[str, Any]) -> Optional[int]:
+    """Parameters of a vision tower whose structure is known (None: not known, reported only).
+
+    Qwen3-VL's ViT: a Conv3d patch embedding with bias (in_channels x temporal_patch x patch^2
+    per output channel), learned position embeddings, `depth` blocks of two LayerNorms, a fused
+    qkv and an output projection with biases and a plain (fc1, fc2) MLP with biases; a patch
+    merger (LayerNorm over the hidden size, then fc1 on the spatial_merge^2 x hidden concatenation
+    to itself and fc2 to the text width, with biases) and one more merger per deepstack index
+    (its LayerNorm after the shuffle, over the concatenation)."""
+    if v.get("model_type") not in _QWEN3_VL_VISION:
+        return None
+    h = _count(v, ("hidden_size",), name="vision_config.hidden_size")
+    f = _count(v, ("intermediate_size",), name="vision_config.intermediate_size")
+    depth = _count(v, ("depth",), name="vision_config.depth")
+    cin = _count(v, ("in_channels",), name="vision_config.in_channels")
+    tp = _count(v, ("temporal_patch_size",), name="vision_config.temporal_patch_size")
+    p = _count(v, ("patch_size",), name="vision_config.patch_size")
+    pos = _count(v, ("num_position_embeddings",), name="vision_config.num_position_embeddings")
+    out = _count(v, ("out_hidden_size",), name="vision_config.out_hidden_size")
+    merge = _count(v, ("spatial_merge_size",), name="vision_config.spatial_merge_size")
+    deep = v.get("deepstack_visual_indexes") or []
+    if not isinstance(deep, list):
+        raise ModelConfigError(
+            f"model config key 'vision_config.deepstack_visual_indexes': expected a list, got {deep!r}"
+        )
+    block = 2 * 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + (h * f + f) + (f * h + h)
+    hm = h * merge * merge
+    merger = (hm * hm + hm) + (hm * out + out)
+    return (
+        h * cin * tp * p * p + h  # patch embedding
+        + pos * h
+        + depth * block
+        + merger + 2 * h  # merger, its norm over the hidden size
+        + len(deep) * (merger + 2 * hm)  # deepstack mergers, their norms after the shuffle
+    )  # fmt: skip
+
+
+def _mtp_layers(cfg: Mapping[str, Any]) -> int:
+    """Multi-token-prediction layers the config declares (DeepSeek num_nextn_predict_layers,
+    Qwen3.5 mtp_num_hidden_layers, MiniMax num_mtp_modules when use_mtp)."""
+    n = _count(cfg, ("num_nextn_predict_layers", "mtp_num_hidden_layers"), required=False, allow_zero=True)
+    if _flag(cfg, "use_mtp", False):
+        n = max(n, _count(cfg, ("num_mtp_modules",), required=False, allow_zero=True))
+    return n
+
+
+def _check_supported(cfg: Mapping[str, Any]) -> None:
+    """Refuses a config that holds an architecture-changing key the normaliser does not model
+    (``_UNSUPPORTED_KEYS``), naming the feature."""
+    for key, feature in _UNSUPPORTED_KEYS.items():
+        v = cfg.get(key)
+        if v is not None and v is not False:
+            raise ModelConfigError(
+                f"model config key '{key}': {feature} is not supported yet; this model is neither counted nor priced"
+            )
+
+
+def _check_understood(cfg: Mapping[str, Any], n_layers: int) -> None:
+    """Refuses a config with a per-layer list or ``*_pattern`` key the normaliser does not read."""
+    for key, v in cfg.items():
+        if key in _UNDERSTOOD_LAYER_KEYS or key in ("sliding_window_pattern", "decoder_sparse_step"):
+            continue
+        per_layer = isinstance(v, list) and n_layers > 3 and len(v) == n_layers
+        pattern = key.endswith("_pattern") and v is not None and not key.startswith("mtp_")
+        if per_layer or pattern:
+            raise ModelConfigError(
+                f"model config key '{key}': a per-layer {'pattern' if pattern else 'list'} ridgeline does not "
+                "understand yet; it may change the architecture, so this model is neither counted nor priced"
+            )
+
+
 def _layer_kinds(cfg: Mapping[str, Any], n_layers: int) -> str:
-    """One letter a layer: T = a transformer block (attention + FFN); from a
-    hybrid_override_pattern (Nemotron-H): M = Mamba2, * = attention, - = MLP, E = MoE."""
+    """One letter a layer: T = a transformer block (attention + FFN), L = a Gated DeltaNet block
+    (linear attention + FFN, from layer_types); from a hybrid_override_pattern (Nemotron-H):
+    M = Mamba2, * = attention, - = MLP, E = MoE."""
     pattern = cfg.get("hybrid_override_pattern")
     if pattern is None:
+        types = cfg.get("layer_types")
+        if isinstance(types, list) and _is_gated_deltanet(cfg):
+            return "".join("L" if t == "linear_attention" else "T" for t in types)
         return "T" * n_layers
     if not isinstance(pattern, str) or len(pattern) != n_layers or set(pattern) - set("M*-E"):
         raise ModelConfigError(
@@ -568,6 +776,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     if quant is not None and not isinstance(quant, Mapping):
         raise ModelConfigError(f"model config key 'quantization_config': expected an object, got {quant!r}")
 
+    _check_supported(cfg)
     d = _count(cfg, ("hidden_size", "n_embd", "d_model"))
     n_layers = _count(cfg, ("num_hidden_layers", "n_layer", "num_layers"))
     from . import _core
@@ -578,6 +787,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
             f"model config key 'num_hidden_layers': {n_layers} layers is more than the {_core.MAX_LAYERS} "
             "one estimate builds"
         )
+    _check_understood(cfg, n_layers)
     heads = _count(cfg, ("num_attention_heads", "n_head"))
     mla = _mla(cfg)
     explicit_hd = _get(cfg, "head_dim", "attention_head_dim")
@@ -635,7 +845,37 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     o_bias = all_bias or attn_bias
     # GPT-J: q/k/v/out without bias, fc_in/fc_out and lm_head with (transformers modeling_gptj.py)
     mlp_bias = all_bias or model_type == "gptj" or _flag(cfg, "mlp_bias", False)
-    qk_norm = model_type in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text") or _flag(cfg, "qk_layernorm", False)
+    qk_norm = model_type in _QK_NORM_TYPES or _flag(cfg, "qk_layernorm", False) or _flag(cfg, "use_qk_norm", False)
+    qk_norm_type = _name(cfg, "qk_norm_type")
+    if qk_norm_type not in (None, "per_layer", "per_head"):
+        raise ModelConfigError(
+            f"model config key 'qk_norm_type': {qk_norm_type!r} is not known; known: per_layer, per_head"
+        )
+    attn_types = cfg.get("attn_type_list")
+    if attn_types is not None and (not isinstance(attn_types, list) or any(t != 1 for t in attn_types)):
+        raise ModelConfigError(
+            "model config key 'attn_type_list': only softmax attention layers (1) are supported; "
+            "lightning linear-attention layers (0) are not yet"
+        )
+    indexer = None
+    if cfg.get("index_topk") is not None:
+        if mla is None:
+            raise ModelConfigError("model config key 'index_topk': sparse attention without MLA is not supported yet")
+        indexer = {
+            "heads": _count(cfg, ("index_n_heads",)),
+            "head_dim": _count(cfg, ("index_head_dim",)),
+            "topk": _count(cfg, ("index_topk",)),
+        }
+    indexer_types = cfg.get("indexer_types")
+    if indexer_types is not None and (
+        indexer is None
+        or not isinstance(indexer_types, list)
+        or len(indexer_types) != n_layers
+        or set(indexer_types) - {"full", "shared"}
+    ):
+        raise ModelConfigError(
+            f"model config key 'indexer_types': expected {n_layers} entries of 'full' or 'shared' with index_topk set"
+        )
     sinks = model_type in _SINK_TYPES
     rotary = model_type not in ("gpt2", "opt", "bloom", "mpt")
 
@@ -659,15 +899,30 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
         if top_k > n_exp:
             raise ModelConfigError(f"model config key 'num_experts_per_tok': top-k {top_k} exceeds the {n_exp} experts")
         fe = _count(cfg, ("moe_intermediate_size",), default=f)
-        shared = _count(cfg, ("shared_expert_intermediate_size",), required=False, allow_zero=True)
+        shared = _count(
+            cfg, ("shared_expert_intermediate_size", "shared_intermediate_size"), required=False, allow_zero=True
+        )
+        share_dim = _count(cfg, ("share_expert_dim",), required=False, allow_zero=True)  # Step-3: per shared expert
         n_shared = _count(cfg, ("n_shared_experts",), required=False, allow_zero=True)
         if n_shared and not shared:
-            shared = n_shared * fe
+            shared = n_shared * (share_dim or fe)
         first_dense = _count(cfg, ("first_k_dense_replace",), required=False, allow_zero=True)
         step = _count(cfg, ("decoder_sparse_step", "moe_layer_freq"), default=1)
         mlp_only = _layer_indices(cfg, "mlp_only_layers", n_layers)
+        mlp_types = cfg.get("mlp_layer_types")
+        if mlp_types is not None and (
+            not isinstance(mlp_types, list) or len(mlp_types) != n_layers or set(mlp_types) - {"dense", "sparse"}
+        ):
+            raise ModelConfigError(
+                f"model config key 'mlp_layer_types': expected {n_layers} entries of 'dense' or 'sparse'"
+            )
         for i in range(n_layers):
             moe_layers[i] = i >= first_dense and (i + 1) % step == 0 and i not in mlp_only
+            if mlp_types is not None and moe_layers[i] != (mlp_types[i] == "sparse"):
+                raise ModelConfigError(
+                    f"model config key 'mlp_layer_types': layer {i} is {mlp_types[i]!r} but first_k_dense_replace / "
+                    "the MoE settings say otherwise"
+                )
         moe = {
             "kind": "moe",
             "num_experts": n_exp,
@@ -678,7 +933,10 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
             "activation": _ACTIVATIONS[act_name],
             "bias": mlp_bias or model_type in _EXPERT_BIAS_TYPES,
             "router_bias": model_type in _ROUTER_BIAS_TYPES
-            or (model_type == "deepseek_v3" and _name(cfg, "topk_method") == "noaux_tc"),
+            or (model_type in _NOAUX_TYPES and _name(cfg, "topk_method") == "noaux_tc")
+            or _flag(cfg, "use_routing_bias", False)
+            or _flag(cfg, "use_moe_router_bias", False),
+            "shared_gate": shared > 0 and model_type in _SHARED_GATE_TYPES,
         }
 
     windows = _windows(cfg, model_type, n_layers)
@@ -691,6 +949,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     }
     kinds = _layer_kinds(cfg, n_layers)
     mamba = _mamba(cfg) if "M" in kinds else None
+    linear = _gated_deltanet(cfg) if "L" in kinds else None
     groups: list[dict[str, Any]] = []
     for i in range(n_layers):
         attention = {
@@ -704,18 +963,24 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
             "rotary": rotary,
             "sinks": sinks,
             "mla": mla,
+            "output_gate": _flag(cfg, "attn_output_gate", False),
+            "qk_norm_all_heads": qk_norm and qk_norm_type == "per_layer",
+            "indexer": None
+            if indexer is None
+            else {**indexer, "shared": indexer_types is not None and indexer_types[i] == "shared"},
         }
         kind = kinds[i]
         if kind == "E" and not moe:
             raise ModelConfigError("model config key 'hybrid_override_pattern': MoE layers (E) need expert settings")
         ffn: dict[str, Any] = {"kind": "none"}
-        if kind in ("T", "-", "E"):
-            ffn = moe if (kind == "E" or (kind == "T" and moe_layers[i])) else dense
+        if kind in ("T", "L", "-", "E"):
+            ffn = moe if (kind == "E" or (kind in ("T", "L") and moe_layers[i])) else dense
         g = {
             "attention": attention if kind in ("T", "*") else None,
             "mamba": mamba if kind == "M" else None,
+            "linear": linear if kind == "L" else None,
             "ffn": ffn,
-            "norms": norms_per_layer if kind == "T" else 1,
+            "norms": norms_per_layer if kind in ("T", "L") else 1,
         }
         for existing in groups:
             if all(existing[k] == g[k] for k in g):
@@ -759,6 +1024,13 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
         source=source,
         quantization=dict(quant) if quant else None,
         torch_dtype=_name(cfg, "torch_dtype") or _name(raw, "torch_dtype") or None,
+        towers=tuple(k.removesuffix("_config") + " tower" for k in _TOWER_KEYS if raw.get(k) is not None),
+        tower_params=tuple(
+            _vision_params(raw[k]) if k == "vision_config" and isinstance(raw[k], Mapping) else None
+            for k in _TOWER_KEYS
+            if raw.get(k) is not None
+        ),
+        mtp_layers=_mtp_layers(cfg),
     )
     _ = m._core  # validate in the core now, not at the first estimate
     return m

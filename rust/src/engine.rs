@@ -77,6 +77,8 @@ impl Serialize for OpKind {
 pub struct Memory {
     pub weights_bytes: f64,
     pub kv_bytes: f64,
+    /// Recurrent state of linear-attention layers (fixed per sequence, whatever its length).
+    pub state_bytes: f64,
     pub activation_bytes: f64,
     pub total_bytes: f64,
     pub capacity_bytes: f64,
@@ -139,6 +141,12 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
         return Err(Error::model(
             "hybrid_override_pattern",
             format!("{what} are not supported by the engine yet; nothing is priced as attention"),
+        ));
+    }
+    if plan.linear_chunk == 0 && m.layer_groups.iter().any(|g| g.linear.is_some()) {
+        return Err(Error::plan(
+            "linear_chunk",
+            "the model has linear-attention layers: give the chunk size of their scan (>= 1)",
         ));
     }
     let mut warnings = Vec::new();
@@ -212,6 +220,7 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
             kv_read: plan.kv_read(),
             act_b: act.bytes(),
             kv_b: plan.kv_dtype().bytes(),
+            linear_chunk: plan.linear_chunk as f64,
             formats,
             peaks,
             peak_act: pa.flops_per_s,
@@ -594,11 +603,40 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
                 layer += d * act;
             }
             if a.qk_norm {
-                layer += 2.0 * a.head_dim as f64 * act;
+                let width = if a.qk_norm_all_heads {
+                    h_t + a.kv_heads.div_ceil(ctx.tp) as f64
+                } else {
+                    2.0
+                };
+                layer += width * a.head_dim as f64 * act;
+            }
+            if a.output_gate && a.mla.is_none() {
+                layer += f(Role::Q, d, h_t * a.head_dim as f64);
             }
             if a.sinks {
                 layer += h_t * act;
             }
+            // the indexer is replicated on every rank; its LayerNorm in the activation dtype
+            if let (Some(ix), Some(r)) = (
+                a.indexer.as_ref().filter(|i| !i.shared),
+                a.mla.as_ref().and_then(|x| x.q_lora_rank),
+            ) {
+                let [(qk, qn), (kk, kn), (wk, wn)] = ix.matrices(m.hidden_size, r);
+                layer += f(Role::Q, qk as f64, qn as f64) + f(Role::K, kk as f64, kn as f64);
+                layer += f(Role::K, wk as f64, wn as f64) + 2.0 * ix.head_dim as f64 * act;
+            }
+        }
+        if let Some(l) = &g.linear {
+            // heads split over the ranks: the projections by columns / rows, the conv and the
+            // per-head vectors by channel; the gated norm's weight (head_v_dim) on every rank
+            let (kh, vh) = (
+                l.num_k_heads.div_ceil(ctx.tp) as f64,
+                l.num_v_heads.div_ceil(ctx.tp) as f64,
+            );
+            let value_t = vh * l.head_v_dim as f64;
+            let conv_t = 2.0 * kh * l.head_k_dim as f64 + value_t;
+            layer += f(Role::Q, d, conv_t + value_t + 2.0 * vh) + f(Role::O, value_t, d);
+            layer += (conv_t * l.conv_kernel as f64 + 2.0 * vh + l.head_v_dim as f64) * act;
         }
         let mlp = |up: Role, down: Role, width: f64, gated: bool, bias: bool| {
             let n_up = if gated { 2.0 * width } else { width };
@@ -620,6 +658,7 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
                 gated,
                 bias,
                 router_bias,
+                shared_gate,
                 ..
             } => {
                 let e = *num_experts as f64;
@@ -638,7 +677,8 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
                 } else {
                     0.0
                 };
-                let router = (d * e + if *router_bias { e } else { 0.0 }) * act;
+                let gate = if *shared_gate { d } else { 0.0 };
+                let router = (d * e + if *router_bias { e } else { 0.0 } + gate) * act;
                 experts + shared + router
             }
         };
@@ -707,6 +747,11 @@ impl<'a> Layout<'a> {
             .iter()
             .map(|&(count, values, _)| count as f64 * values as f64 * self.r.ctx.kv_b)
             .sum()
+    }
+
+    /// Recurrent-state bytes one rank holds per sequence (linear-attention layers; 0 without).
+    pub(crate) fn state_bytes_per_seq(&self) -> f64 {
+        self.r.ctx.model.state_bytes(self.r.ctx.tp, self.r.ctx.act_b)
     }
 
     /// The warnings resolving the layout gave.
@@ -876,12 +921,14 @@ pub fn numbers(
     };
     let tokens = plan.prefix + plan.prompt + plan.output;
     let kv = kv_bytes_per_rank(&l.kv_layers, ctx.kv_b, plan.batch, tokens) * stage_share;
+    let state = l.state_bytes_per_seq() * plan.batch as f64 * stage_share;
     let workspace = pre.workspace.max(dec.workspace);
-    let total = weights + kv + workspace;
+    let total = weights + kv + state + workspace;
     let budget = dev.memory_bytes() * plan.gpu_memory_utilization;
     let memory = Memory {
         weights_bytes: weights,
         kv_bytes: kv,
+        state_bytes: state,
         activation_bytes: workspace,
         total_bytes: total,
         capacity_bytes: dev.memory_bytes(),

@@ -15,6 +15,7 @@ pub fn llama31_8b() -> Model {
         layer_groups: vec![LayerGroup {
             count: 32,
             mamba: None,
+            linear: None,
             attention: Some(Attention {
                 heads: 32,
                 kv_heads: 8,
@@ -26,6 +27,9 @@ pub fn llama31_8b() -> Model {
                 rotary: true,
                 sinks: false,
                 mla: None,
+                output_gate: false,
+                qk_norm_all_heads: false,
+                indexer: None,
             }),
             ffn: Ffn::Dense {
                 intermediate_size: 14336,
@@ -78,6 +82,7 @@ pub fn mixtral_8x7b() -> Model {
         activation: Activation::Silu,
         bias: false,
         router_bias: false,
+        shared_gate: false,
     };
     m
 }
@@ -91,4 +96,73 @@ pub fn nccl_protocol() -> ProtocolTable {
         ll_max_bytes: 65536.0,
         ll128_max_bytes: 1048576.0,
     }
+}
+
+/// A Gated DeltaNet hybrid in Qwen3.5's layout (three linear-attention layers to one gated
+/// full-attention layer), at a small size: width 2048, 16 key / 32 value heads of 128, a
+/// float32 state; attention 16 heads, 2 KV heads of 256.
+pub fn gdn_hybrid() -> Model {
+    use crate::model::GatedDeltaNet;
+    let mut m = llama31_8b();
+    m.name = "gdn-hybrid".into();
+    m.hidden_size = 2048;
+    let ffn = Ffn::Dense {
+        intermediate_size: 6144,
+        gated: true,
+        activation: Activation::Silu,
+        bias: false,
+    };
+    let mut full = m.layer_groups[0].clone();
+    full.count = 1;
+    full.ffn = ffn.clone();
+    if let Some(a) = full.attention.as_mut() {
+        (a.heads, a.kv_heads, a.head_dim) = (16, 2, 256);
+        a.output_gate = true;
+        a.qk_norm = true;
+    }
+    let linear = LayerGroup {
+        count: 3,
+        attention: None,
+        mamba: None,
+        linear: Some(GatedDeltaNet {
+            num_k_heads: 16,
+            num_v_heads: 32,
+            head_k_dim: 128,
+            head_v_dim: 128,
+            conv_kernel: 4,
+            state_bytes: Some(4.0),
+        }),
+        ffn,
+        norms: 2,
+    };
+    m.layer_groups = vec![linear, full];
+    m
+}
+
+/// DeepSeek sparse attention on DeepSeek-V3's MLA (GLM-5's geometry, one dense layer group of
+/// four layers): 64 heads, q_lora 2048, kv_lora 512, rope 64, nope 192, v 256; an indexer of
+/// 32 heads of 128 choosing 2048 keys.
+pub fn dsa() -> Model {
+    use crate::model::{Indexer, Mla};
+    let mut m = llama31_8b();
+    m.name = "dsa".into();
+    m.hidden_size = 6144;
+    m.layer_groups[0].count = 4;
+    if let Some(a) = m.layer_groups[0].attention.as_mut() {
+        (a.heads, a.kv_heads, a.head_dim) = (64, 64, 256);
+        a.mla = Some(Mla {
+            q_lora_rank: Some(2048),
+            kv_lora_rank: 512,
+            qk_nope_head_dim: 192,
+            qk_rope_head_dim: 64,
+            v_head_dim: 256,
+        });
+        a.indexer = Some(Indexer {
+            heads: 32,
+            head_dim: 128,
+            topk: 2048,
+            shared: false,
+        });
+    }
+    m
 }

@@ -9,7 +9,7 @@
 
 use crate::attention::{causal_pairs, distinct_keys, DecodeKeys};
 use crate::collectives::{Collective, ProtocolTable, Topology};
-use crate::model::{Attention, Ffn, LayerGroup, Mla, Model};
+use crate::model::{Attention, Ffn, GatedDeltaNet, LayerGroup, Mla, Model, NormKind};
 use crate::weights::{Role, WeightFormat, N_ROLES};
 
 /// The keys of an operator whose cost does not depend on the context.
@@ -57,6 +57,24 @@ pub enum OpKind {
     PpSend,
     LmHead,
     LogitsAllGather,
+    /// The sigmoid output gate of gated attention (Qwen3-Next / Qwen3.5).
+    AttnGate,
+    /// The sparse-attention indexer's projections (wq_b, wk, weights_proj).
+    IndexerProj,
+    /// The indexer's key-cache write.
+    IndexerCacheWrite,
+    /// The indexer scoring every cached key for each query (and picking the top-k).
+    IndexerScores,
+    /// Gated DeltaNet: the input projection (q, k, v, z, b, a).
+    LinearInProj,
+    /// Gated DeltaNet: the short causal depthwise convolution and its SiLU.
+    ShortConv,
+    /// Gated DeltaNet: the gated delta rule over the recurrent state (chunked scan in prefill).
+    LinearAttention,
+    /// Gated DeltaNet: the gated RMSNorm of the output.
+    GatedNorm,
+    /// Gated DeltaNet: the output projection.
+    LinearOutProj,
     LayerOverhead,
     StepOverhead,
 }
@@ -99,6 +117,15 @@ impl OpKind {
             OpKind::PpSend => "pp_send",
             OpKind::LmHead => "lm_head",
             OpKind::LogitsAllGather => "logits_allgather",
+            OpKind::AttnGate => "attn_gate",
+            OpKind::IndexerProj => "indexer_proj",
+            OpKind::IndexerCacheWrite => "indexer_cache_write",
+            OpKind::IndexerScores => "indexer_scores",
+            OpKind::LinearInProj => "linear_in_proj",
+            OpKind::ShortConv => "short_conv",
+            OpKind::LinearAttention => "linear_attention",
+            OpKind::GatedNorm => "gated_norm",
+            OpKind::LinearOutProj => "linear_out_proj",
             OpKind::LayerOverhead => "layer_overhead",
             OpKind::StepOverhead => "step_overhead",
         }
@@ -108,7 +135,19 @@ impl OpKind {
     /// sequences (the attended pairs and keys), not only on how many tokens, sampling
     /// sequences and sequences the step holds: what `build_kernels` builds.
     pub fn varies_with_segments(self) -> bool {
-        matches!(self, OpKind::Attention | OpKind::KvUpProj | OpKind::KvUpActQuant)
+        matches!(
+            self,
+            OpKind::Attention
+                | OpKind::KvUpProj
+                | OpKind::KvUpActQuant
+                | OpKind::IndexerScores
+                | OpKind::LinearAttention
+        )
+    }
+
+    /// The operators of a decode step whose cost grows with the context (they read the cache).
+    pub fn reads_context(self) -> bool {
+        matches!(self, OpKind::Attention | OpKind::IndexerScores)
     }
 
     /// The routed-expert kernels (their memory efficiency may be fitted apart).
@@ -266,6 +305,8 @@ pub struct BuildCtx<'a> {
     /// Bytes per activation element.
     pub act_b: f64,
     pub kv_b: f64,
+    /// Tokens per chunk of the chunked linear-attention scan (`Plan::linear_chunk`).
+    pub linear_chunk: f64,
     /// Storage format of each weight role (indexed like `Role::ALL`).
     pub formats: [WeightFormat; N_ROLES],
     /// Dense peak (FLOP/s) of the GEMMs on each weight role.
@@ -469,9 +510,76 @@ impl Builder<'_, '_> {
 
     /// `count` norms, each over `rows` x `width` elements with its own weights.
     fn norm(&mut self, kind: OpKind, count: f64, rows: f64, width: f64) {
-        let norm = self.ctx.model.norm;
+        self.norm_of(self.ctx.model.norm, kind, count, rows, width);
+    }
+
+    /// `count` norms of kind `norm` (the model's, or one its family fixes: the indexer's
+    /// LayerNorm), each over `rows` x `width` elements with its own weights.
+    fn norm_of(&mut self, norm: NormKind, kind: OpKind, count: f64, rows: f64, width: f64) {
         let w = count * width * norm.params(1) as f64 * self.ctx.act_b;
         self.elementwise(kind, count * rows * width, norm.flops_per_element(), 1.0, w);
+    }
+
+    /// A Gated DeltaNet mixer on `t` tokens, heads split over the TP ranks: the input
+    /// projection, the short convolution (reading and writing each sequence's conv state), the
+    /// gated delta rule over the recurrent state, the gated norm and the output projection.
+    fn linear_attention(&mut self, l: &GatedDeltaNet, geo: &Geometry, t: f64) {
+        let c = self.ctx;
+        let d = c.model.hidden_size as f64;
+        let (kh, vh) = (l.num_k_heads.div_ceil(c.tp) as f64, l.num_v_heads.div_ceil(c.tp) as f64);
+        let (dk, dv) = (l.head_k_dim as f64, l.head_v_dim as f64);
+        let value_t = vh * dv;
+        let conv_t = 2.0 * kh * dk + value_t;
+        let in_w = conv_t + value_t + 2.0 * vh; // q, k, v, then z, b, a
+        self.gemm(OpKind::LinearInProj, t, d, in_w, Role::Q, false);
+        // depthwise causal conv: a multiply-add per tap, then SiLU (3); the conv state of each
+        // sequence (its last kernel - 1 inputs) read and written
+        let kern = l.conv_kernel as f64;
+        let state = geo.sequences() * conv_t * (kern - 1.0) * 2.0 * c.act_b;
+        let act = t * conv_t * 2.0 * c.act_b + state;
+        self.push(
+            OpKind::ShortConv,
+            c.peak_act,
+            (t * conv_t * (2.0 * kern + 3.0), 0.0),
+            (act + conv_t * kern * c.act_b, 0.0),
+            act,
+            NO_KEYS,
+        );
+        self.linear_kernel(l, geo, t);
+        // RMSNorm over each head's output, times SiLU(z): norm + silu (3) + multiply (1)
+        let flops = NormKind::Rms.flops_per_element() + 4.0;
+        self.elementwise(OpKind::GatedNorm, t * value_t, flops, 2.0, dv * c.act_b);
+        self.gemm(OpKind::LinearOutProj, t, value_t, d, Role::O, false);
+        if c.tp > 1 {
+            self.comm(OpKind::AttnAllReduce, Collective::AllReduce, c.tp, t * d * c.act_b);
+        }
+    }
+
+    /// The gated delta rule of one Gated DeltaNet layer group (spec 30, linear attention): each
+    /// sequence's new tokens in chunks of `linear_chunk` (the last one shorter), every chunk of
+    /// `n` tokens per value head costing `chunk_flops(n)`; a decode token is a chunk of one.
+    /// Bytes: q, k (per key head), v, the gate and beta read, the output written, and each
+    /// sequence's recurrent state read and written once (in the state dtype).
+    fn linear_kernel(&mut self, l: &GatedDeltaNet, geo: &Geometry, t: f64) {
+        let c = self.ctx;
+        let (kh, vh) = (l.num_k_heads.div_ceil(c.tp) as f64, l.num_v_heads.div_ceil(c.tp) as f64);
+        let (dk, dv) = (l.head_k_dim as f64, l.head_v_dim as f64);
+        let per_seq = |new: u64| chunked_scan_flops(new, c.linear_chunk, dk, dv);
+        let flops = vh
+            * match geo {
+                Geometry::Segments(s) => s.iter().map(|x| x.count as f64 * per_seq(x.new)).sum(),
+                Geometry::Decode { batch } => *batch as f64 * per_seq(1),
+            };
+        let io = t * (2.0 * kh * dk + 2.0 * vh * dv + 2.0 * vh) * c.act_b;
+        let state = geo.sequences() * 2.0 * vh * dk * dv * l.state_bytes.unwrap_or(c.act_b);
+        self.push(
+            OpKind::LinearAttention,
+            c.peak_act,
+            (flops, 0.0),
+            (io + state, 0.0),
+            io,
+            NO_KEYS,
+        );
     }
 
     /// A feed-forward block: up (gate+up when gated) to width `ft` per rank,
@@ -496,11 +604,13 @@ impl Builder<'_, '_> {
         self.gemm_parts(kinds[2], m, ft, &[(d, roles[1])], weight_sets, bias);
     }
 
-    fn kv_cache_write(&mut self, t: f64, values_per_token: f64) {
+    /// `t` tokens' cache entries of `values_per_token` values written (read in the activation
+    /// dtype, stored in the KV dtype): the KV cache, or the indexer's key cache.
+    fn cache_write(&mut self, kind: OpKind, t: f64, values_per_token: f64) {
         let c = self.ctx;
         let elems = t * values_per_token;
         self.push(
-            OpKind::KvCacheWrite,
+            kind,
             c.peak_act,
             (0.0, 0.0),
             (elems * (c.act_b + c.kv_b), 0.0),
@@ -518,6 +628,10 @@ impl Builder<'_, '_> {
             Some(m) => self.attention_mla(a, m, geo, t, h_t),
         }
         let o_in = h_t * a.mla.as_ref().map_or(a.head_dim, |m| m.v_head_dim) as f64;
+        if a.output_gate {
+            // o * sigmoid(gate): exp, add, divide, multiply per element; reads o and the gate
+            self.elementwise(OpKind::AttnGate, t * o_in, 4.0, 2.0, 0.0);
+        }
         self.gemm(OpKind::OutProj, t, o_in, d, Role::O, a.o_bias);
         if c.tp > 1 {
             self.comm(OpKind::AttnAllReduce, Collective::AllReduce, c.tp, t * d * c.act_b);
@@ -529,7 +643,9 @@ impl Builder<'_, '_> {
         let d = c.model.hidden_size as f64;
         let hd = a.head_dim as f64;
         let kv_t = a.kv_heads.div_ceil(c.tp) as f64;
-        let parts = [(h_t * hd, Role::Q), (kv_t * hd, Role::K), (kv_t * hd, Role::V)];
+        // an output gate doubles the query columns (query and gate)
+        let q_cols = if a.output_gate { 2.0 * h_t * hd } else { h_t * hd };
+        let parts = [(q_cols, Role::Q), (kv_t * hd, Role::K), (kv_t * hd, Role::V)];
         self.gemm_parts(OpKind::QkvProj, t, d, &parts, 1.0, a.qkv_bias);
         if a.qk_norm {
             self.norm(OpKind::QkNorm, 1.0, t * (h_t + kv_t), hd);
@@ -538,7 +654,7 @@ impl Builder<'_, '_> {
             // x cos + rotate(x) sin: 2 multiplies and 1 add per element.
             self.elementwise(OpKind::Rotary, t * (h_t + kv_t) * hd, 3.0, 1.0, 0.0);
         }
-        self.kv_cache_write(t, 2.0 * kv_t * hd);
+        self.cache_write(OpKind::KvCacheWrite, t, 2.0 * kv_t * hd);
         self.mha_kernel(a, geo, t, h_t);
     }
 
@@ -607,7 +723,7 @@ impl Builder<'_, '_> {
     fn attention_mla(&mut self, a: &Attention, m: &Mla, geo: &Geometry, t: f64, h_t: f64) {
         let c = self.ctx;
         let d = c.model.hidden_size as f64;
-        let (nope, rope, v, kvl) = m.dims();
+        let (nope, rope, _, kvl) = m.dims();
         let qk = nope + rope;
         match m.q_lora_rank {
             Some(r) => {
@@ -623,23 +739,91 @@ impl Builder<'_, '_> {
         if a.rotary {
             self.elementwise(OpKind::Rotary, t * (h_t + 1.0) * rope, 3.0, 1.0, 0.0);
         }
-        self.kv_cache_write(t, kvl + rope);
+        self.cache_write(OpKind::KvCacheWrite, t, kvl + rope);
+        if let (Some(ix), Some(r)) = (a.indexer.as_ref().filter(|i| !i.shared), m.q_lora_rank) {
+            self.indexer(ix, r as f64, t);
+            self.indexer_scores(ix, geo, t);
+        }
+        // DeepSeek sparse attention attends its top-k keys in the absorbed (MQA) form in
+        // prefill too (gathered latent rows cannot be expanded per head ahead of the kernel).
         match geo {
-            Geometry::Decode { batch } => {
-                let (p0, p1, k0, k1) = geo.attention(c.swa_span(a.window));
-                // q_nope x W_UK per head -> a query in latent space.
-                self.latent_head_gemm(OpKind::QAbsorb, t, h_t, kvl, nope);
-                // Scores over latent + rope key, values over the latent: MQA on the cache.
-                let per_pair = 2.0 * h_t * (2.0 * kvl + rope);
-                let per_key = (kvl + rope) * c.kv_b;
-                let qo = t * h_t * (kvl + rope + kvl) * c.act_b;
-                let keys = c.decode_keys(a.window, *batch);
-                self.latent_attention(per_pair, per_key, qo, (p0, p1, k0, k1), keys);
-                // Latent output x W_UV per head -> values.
-                self.latent_head_gemm(OpKind::VUnabsorb, t, h_t, kvl, v);
-            }
+            Geometry::Decode { .. } => self.mla_absorbed(a, m, geo, t, h_t),
+            Geometry::Segments(_) if a.indexer.is_some() => self.mla_absorbed(a, m, geo, t, h_t),
             Geometry::Segments(_) => self.mla_expanded_kernel(a, m, geo, t, h_t),
         }
+    }
+
+    /// MLA with the up-projections absorbed: queries into latent space, MQA over the cached
+    /// latent and rope key, values back out of latent space.
+    fn mla_absorbed(&mut self, a: &Attention, m: &Mla, geo: &Geometry, t: f64, h_t: f64) {
+        let (nope, _, v, kvl) = m.dims();
+        // q_nope x W_UK per head -> a query in latent space.
+        self.latent_head_gemm(OpKind::QAbsorb, t, h_t, kvl, nope);
+        self.mla_absorbed_kernel(a, m, geo, t, h_t);
+        // Latent output x W_UV per head -> values.
+        self.latent_head_gemm(OpKind::VUnabsorb, t, h_t, kvl, v);
+    }
+
+    /// The absorbed MLA kernel: scores over latent + rope key, values over the latent (MQA on
+    /// the cache), over the keys each query attends (its window or indexer top-k).
+    fn mla_absorbed_kernel(&mut self, a: &Attention, m: &Mla, geo: &Geometry, t: f64, h_t: f64) {
+        let c = self.ctx;
+        let (_, rope, _, kvl) = m.dims();
+        let span = c.swa_span(a.attended());
+        let per_pair = 2.0 * h_t * (2.0 * kvl + rope);
+        let per_key = (kvl + rope) * c.kv_b;
+        let qo = t * h_t * (kvl + rope + kvl) * c.act_b;
+        let keys = match geo {
+            Geometry::Decode { batch } => c.decode_keys(a.attended(), *batch),
+            Geometry::Segments(_) => DecodeKeys::exact(span),
+        };
+        self.latent_attention(per_pair, per_key, qo, geo.attention(span), keys);
+    }
+
+    /// The lightning indexer's projections and key-cache write (replicated on every TP rank:
+    /// all ranks select the same keys). `q_lora`: the MLA query latent it reads.
+    fn indexer(&mut self, ix: &crate::model::Indexer, q_lora: f64, t: f64) {
+        let c = self.ctx;
+        let d = c.model.hidden_size as f64;
+        let [(qk, qn), (kk, kn), (wk, wn)] = ix.matrices(c.model.hidden_size, q_lora as u64);
+        debug_assert_eq!((kk as f64, wk as f64), (d, d));
+        // wq_b on the query latent, then wk and weights_proj on the hidden state (one GEMM on d)
+        self.gemm(OpKind::IndexerProj, t, qk as f64, qn as f64, Role::Q, false);
+        self.gemm_parts(
+            OpKind::IndexerProj,
+            t,
+            d,
+            &[(kn as f64, Role::K), (wn as f64, Role::K)],
+            1.0,
+            false,
+        );
+        let hd = ix.head_dim as f64;
+        self.norm_of(NormKind::Layer, OpKind::LatentNorm, 1.0, t, hd);
+        self.cache_write(OpKind::IndexerCacheWrite, t, hd);
+    }
+
+    /// The indexer scoring every earlier key for each query: per pair and head, a dot product
+    /// over head_dim (2 head_dim FLOPs), its ReLU and weight (2); reads each key (head_dim values
+    /// in the KV dtype) once per sequence. Every key, whatever the top-k.
+    fn indexer_scores(&mut self, ix: &crate::model::Indexer, geo: &Geometry, t: f64) {
+        let c = self.ctx;
+        let (h, hd) = (ix.heads as f64, ix.head_dim as f64);
+        let (p0, p1, k0, k1) = geo.attention(None);
+        let per_pair = h * (2.0 * hd + 2.0);
+        let per_key = hd * c.kv_b;
+        let q = t * h * hd * c.act_b;
+        let keys = match geo {
+            Geometry::Decode { batch } => c.decode_keys(None, *batch),
+            Geometry::Segments(_) => NO_KEYS,
+        };
+        self.push(
+            OpKind::IndexerScores,
+            c.peak_act,
+            (per_pair * p0, per_pair * p1),
+            (q + per_key * k0, per_key * k1),
+            q,
+            keys,
+        );
     }
 
     /// MLA's prefill kernels, expanded: every attended key's latent up-projected to per-head
@@ -710,12 +894,15 @@ impl Builder<'_, '_> {
                 activation,
                 bias,
                 router_bias,
+                shared_gate,
             } => {
                 let e = *num_experts as f64;
                 let k = *top_k as f64;
                 let af = activation.flops_per_element(*gated);
-                // Router: a replicated GEMM to E logits, weights in the activation dtype.
-                self.gemm_act(OpKind::Router, t, d, e, *router_bias);
+                // Router: a replicated GEMM to E logits (and the shared expert's gate logit),
+                // weights in the activation dtype.
+                let gate = if *shared_gate { 1.0 } else { 0.0 };
+                self.gemm_act(OpKind::Router, t, d, e + gate, *router_bias);
                 let fe = *expert_intermediate_size as f64;
                 let first_expert_op = self.out.len();
                 // Expert parallelism over the MoE group (tp x attention_dp ranks): E/ep whole
@@ -778,6 +965,31 @@ impl Builder<'_, '_> {
             self.comm(OpKind::FfnAllReduce, Collective::AllReduce, c.tp, t * d * c.act_b);
         }
     }
+}
+
+/// FLOPs of the chunked gated delta rule over `new` tokens of one sequence, per value head,
+/// in chunks of `chunk` tokens (the last one shorter; `chunk` 0: one chunk), key and value
+/// head dims `dk`, `dv`. One chunk of `n` tokens (the chunkwise form of Yang et al. 2024,
+/// "Gated Delta Networks", as the FLA kernels compute it: chunk_scaled_dot_kkt, solve_tril,
+/// wy_fast, chunk_delta_h, chunk_o):
+/// - within the chunk, K K^T, the WY products T K and T V, Q K^T and the masked scores times
+///   the new values: 2 n^2 dk each for the three on keys, 2 n^2 dv each for the two on values;
+/// - the unit-lower-triangular solve for T: n^3 / 3 multiply-adds (2 n^3 / 3 FLOPs);
+/// - against the state: W S, Q S and the state update K^T U, 2 n dk dv each, and the state's
+///   decay, dk dv.
+///
+/// So `6 n^2 dk + 4 n^2 dv + 2 n^3 / 3 + 6 n dk dv + dk dv`; a decode token (n = 1) is
+/// `7 dk dv + 6 dk + 4 dv + 2/3`, the recurrent form's decay, two state reads and the rank-one
+/// update (7 dk dv) plus the one-token chunk's products.
+pub fn chunked_scan_flops(new: u64, chunk: f64, dk: f64, dv: f64) -> f64 {
+    let one = |n: f64| 6.0 * n * n * dk + 4.0 * n * n * dv + 2.0 * n * n * n / 3.0 + 6.0 * n * dk * dv + dk * dv;
+    if new == 0 {
+        return 0.0;
+    }
+    let c = if chunk >= 1.0 { chunk } else { new as f64 };
+    let full = (new as f64 / c).floor();
+    let rest = new as f64 - full * c;
+    full * one(c) + if rest > 0.0 { one(rest) } else { 0.0 }
 }
 
 /// Expected distinct experts `T` tokens touch, each routed to `k` of `E` experts.
@@ -855,13 +1067,25 @@ pub fn build_kernels(ctx: &BuildCtx, segs: &[Segment], out: &mut Vec<Op>) {
         repeat: 1.0,
     };
     for (gi, g) in ctx.model.layer_groups.iter().enumerate() {
-        let Some(a) = &g.attention else { continue };
         b.group = gi as u16;
         b.repeat = g.count as f64;
+        if let Some(l) = &g.linear {
+            b.linear_kernel(l, &geo, t);
+        }
+        let Some(a) = &g.attention else { continue };
         let h_t = (a.heads / ctx.tp) as f64;
         match &a.mla {
             None => b.mha_kernel(a, &geo, t, h_t),
-            Some(m) => b.mla_expanded_kernel(a, m, &geo, t, h_t),
+            Some(m) => {
+                if let Some(ix) = &a.indexer {
+                    if !ix.shared {
+                        b.indexer_scores(ix, &geo, t);
+                    }
+                    b.mla_absorbed_kernel(a, m, &geo, t, h_t);
+                } else {
+                    b.mla_expanded_kernel(a, m, &geo, t, h_t);
+                }
+            }
         }
     }
 }
@@ -940,6 +1164,9 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
         b.norm(OpKind::Norm, g.norms as f64, t, d);
         if let Some(a) = &g.attention {
             b.attention(a, geo, t);
+        }
+        if let Some(l) = &g.linear {
+            b.linear_attention(l, geo, t);
         }
         b.ffn(g, t, route_tokens);
     }

@@ -85,6 +85,105 @@ pub struct Attention {
     /// `qk_nope_head_dim + qk_rope_head_dim` and the cache holds the latent.
     #[serde(default)]
     pub mla: Option<Mla>,
+    /// A sigmoid output gate per query channel (Qwen3-Next / Qwen3.5 `attn_output_gate`):
+    /// q_proj emits the query and the gate, the attention output is multiplied by the gate.
+    #[serde(default)]
+    pub output_gate: bool,
+    /// The q/k norms span every head's channels (MiniMax-M2 `qk_norm_type` per_layer: one
+    /// weight of heads x head_dim for q and kv_heads x head_dim for k), not one head's.
+    #[serde(default)]
+    pub qk_norm_all_heads: bool,
+    /// DeepSeek sparse attention (V3.2, GLM-5): a lightning indexer scores every cached key
+    /// and the attention reads only the `topk` best.
+    #[serde(default)]
+    pub indexer: Option<Indexer>,
+}
+
+impl Attention {
+    /// The keys one query attends: the sliding window, or the indexer's top-k (the smaller when
+    /// both are given); None: every earlier key.
+    pub fn attended(&self) -> Option<u64> {
+        match (self.window, self.indexer.as_ref().map(|i| i.topk)) {
+            (Some(w), Some(k)) => Some(w.min(k)),
+            (w, k) => w.or(k),
+        }
+    }
+}
+
+/// The lightning indexer of DeepSeek sparse attention (DeepSeek-V3.2 `Indexer`): queries from
+/// the MLA query latent (wq_b: q_lora_rank -> heads x head_dim), one key per token (wk:
+/// hidden -> head_dim, LayerNorm), per-head weights (weights_proj: hidden -> heads); its key
+/// cache holds head_dim values a token. Replicated on every TP rank (all ranks pick the same keys).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Indexer {
+    pub heads: u64,
+    pub head_dim: u64,
+    pub topk: u64,
+    /// The layer reuses the top-k an earlier layer's indexer picked (GLM-5.2 `indexer_types`
+    /// 'shared'): no indexer weights, cache or scoring of its own.
+    #[serde(default)]
+    pub shared: bool,
+}
+
+impl Indexer {
+    /// Its matrices (rows, columns) for a model of width `d` with query latent `q_lora`: wq_b,
+    /// wk, weights_proj. Its LayerNorm adds 2 x head_dim.
+    pub fn matrices(&self, d: u64, q_lora: u64) -> [(u64, u64); 3] {
+        [
+            (q_lora, self.heads * self.head_dim),
+            (d, self.head_dim),
+            (d, self.heads),
+        ]
+    }
+}
+
+/// A Gated DeltaNet mixer (Qwen3-Next, Qwen3.5 `linear_attention` layers): linear attention
+/// whose per-sequence state is fixed in size (num_v_heads x head_k_dim x head_v_dim, plus the
+/// short convolution's last kernel-1 inputs) instead of a KV cache that grows with context.
+/// Tensors (HF Qwen3NextGatedDeltaNet): in_proj_qkvz (hidden -> 2 key_dim + 2 value_dim),
+/// in_proj_ba (hidden -> 2 num_v_heads), a depthwise conv1d over conv_dim channels without
+/// bias, dt_bias and A_log (num_v_heads each), a gated RMSNorm over head_v_dim, out_proj
+/// (value_dim -> hidden); no biases.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GatedDeltaNet {
+    pub num_k_heads: u64,
+    pub num_v_heads: u64,
+    pub head_k_dim: u64,
+    pub head_v_dim: u64,
+    pub conv_kernel: u64,
+    /// Bytes per value of the recurrent state (the config's `mamba_ssm_dtype`); None: the
+    /// activation dtype.
+    #[serde(default)]
+    pub state_bytes: Option<f64>,
+}
+
+impl GatedDeltaNet {
+    pub fn key_dim(&self) -> u64 {
+        self.num_k_heads * self.head_k_dim
+    }
+    pub fn value_dim(&self) -> u64 {
+        self.num_v_heads * self.head_v_dim
+    }
+    /// Channels of the short convolution: q, k and v.
+    pub fn conv_dim(&self) -> u64 {
+        2 * self.key_dim() + self.value_dim()
+    }
+    /// Output columns of the input projections: q, k, v, the output gate z, and b, a per v-head.
+    pub fn in_proj_width(&self) -> u64 {
+        2 * self.key_dim() + 2 * self.value_dim() + 2 * self.num_v_heads
+    }
+    /// Parameters besides the two projection matrices: the depthwise conv weights, dt_bias and
+    /// A_log per v-head, and the gated norm's weight.
+    pub fn vector_params(&self) -> u64 {
+        self.conv_dim() * self.conv_kernel + 2 * self.num_v_heads + self.head_v_dim
+    }
+    /// Per-sequence state on one of `tp` ranks (heads split over the ranks): (recurrent-state
+    /// values, convolution-state values).
+    pub fn state_values(&self, tp: u64) -> (u64, u64) {
+        let (kh, vh) = (self.num_k_heads.div_ceil(tp), self.num_v_heads.div_ceil(tp));
+        let conv = (2 * kh * self.head_k_dim + vh * self.head_v_dim) * (self.conv_kernel - 1);
+        (vh * self.head_k_dim * self.head_v_dim, conv)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -167,6 +266,10 @@ pub enum Ffn {
         bias: bool,
         #[serde(default)]
         router_bias: bool,
+        /// A sigmoid gate on the shared expert's output (Qwen2-MoE, Qwen3-Next, Qwen3.5
+        /// `shared_expert_gate`: hidden -> 1), computed beside the router.
+        #[serde(default)]
+        shared_gate: bool,
     },
 }
 
@@ -179,6 +282,9 @@ pub struct LayerGroup {
     pub attention: Option<Attention>,
     #[serde(default)]
     pub mamba: Option<Mamba2>,
+    /// The Gated DeltaNet mixer (None in attention layers).
+    #[serde(default)]
+    pub linear: Option<GatedDeltaNet>,
     pub ffn: Ffn,
     /// Norms per layer (1: parallel attention/MLP blocks; 2: pre-norm; 4: Gemma-2).
     pub norms: u64,
@@ -227,7 +333,7 @@ impl Model {
     /// KV-cache values one token adds to each layer group on one of `tp`
     /// ranks: `(layers, values per token, window)`. K and V per KV head
     /// (replicated when TP exceeds the KV heads), or the MLA latent plus its
-    /// rope key (replicated on every rank).
+    /// rope key (replicated on every rank), plus a sparse-attention indexer's key.
     pub fn kv_layers(&self, tp: u64) -> Vec<(u64, u64, Option<u64>)> {
         self.layer_groups
             .iter()
@@ -237,10 +343,26 @@ impl Model {
                         None => 2 * a.kv_heads.div_ceil(tp) * a.head_dim,
                         Some(m) => m.cache_width(),
                     };
-                    (g.count, values, a.window)
+                    // a sparse-attention indexer caches one key of head_dim values a token
+                    let index = a.indexer.as_ref().filter(|i| !i.shared).map_or(0, |i| i.head_dim);
+                    (g.count, values + index, a.window)
                 })
             })
             .collect()
+    }
+
+    /// Recurrent-state bytes one sequence holds on one of `tp` ranks, whatever its length: the
+    /// Gated DeltaNet layers' state (in its own dtype, `act_b` when the config gives none) and
+    /// their convolution state (`act_b`).
+    pub fn state_bytes(&self, tp: u64, act_b: f64) -> f64 {
+        self.layer_groups
+            .iter()
+            .filter_map(|g| g.linear.as_ref().map(|l| (g.count, l)))
+            .map(|(n, l)| {
+                let (state, conv) = l.state_values(tp);
+                n as f64 * (state as f64 * l.state_bytes.unwrap_or(act_b) + conv as f64 * act_b)
+            })
+            .sum()
     }
 
     /// Layer types the engine cannot price yet, named for the error.
@@ -296,6 +418,17 @@ impl Model {
                 if let Some(w) = a.window {
                     pos("sliding_window", w)?;
                 }
+                if let Some(i) = &a.indexer {
+                    pos("index_n_heads", i.heads)?;
+                    pos("index_head_dim", i.head_dim)?;
+                    pos("index_topk", i.topk)?;
+                    if a.mla.as_ref().and_then(|m| m.q_lora_rank).is_none() {
+                        return Err(Error::model(
+                            "index_topk",
+                            "the sparse-attention indexer reads the MLA query latent; the config has no q_lora_rank",
+                        ));
+                    }
+                }
                 if let Some(m) = &a.mla {
                     pos("kv_lora_rank", m.kv_lora_rank)?;
                     pos("qk_rope_head_dim", m.qk_rope_head_dim)?;
@@ -309,6 +442,32 @@ impl Model {
                             "head_dim must equal qk_nope + qk_rope",
                         ));
                     }
+                }
+            }
+            if let Some(l) = &g.linear {
+                for (k, v) in [
+                    ("linear_num_key_heads", l.num_k_heads),
+                    ("linear_num_value_heads", l.num_v_heads),
+                    ("linear_key_head_dim", l.head_k_dim),
+                    ("linear_value_head_dim", l.head_v_dim),
+                    ("linear_conv_kernel_dim", l.conv_kernel),
+                ] {
+                    pos(k, v)?;
+                }
+                if l.num_v_heads % l.num_k_heads != 0 {
+                    return Err(Error::model(
+                        "linear_num_value_heads",
+                        format!(
+                            "{} value heads are not a multiple of {} key heads",
+                            l.num_v_heads, l.num_k_heads
+                        ),
+                    ));
+                }
+                if let Some(b) = l.state_bytes.filter(|b| !(b.is_finite() && *b > 0.0)) {
+                    return Err(Error::model(
+                        "mamba_ssm_dtype",
+                        format!("state bytes must be positive, got {b}"),
+                    ));
                 }
             }
             if let Some(m) = &g.mamba {
@@ -384,6 +543,7 @@ pub(crate) mod tests {
             activation: Activation::Silu,
             bias: false,
             router_bias: false,
+            shared_gate: false,
         };
         assert!(moe.validate().is_err());
     }

@@ -1,6 +1,6 @@
 //! Parameter counts, by tensor class, from the normalised structure.
 
-use crate::model::{Attention, Ffn, Mamba2, Model, NormKind};
+use crate::model::{Attention, Ffn, GatedDeltaNet, Mamba2, Model, NormKind};
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -10,6 +10,8 @@ pub struct ParamCounts {
     pub attention: u64,
     /// Mamba2 mixers (in/out projections, conv, dt/A/D, gated norm).
     pub mamba: u64,
+    /// Gated DeltaNet mixers (in/out projections, conv, dt_bias/A_log, gated norm).
+    pub linear_attention: u64,
     pub norms: u64,
     pub ffn: u64,
     pub router: u64,
@@ -55,12 +57,15 @@ fn norm_params<T: Num>(norm: NormKind, n: u64) -> T {
 /// Parameters of one attention block (projections, biases, q/k norms, sinks,
 /// MLA low-rank projections and their norms).
 pub fn attention_params<T: Num>(d: u64, a: &Attention, norm: NormKind) -> T {
+    let d_raw = d;
     let (d, h) = (T::of(d), T::of(a.heads));
     let mut n = match &a.mla {
         None => {
             let q = h * T::of(a.head_dim);
             let kv = T::of(a.kv_heads) * T::of(a.head_dim);
-            let mut n = d * q + T::of(2) * d * kv + q * d;
+            // an output gate doubles q_proj (query and gate)
+            let q_cols = if a.output_gate { T::of(2) * q } else { q };
+            let mut n = d * q_cols + T::of(2) * d * kv + q * d;
             if a.qkv_bias {
                 n += q + T::of(2) * kv;
             }
@@ -81,12 +86,30 @@ pub fn attention_params<T: Num>(d: u64, a: &Attention, norm: NormKind) -> T {
         n += d;
     }
     if a.qk_norm {
-        n += T::of(2) * T::of(a.head_dim);
+        n += if a.qk_norm_all_heads {
+            (h + T::of(a.kv_heads)) * T::of(a.head_dim)
+        } else {
+            T::of(2) * T::of(a.head_dim)
+        };
     }
     if a.sinks {
         n += h;
     }
+    if let (Some(i), Some(r)) = (
+        a.indexer.as_ref().filter(|i| !i.shared),
+        a.mla.as_ref().and_then(|m| m.q_lora_rank),
+    ) {
+        for (k, c) in i.matrices(d_raw, r) {
+            n += T::of(k) * T::of(c);
+        }
+        n += T::of(2) * T::of(i.head_dim); // k_norm: LayerNorm
+    }
     n
+}
+
+/// Parameters of one Gated DeltaNet mixer (HF Qwen3NextGatedDeltaNet).
+pub fn linear_attention_params<T: Num>(d: u64, l: &GatedDeltaNet) -> T {
+    T::of(d) * T::of(l.in_proj_width()) + T::of(l.value_dim()) * T::of(d) + T::of(l.vector_params())
 }
 
 /// Parameters of one Mamba2 mixer (HF Mamba2Mixer / NemotronH).
@@ -124,6 +147,7 @@ struct Classes<T> {
     position_embedding: T,
     attention: T,
     mamba: T,
+    linear_attention: T,
     norms: T,
     ffn: T,
     router: T,
@@ -140,6 +164,7 @@ impl<T: Num> Classes<T> {
             + self.position_embedding
             + self.attention
             + self.mamba
+            + self.linear_attention
             + self.norms
             + self.ffn
             + self.router
@@ -156,6 +181,7 @@ fn classes<T: Num>(m: &Model) -> Classes<T> {
         position_embedding: T::of(m.position_embeddings) * T::of(d),
         attention: zero,
         mamba: zero,
+        linear_attention: zero,
         norms: norm_params(m.norm, d), // final norm
         ffn: zero,
         router: zero,
@@ -178,6 +204,9 @@ fn classes<T: Num>(m: &Model) -> Classes<T> {
         if let Some(mb) = &g.mamba {
             c.mamba += n * mamba_params::<T>(d, mb);
         }
+        if let Some(l) = &g.linear {
+            c.linear_attention += n * linear_attention_params::<T>(d, l);
+        }
         c.norms += n * T::of(g.norms) * norm_params(m.norm, d);
         match &g.ffn {
             Ffn::None => {}
@@ -197,6 +226,7 @@ fn classes<T: Num>(m: &Model) -> Classes<T> {
                 gated,
                 bias,
                 router_bias,
+                shared_gate,
                 ..
             } => {
                 let one = mlp_params::<T>(d, *expert_intermediate_size, *gated, *bias);
@@ -206,7 +236,8 @@ fn classes<T: Num>(m: &Model) -> Classes<T> {
                     c.shared_experts += n * mlp_params::<T>(d, *shared_intermediate_size, *gated, *bias);
                 }
                 let bias = if *router_bias { T::of(*num_experts) } else { zero };
-                c.router += n * (T::of(d) * T::of(*num_experts) + bias);
+                let gate = if *shared_gate { T::of(d) } else { zero };
+                c.router += n * (T::of(d) * T::of(*num_experts) + bias + gate);
             }
         }
     }
@@ -230,6 +261,7 @@ pub fn count(m: &Model) -> ParamCounts {
         position_embedding: c.position_embedding,
         attention: c.attention,
         mamba: c.mamba,
+        linear_attention: c.linear_attention,
         norms: c.norms,
         ffn: c.ffn,
         router: c.router,

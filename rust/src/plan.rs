@@ -91,6 +91,10 @@ pub struct Plan {
     pub chunk: Option<u64>,
     /// Share of device memory the runtime may use (constants table).
     pub gpu_memory_utilization: f64,
+    /// Tokens per chunk of the chunked linear-attention scan (the runtimes' FLA kernels, the
+    /// constants table); needed only by models with Gated DeltaNet layers.
+    #[serde(default)]
+    pub linear_chunk: u64,
 }
 
 fn one() -> u64 {
@@ -251,6 +255,7 @@ impl Plan {
             kv_dtype: None,
             chunk: None,
             gpu_memory_utilization,
+            linear_chunk: 0,
         }
     }
 

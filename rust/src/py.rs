@@ -145,6 +145,7 @@ impl CoreModel {
             ("active", c.active),
             ("active_non_embedding", c.active_non_embedding),
             ("mamba", c.mamba),
+            ("linear_attention", c.linear_attention),
         ] {
             d.set_item(k, v)?;
         }
@@ -213,6 +214,7 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
     let mem = PyDict::new(py);
     mem.set_item("weights_bytes", m.weights_bytes)?;
     mem.set_item("kv_bytes", m.kv_bytes)?;
+    mem.set_item("state_bytes", m.state_bytes)?;
     mem.set_item("activation_bytes", m.activation_bytes)?;
     mem.set_item("total_bytes", m.total_bytes)?;
     mem.set_item("capacity_bytes", m.capacity_bytes)?;

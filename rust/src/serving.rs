@@ -445,13 +445,23 @@ pub fn simulate_cluster(
             None => kv_blocks(&pricer, dev, &p.scheduler)?,
         };
         let bs = p.scheduler.block_size;
-        if max_model_len.div_ceil(bs) > blocks {
+        // a linear-attention layer's state is held per sequence whatever its length: each
+        // sequence takes that many blocks more from the same pool (vLLM's hybrid allocator
+        // pages the state in the KV pool)
+        let per_block = pricer.layout().kv_bytes_per_token() * bs as f64;
+        let state = pricer.layout().state_bytes_per_seq();
+        let state_blocks = if state > 0.0 && per_block > 0.0 {
+            (state / per_block).ceil() as u64
+        } else {
+            0
+        };
+        if max_model_len.div_ceil(bs) + state_blocks > blocks {
             return Err(Error::plan(
                 "max_model_len",
                 format!(
                     "{max_model_len} tokens need {} KV blocks of {bs} but an instance ({}) holds {blocks} \
                      ({} tokens); lower max_model_len or give the KV cache more memory (more TP)",
-                    max_model_len.div_ceil(bs),
+                    max_model_len.div_ceil(bs) + state_blocks,
                     names[k],
                     blocks * bs
                 ),
@@ -463,7 +473,9 @@ pub fn simulate_cluster(
             _ => Role::Decode,
         };
         for _ in 0..p.instances {
-            instances.push(Instance::new(k, role, p.scheduler.clone(), max_model_len, blocks));
+            let mut inst = Instance::new(k, role, p.scheduler.clone(), max_model_len, blocks);
+            inst.state_blocks = state_blocks;
+            instances.push(inst);
         }
         pools.push(PoolState {
             pricer,
@@ -728,6 +740,8 @@ struct Instance {
     sched: Scheduler,
     max_model_len: u64,
     total_blocks: u64,
+    /// Blocks each sequence's linear-attention state takes (0 without such layers).
+    state_blocks: u64,
     free_blocks: u64,
     /// Requests on the instance, by slot (reused when one leaves).
     slots: Vec<Req>,
@@ -759,6 +773,7 @@ impl Instance {
             sched,
             max_model_len,
             total_blocks: blocks,
+            state_blocks: 0,
             free_blocks: blocks,
             slots: Vec::new(),
             free_slots: Vec::new(),
@@ -779,8 +794,15 @@ impl Instance {
         1.0 - self.free_blocks as f64 / self.total_blocks as f64
     }
 
+    /// Blocks a sequence of `tokens` tokens holds: its KV blocks and, once it holds any, its
+    /// linear-attention state.
     fn blocks_for(&self, tokens: u64) -> u64 {
-        tokens.div_ceil(self.sched.block_size)
+        let kv = tokens.div_ceil(self.sched.block_size);
+        if kv > 0 {
+            kv + self.state_blocks
+        } else {
+            0
+        }
     }
 
     fn put(&mut self, r: Req) -> usize {

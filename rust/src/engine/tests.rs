@@ -890,3 +890,132 @@ fn attention_dp_groups_share_the_experts_through_all_to_alls() {
     p.ep = 3;
     assert!(estimate(&m, &h100(), &p, &Efficiency::uncalibrated(), proto(), true).is_err());
 }
+
+fn run_model(m: &Model, p: &Plan) -> Estimate {
+    estimate(m, &h100(), p, &Efficiency::uncalibrated(), proto(), true).unwrap()
+}
+
+fn gdn_plan(batch: u64, prompt: u64, output: u64) -> Plan {
+    Plan {
+        linear_chunk: 64, // FLA_CHUNK_SIZE (data/constants.csv linear_attention_chunk)
+        ..plan(batch, prompt, output)
+    }
+}
+
+#[test]
+fn gated_deltanet_state_is_fixed_per_sequence() {
+    let m = crate::fixtures::gdn_hybrid();
+    // 3 layers x (32 v-heads x 128 x 128 fp32 state + (2 x 16 x 128 + 32 x 128) conv channels
+    // x 3 cached inputs in bf16)
+    let per_layer = 32.0 * 128.0 * 128.0 * 4.0 + (2.0 * 16.0 * 128.0 + 32.0 * 128.0) * 3.0 * 2.0;
+    assert_eq!(per_layer, 2_146_304.0);
+    assert_eq!(m.state_bytes(1, 2.0), 3.0 * per_layer);
+    assert_eq!(m.state_bytes(2, 2.0), 3.0 * per_layer / 2.0); // heads split over TP
+    for ctx in [100u64, 10_000] {
+        let e = run_model(&m, &gdn_plan(4, ctx, 2));
+        assert_eq!(e.memory.state_bytes, 4.0 * 3.0 * per_layer, "context {ctx}");
+    }
+}
+
+#[test]
+fn gated_deltanet_decode_reads_and_writes_its_state_once_a_step() {
+    let m = crate::fixtures::gdn_hybrid();
+    for (batch, ctx) in [(1u64, 100u64), (8, 100), (8, 20_000)] {
+        let e = run_model(&m, &gdn_plan(batch, ctx, 2)); // one decode step
+        let c = row(&e, Phase::Decode, OpKind::LinearAttention);
+        let b = batch as f64;
+        // q, k (16 x 128 each), v (32 x 128), gate and beta (32 each) read, o (32 x 128) written,
+        // in bf16; the fp32 state read and written; three layers
+        let io = b * (2.0 * 16.0 * 128.0 + 2.0 * 32.0 * 128.0 + 2.0 * 32.0) * 2.0;
+        let state = b * 2.0 * 32.0 * 128.0 * 128.0 * 4.0;
+        assert_eq!(c.bytes, 3.0 * (io + state), "batch {batch} context {ctx}");
+        // one token: 7 dk dv + 6 dk + 4 dv + 2/3 per v-head (graph::chunked_scan_flops)
+        let per_head = 7.0 * 16384.0 + 6.0 * 128.0 + 4.0 * 128.0 + 2.0 / 3.0;
+        assert!((c.flops - 3.0 * b * 32.0 * per_head).abs() < 1e-6 * c.flops);
+    }
+}
+
+#[test]
+fn gated_deltanet_prefill_flops_are_the_chunked_scan() {
+    let m = crate::fixtures::gdn_hybrid();
+    // one 64-token chunk per v-head, dk = dv = 128:
+    // 6 n^2 dk + 4 n^2 dv + 2 n^3 / 3 + 6 n dk dv + dk dv
+    let chunk64 = 3_145_728.0 + 2_097_152.0 + 524_288.0 / 3.0 + 6_291_456.0 + 16_384.0;
+    let one = 6.0 * 128.0 + 4.0 * 128.0 + 2.0 / 3.0 + 6.0 * 16384.0 + 16384.0;
+    for (s, want) in [
+        (1u64, one),
+        (128, 2.0 * chunk64),
+        (4096, 64.0 * chunk64),
+        (32768, 512.0 * chunk64),
+    ] {
+        let e = run_model(&m, &gdn_plan(1, s, 1));
+        let per_layer_head = row(&e, Phase::Prefill, OpKind::LinearAttention).flops / (3.0 * 32.0);
+        assert!(
+            (per_layer_head - want).abs() <= 1e-9 * want,
+            "S={s}: {per_layer_head} vs {want}"
+        );
+    }
+    // linear in S beyond a chunk, where causal attention is quadratic
+    let f = |s| {
+        row(
+            &run_model(&m, &gdn_plan(1, s, 1)),
+            Phase::Prefill,
+            OpKind::LinearAttention,
+        )
+        .flops
+    };
+    assert!((f(32768) / f(4096) - 8.0).abs() < 1e-9);
+}
+
+#[test]
+fn hybrid_memory_grows_with_context_only_through_full_attention_layers() {
+    let m = crate::fixtures::gdn_hybrid();
+    let mem = |ctx: u64| run_model(&m, &gdn_plan(2, ctx, 1)).memory;
+    let (a, b) = (mem(1000), mem(9000));
+    assert_eq!(a.state_bytes, b.state_bytes);
+    // one full-attention layer: 2 (K, V) x 2 KV heads x 256 x bf16 a token, two sequences
+    assert_eq!(b.kv_bytes - a.kv_bytes, 8000.0 * 2.0 * (2.0 * 2.0 * 256.0 * 2.0));
+    assert_eq!(a.weights_bytes, b.weights_bytes);
+}
+
+#[test]
+fn a_linear_attention_model_needs_the_scan_chunk() {
+    let m = crate::fixtures::gdn_hybrid();
+    let e = estimate(&m, &h100(), &plan(1, 8, 2), &Efficiency::uncalibrated(), proto(), false);
+    assert!(matches!(e, Err(Error::Plan { .. })));
+}
+
+#[test]
+fn sparse_attention_attends_the_top_k_and_indexes_every_key() {
+    let m = crate::fixtures::dsa();
+    let (h, kvl, rope) = (64.0, 512.0, 64.0);
+    let per_pair = 2.0 * h * (2.0 * kvl + rope); // absorbed MLA
+    let index_pair = 32.0 * (2.0 * 128.0 + 2.0);
+    for s in [128u64, 4096, 32768] {
+        let e = run_model(&m, &plan(1, s, 1));
+        let k = 2048u64;
+        let attended = if s <= k {
+            s * (s + 1) / 2
+        } else {
+            k * (k + 1) / 2 + (s - k) * k
+        } as f64;
+        let att = row(&e, Phase::Prefill, OpKind::Attention).flops / 4.0;
+        assert!((att - per_pair * attended).abs() <= 1e-9 * att, "S={s}");
+        let ix = row(&e, Phase::Prefill, OpKind::IndexerScores).flops / 4.0;
+        assert!((ix - index_pair * (s * (s + 1) / 2) as f64).abs() <= 1e-9 * ix, "S={s}");
+    }
+    // decode: the attention reads min(L, 2048) latent rows, the indexer all L keys
+    let step = |ctx: u64| {
+        let e = run_model(&m, &plan(1, ctx, 2));
+        (
+            row(&e, Phase::Decode, OpKind::Attention).bytes,
+            row(&e, Phase::Decode, OpKind::IndexerScores).bytes,
+        )
+    };
+    let ((a1, i1), (a2, i2)) = (step(10_000), step(20_000));
+    assert_eq!(a1, a2); // past the top-k the attention reads the same keys
+    assert_eq!(i2 - i1, 4.0 * 10_000.0 * 128.0 * 2.0); // 4 layers x keys x head_dim x bf16
+                                                       // the cache holds every token: latent + rope key + the indexer's key
+    let mem = |ctx: u64| run_model(&m, &plan(1, ctx, 1)).memory.kv_bytes;
+    assert_eq!(mem(20_000) - mem(10_000), 4.0 * 10_000.0 * (kvl + rope + 128.0) * 2.0);
+}

@@ -88,7 +88,7 @@ impl<'a> StepPricer<'a> {
             let ops = decode_ops(&self.layout, &self.plan, batch);
             let (mut fixed_s, mut absorb_s, mut kernels) = (0.0, 0.0, Vec::new());
             for op in ops {
-                if op.kind == OpKind::Attention {
+                if op.kind.reads_context() {
                     kernels.push(op);
                     continue;
                 }
