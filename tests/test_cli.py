@@ -10,6 +10,7 @@ import pytest
 import ridgeline
 
 REPO = Path(__file__).resolve().parents[1]
+_AIC = REPO / "tests" / "data" / "aic_model_configs"
 
 
 def run(*args, cwd=None):
@@ -79,7 +80,11 @@ def test_json_and_breakdown(tmp_path):
         (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--prompt", "1.5"], 2, "prompt"),
         (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--tp", "3"], 2, "attention heads"),
         (["-m", "meta-llama/Llama-3.1-70B", "-H", "H100_SXM"], 4, "short by"),
-        (["-m", "nvidia/Nemotron-H-56B-Base-8K", "-H", "H100_SXM"], 2, "Mamba2 (M) layers are not supported"),
+        (
+            ["-m", str(_AIC / "deepseek-ai--DeepSeek-V4-Flash_config.json"), "-H", "H100_SXM"],
+            2,
+            "DeepSeek-V4 compressed attention (compress_ratios) is not supported yet",
+        ),
         (["-m", "openai/gpt-oss-20b", "-H", "GB10", "--routing-skew", "inf"], 2, "routing_skew"),
         (["-m", "google/gemma-2-9b", "-H", "GB10", "--kv-pad", "0"], 2, "kv_pad"),
         (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--runtime", "vlm"], 2, "llamacpp-cuda, llamacpp-metal"),
@@ -128,6 +133,8 @@ def test_model_commands(tmp_path):
     assert rows["meta-llama/Llama-3.1-8B"]["kv_bytes_per_token_bf16"] == 131072
     assert rows["deepseek-ai/DeepSeek-V3"]["engine"] == "priced"
     assert rows["deepseek-ai/DeepSeek-V3"]["kv_bytes_per_token_bf16"] == 61 * 576 * 2  # MLA latent + rope key
-    assert rows["nvidia/Nemotron-H-56B-Base-8K"]["engine"].startswith("not priced yet: Mamba2")
+    assert rows["nvidia/Nemotron-H-56B-Base-8K"]["engine"] == "priced"  # Mamba2 layers priced (SSD scan)
+    assert rows["Qwen/Qwen3.5-397B-A17B"]["architecture"] == "Gated DeltaNet hybrid, MoE, GQA, gated attention"
+    assert rows["Qwen/Qwen3-VL-8B-Instruct"]["not_counted"] == "vision tower"
     r = run("model", "show", "google/gemma-2-9b", "--json", cwd=tmp_path)
     assert json.loads(r.stdout)["params"]["total"] == 9_241_705_984

@@ -3,6 +3,7 @@
 import csv
 import json
 import re
+from pathlib import Path
 
 import pytest
 from ridgeline import Model, ModelConfigError, UnknownNameError, _data
@@ -10,6 +11,11 @@ from ridgeline import Model, ModelConfigError, UnknownNameError, _data
 INDEX = list(csv.DictReader(_data.read_text("data/models/INDEX.csv").splitlines()))
 
 MOE_ACTIVE = list(csv.DictReader(_data.read_text("data/models/moe_active.csv").splitlines()))
+
+# Every config of the current-models folder (shared/data/aic/model_configs, copied verbatim into
+# tests/data/aic_model_configs but for one 3 MB file), counted or refused, with the publisher's figure.
+AIC = list(csv.DictReader(_data.read_text("data/models/aic_configs.csv").splitlines()))
+AIC_DIR = Path(__file__).parent / "data" / "aic_model_configs"
 
 
 def _published(row):
@@ -28,6 +34,57 @@ def test_every_index_model_matches_its_published_count(row):
     total = Model.from_config(_hf_id(row)).total_params
     want = _published(row)
     assert abs(total - want) / want < 0.005, (row["file"], total, want)
+
+
+def _within(got, published, precision):
+    """Within 0.5% of the published figure, or within the figure's quoted precision (one unit of its
+    last digit, as data/models/moe_active.csv): a figure quoted as 744B or 1T cannot say more."""
+    want, p = float(published), float(precision)
+    return abs(got - want) <= max(0.005 * want, p)
+
+
+@pytest.mark.parametrize("row", AIC, ids=[r["config"] for r in AIC])
+def test_every_current_config_is_counted_against_its_published_figure_or_refused(row):
+    path = AIC_DIR / row["config"]
+    if not path.exists():
+        pytest.skip(f"{row['config']}: not copied (over 1 MB); see test_only_one_current_config_is_not_copied")
+    if row["outcome"] == "refused":
+        with pytest.raises(ModelConfigError, match=re.escape(f"model config key '{row['refused_key']}'")):
+            Model.from_config(path)
+        return
+    m = Model.from_config(path)
+    p = m.params
+    assert (p["total"], p["active"]) == (int(row["total"]), int(row["active"]))  # the table is this code's count
+    assert (m.unpriced is None) == (row["engine"] == "priced")
+    if row["published_total"]:
+        # a row outside its figure carries the reason found (data/models/aic_configs.csv miss)
+        assert _within(p["total"], row["published_total"], row["total_precision"]) != bool(row["miss"]), row
+    if row["published_active"]:
+        conventions = {"with_embedding": ["active"], "non_embedding": ["active_non_embedding"]}
+        keys = conventions.get(row["active_convention"], ["active", "active_non_embedding"])  # unstated: either
+        assert any(_within(p[k], row["published_active"], row["active_precision"]) for k in keys), row
+
+
+def test_only_one_current_config_is_not_copied():
+    missing = {r["config"] for r in AIC if not (AIC_DIR / r["config"]).exists()}
+    assert missing == {"nvidia--MiniMax-M3-NVFP4_config.json"}
+    # it is refused for the keys MiniMax-M3 has too
+    m3 = next(r for r in AIC if r["config"] == "MiniMaxAI--MiniMax-M3_config.json")
+    assert m3["outcome"] == "refused" and m3["refused_key"] == "sparse_attention_config"
+
+
+@pytest.mark.parametrize(
+    "config,safetensors",
+    [  # Hugging Face safetensors totals (the weights' own count): text + vision tower + MTP layer
+        ("nvidia--Qwen3.6-27B-NVFP4_config.json", 27_781_427_952),  # Qwen/Qwen3.6-27B, all BF16
+        ("Qwen--Qwen3.5-122B-A10B_config.json", 125_086_497_008),  # BF16 125,086,490,096 + F32 6,912
+        ("nvidia--Qwen3.6-35B-A3B-NVFP4_config.json", 35_951_822_704),  # Qwen/Qwen3.6-35B-A3B, BF16
+    ],
+)
+def test_qwen3_5_counts_equal_the_weights_to_the_parameter(config, safetensors):
+    m = Model.from_config(AIC_DIR / config)
+    assert m.towers == ("vision tower",) and m.mtp_layers == 1
+    assert m.total_params + m.tower_params[0] + m.mtp_params == safetensors
 
 
 @pytest.mark.parametrize("row", MOE_ACTIVE, ids=[r["hf_id"] for r in MOE_ACTIVE])

@@ -29,9 +29,10 @@ def test_one_record_per_metric_with_reasons(rows):
     assert "TTFT under concurrency (staggered arrivals, chunked prefill among running decodes)" in reasons
     # every TPOT row of a bundled model in agg mode is priced (attention DP and MoE TP x EP included)
     agg = [r for r in rows if r["metric"] == "tpot_ms" and r["model"] and "disagg" not in (r["not_priced"] or "")]
-    assert len(agg) == 1599 + 59 and all(r["not_priced"] is None for r in agg)
+    # (+719: MiniMax-M2.5, Qwen3.5-397B-A17B, Kimi-K2.5 and GLM-5, priced since their configs ship)
+    assert len(agg) == 1599 + 59 + 719 and all(r["not_priced"] is None for r in agg)
     adp = [r for r in agg if r["flags"] and "attention_dp=" in r["flags"]]
-    assert len(adp) == 59 and all(r["batch"] >= 1 for r in adp)
+    assert len(adp) == 59 + 79 and all(r["batch"] >= 1 for r in adp)  # +79 of the four models above
     # gpt-oss ships its own MXFP4 experts: AIC's nvfp4 label does not override them
     gpt = next(r for r in rows if r["model"] == "openai/gpt-oss-120b")
     assert gpt["weight_quant"] is None

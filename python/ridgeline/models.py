@@ -82,6 +82,8 @@ _GATED_BY_TYPE = {
     "starcoder2": False,
     "nemotron": False,
     "nemotron_h": False,
+    "nemotron-nas": True,  # DeciLM / Llama-Nemotron NAS: LlamaMLP blocks
+    "llama4_text": True,
     # the 2026 families (each one's modeling code: an MLP or experts with gate_proj)
     "kimi_k2": True,
     "deepseek_v32": True,
@@ -114,11 +116,6 @@ _UNSUPPORTED_KEYS = {
     "hc_mult": "hyper-connections (hc_mult)",
     "o_lora_rank": "a low-rank grouped output projection (o_lora_rank)",
     "num_hash_layers": "hash-routed MoE layers (num_hash_layers)",
-    "attention_chunk_size": "chunked local attention (attention_chunk_size)",
-    "no_rope_layers": "layers without rope (no_rope_layers)",
-    "interleave_moe_layer_step": "MoE on interleaved layers (interleave_moe_layer_step)",
-    "intermediate_size_mlp": "per-layer dense/MoE widths (intermediate_size_mlp)",
-    "block_configs": "per-layer NAS blocks (block_configs)",
     "attention_k_eq_v": "attention with shared keys and values (attention_k_eq_v)",
     "global_head_dim": "a separate head size for global layers (global_head_dim)",
     "num_global_key_value_heads": "separate KV heads for global layers (num_global_key_value_heads)",
@@ -142,7 +139,7 @@ _UNSUPPORTED_KEYS = {
 # Per-layer lists and patterns the normaliser reads (any other one is refused).
 _UNDERSTOOD_LAYER_KEYS = {
     "layer_types", "mlp_only_layers", "hybrid_override_pattern", "mlp_layer_types", "indexer_types",
-    "attn_type_list",
+    "attn_type_list", "block_configs", "no_rope_layers",
 }  # fmt: skip
 # Keys that describe parts outside the text decoder: reported, never priced.
 _TOWER_KEYS = ("vision_config", "audio_config")
@@ -172,6 +169,8 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "sliding_window_pattern": 6,
     },
     "gpt2": {"n_positions": 1024, "activation_function": "gelu_new"},
+    # Llama4TextConfig: every 4th layer (no_rope_layer_interval) is a global NoPE layer
+    "llama4_text": {"no_rope_layer_interval": 4},
     "gptj": {"n_positions": 2048, "activation_function": "gelu_new"},
 }
 
@@ -361,8 +360,29 @@ class Model:
 
     @property
     def unpriced(self) -> Optional[str]:
-        """Layer types the engine refuses to price (None when every layer is priced)."""
-        return "Mamba2 (M) layers" if any(g.get("mamba") for g in self.layer_groups) else None
+        """Layer types the engine refuses to price (None when every layer is priced: every layer
+        kind the normaliser accepts is priced at present; a config with one that is not is refused
+        when it is read)."""
+        what: Optional[str] = self._core.unpriced_layers()
+        return what
+
+    @functools.cached_property
+    def mtp_params(self) -> Optional[int]:
+        """Parameters of the checkpoint's MTP layers where their structure is known (Qwen3-Next /
+        Qwen3.5 ``mtp.*``: a full-attention decoder layer like the model's, an fc from the
+        concatenated embedding and hidden state (2 hidden x hidden, no bias) and three RMSNorms);
+        None when unknown or absent. Not in ``params``: the decoder does not run them."""
+        if not self.mtp_layers or self.model_type not in _MTP_KNOWN_TYPES:
+            return None
+        group = next(g for g in reversed(self.layer_groups) if g.get("attention"))
+        core = json.loads(self.core_json)
+        core["layer_groups"] = [{**group, "count": 1}]
+        from . import _core
+
+        p = dict(_core.CoreModel(json.dumps(core)).params())
+        d = self.hidden_size
+        layer = p["total"] - p["embedding"] - p["lm_head"] - d  # the final norm is not the layer's
+        return self.mtp_layers * (layer + 2 * d * d + 3 * d)
 
     @property
     def architecture_class(self) -> str:
@@ -416,7 +436,15 @@ class Model:
                 f"{t}: {'structure not known' if n is None else f'{n:,} parameters'} (not in the counts, not priced)"
                 for t, n in zip(self.towers, self.tower_params)
             ]
-            + ([f"{self.mtp_layers} MTP layer(s) (not counted, not priced)"] if self.mtp_layers else []),
+            + (
+                [
+                    f"{self.mtp_layers} MTP layer(s): "
+                    f"{'structure not known' if self.mtp_params is None else f'{self.mtp_params:,} parameters'} "
+                    "(not in the counts, not priced)"
+                ]
+                if self.mtp_layers
+                else []
+            ),
             "quantization": dict(self.quantization) if self.quantization else None,
             "layer_groups": [dict(g) for g in self.layer_groups],
             "params": self.params,
@@ -629,21 +657,18 @@ def _is_gated_deltanet(cfg: Mapping[str, Any]) -> bool:
 
 def _gated_deltanet(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The Gated DeltaNet mixer of a Qwen3-Next / Qwen3.5 linear-attention layer."""
-    dtype = _name(cfg, "mamba_ssm_dtype")
-    state_bytes = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0, None: None}
-    if dtype not in state_bytes:
-        raise ModelConfigError(
-            f"model config key 'mamba_ssm_dtype': {dtype!r} is not known; known: float32, bfloat16, float16"
-        )
     return {
         "num_k_heads": _count(cfg, ("linear_num_key_heads",)),
         "num_v_heads": _count(cfg, ("linear_num_value_heads",)),
         "head_k_dim": _count(cfg, ("linear_key_head_dim",)),
         "head_v_dim": _count(cfg, ("linear_value_head_dim",)),
         "conv_kernel": _count(cfg, ("linear_conv_kernel_dim",)),
-        "state_bytes": state_bytes[dtype],
+        "state_bytes": _state_bytes(cfg, "mamba_ssm_dtype"),
     }
 
+
+# Families whose MTP layers the counter knows (Model.mtp_params).
+_MTP_KNOWN_TYPES = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
 
 # Vision towers whose structure the counter knows: Qwen3-VL's ViT (HF Qwen3VLVisionModel), which
 # Qwen3.5 / 3.6 reuse.
@@ -687,6 +712,51 @@ def _vision_params(v: Mapping[str, Any]) -> Optional[int]:
     )  # fmt: skip
 
 
+def _nas_blocks(cfg: Mapping[str, Any], n_layers: int, heads: int, d: int) -> Optional[list[tuple[Any, Any]]]:
+    """Per-layer (KV heads or None, FFN width or None) of a NAS model (DeciLM / Llama-Nemotron
+    ``block_configs``): an attention block is skipped (``no_op``) or has heads / n_heads_in_group
+    KV heads; an FFN is skipped or gated with width ``_find_multiple(int(2 ffn_mult d / 3), 256)``
+    (DeciLM ``_ffn_mult_to_intermediate_size``). Linear replacements, sinks, windows and
+    sparsity are refused. None without block_configs."""
+    blocks = cfg.get("block_configs")
+    if blocks is None:
+        return None
+    if not isinstance(blocks, list) or len(blocks) != n_layers or not all(isinstance(b, Mapping) for b in blocks):
+        raise ModelConfigError(f"model config key 'block_configs': expected {n_layers} block objects")
+    out: list[tuple[Any, Any]] = []
+    for i, b in enumerate(blocks):
+        a, f = b.get("attention"), b.get("ffn")
+        if not isinstance(a, Mapping) or not isinstance(f, Mapping):
+            raise ModelConfigError(f"model config key 'block_configs[{i}]': expected 'attention' and 'ffn' objects")
+        refused = ("replace_with_linear", "sparsify", "num_sink_tokens", "window_length", "unshifted_sink")
+        for part, keys in ((a, refused), (f, refused[:2])):
+            used = [k for k in keys if part.get(k) not in (None, False)]
+            if used:
+                raise ModelConfigError(
+                    f"model config key 'block_configs[{i}]': {used[0]} blocks are not supported yet; this model is "
+                    "neither counted nor priced"
+                )
+        kv = None
+        if not _flag(a, "no_op", False, name=f"block_configs[{i}].attention.no_op"):
+            group = _count(a, ("n_heads_in_group",), name=f"block_configs[{i}].attention.n_heads_in_group")
+            if heads % group:
+                raise ModelConfigError(
+                    f"model config key 'block_configs[{i}].attention.n_heads_in_group': {group} does not divide "
+                    f"{heads} heads"
+                )
+            kv = heads // group
+        width = None
+        if not _flag(f, "no_op", False, name=f"block_configs[{i}].ffn.no_op"):
+            mult = f.get("ffn_mult")
+            if isinstance(mult, bool) or not isinstance(mult, (int, float)) or not math.isfinite(mult) or mult <= 0:
+                raise ModelConfigError(
+                    f"model config key 'block_configs[{i}].ffn.ffn_mult': expected a positive number, got {mult!r}"
+                )
+            width = -(-int(2 * mult * d / 3) // 256) * 256
+        out.append((kv, width))
+    return out
+
+
 def _mtp_layers(cfg: Mapping[str, Any]) -> int:
     """Multi-token-prediction layers the config declares (DeepSeek num_nextn_predict_layers,
     Qwen3.5 mtp_num_hidden_layers, MiniMax num_mtp_modules when use_mtp)."""
@@ -705,6 +775,27 @@ def _check_supported(cfg: Mapping[str, Any]) -> None:
             raise ModelConfigError(
                 f"model config key '{key}': {feature} is not supported yet; this model is neither counted nor priced"
             )
+
+
+def _llama4_chunks(cfg: Mapping[str, Any], model_type: str, n_layers: int) -> Optional[list[Optional[int]]]:
+    """Per-layer chunk of Llama-4's chunked local attention: its rope layers attend within chunks
+    of attention_chunk_size, its NoPE layers (no_rope_layers 0, by default every
+    no_rope_layer_interval-th layer: Llama4TextConfig) globally. None without the key."""
+    if cfg.get("attention_chunk_size") is None:
+        return None
+    if model_type != "llama4_text":
+        raise ModelConfigError(
+            "model config key 'attention_chunk_size': chunked local attention is supported for Llama-4 "
+            f"(llama4_text) only, not {model_type!r}; this model is neither counted nor priced"
+        )
+    chunk = _count(cfg, ("attention_chunk_size",))
+    rope = cfg.get("no_rope_layers")
+    if rope is None:
+        every = _count(cfg, ("no_rope_layer_interval",))
+        rope = [int((i + 1) % every != 0) for i in range(n_layers)]
+    if not isinstance(rope, list) or len(rope) != n_layers or any(r not in (0, 1) for r in rope):
+        raise ModelConfigError(f"model config key 'no_rope_layers': expected {n_layers} entries of 0 or 1")
+    return [chunk if r else None for r in rope]
 
 
 def _check_understood(cfg: Mapping[str, Any], n_layers: int) -> None:
@@ -738,8 +829,21 @@ def _layer_kinds(cfg: Mapping[str, Any], n_layers: int) -> str:
     return pattern
 
 
+def _state_bytes(cfg: Mapping[str, Any], key: str) -> Optional[float]:
+    """Bytes per recurrent-state value from a dtype key (None when absent: the activation dtype)."""
+    dtype = _name(cfg, key)
+    known = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
+    if dtype is None or dtype == "auto":
+        return None
+    if dtype not in known:
+        raise ModelConfigError(f"model config key '{key}': {dtype!r} is not known; known: {', '.join(known)}, auto")
+    return known[dtype]
+
+
 def _mamba(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return {
+        "chunk": _count(cfg, ("chunk_size", "mamba_chunk_size"), required=False),
+        "state_bytes": _state_bytes(cfg, "mamba_ssm_cache_dtype"),
         "num_heads": _count(cfg, ("mamba_num_heads",)),
         "head_dim": _count(cfg, ("mamba_head_dim",)),
         "n_groups": _count(cfg, ("n_groups",)),
@@ -810,7 +914,11 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     if heads % kv != 0:
         raise ModelConfigError(f"model config key 'num_key_value_heads': {kv} does not divide {heads} attention heads")
     vocab = _count(cfg, ("vocab_size",))
-    f = _count(cfg, ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"), default=4 * d)
+    # Llama-4: intermediate_size is the experts' (and the shared expert's) width, the dense
+    # layers' is intermediate_size_mlp
+    f = _count(
+        cfg, ("intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"), default=4 * d
+    )
 
     act_raw = _get(cfg, "mlp_hidden_act", "hidden_activation", "hidden_act", "activation_function")
     if act_raw is None:
@@ -846,6 +954,8 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     # GPT-J: q/k/v/out without bias, fc_in/fc_out and lm_head with (transformers modeling_gptj.py)
     mlp_bias = all_bias or model_type == "gptj" or _flag(cfg, "mlp_bias", False)
     qk_norm = model_type in _QK_NORM_TYPES or _flag(cfg, "qk_layernorm", False) or _flag(cfg, "use_qk_norm", False)
+    if model_type == "llama4_text":
+        qk_norm = False  # Llama4TextL2Norm: an L2 norm without weights (its few FLOPs not priced)
     qk_norm_type = _name(cfg, "qk_norm_type")
     if qk_norm_type not in (None, "per_layer", "per_head"):
         raise ModelConfigError(
@@ -899,6 +1009,8 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
         if top_k > n_exp:
             raise ModelConfigError(f"model config key 'num_experts_per_tok': top-k {top_k} exceeds the {n_exp} experts")
         fe = _count(cfg, ("moe_intermediate_size",), default=f)
+        if model_type == "llama4_text":  # Llama4TextMoe: experts and a shared expert of intermediate_size
+            fe = _count(cfg, ("intermediate_size",))
         shared = _count(
             cfg, ("shared_expert_intermediate_size", "shared_intermediate_size"), required=False, allow_zero=True
         )
@@ -906,8 +1018,10 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
         n_shared = _count(cfg, ("n_shared_experts",), required=False, allow_zero=True)
         if n_shared and not shared:
             shared = n_shared * (share_dim or fe)
+        if model_type == "llama4_text":
+            shared = fe
         first_dense = _count(cfg, ("first_k_dense_replace",), required=False, allow_zero=True)
-        step = _count(cfg, ("decoder_sparse_step", "moe_layer_freq"), default=1)
+        step = _count(cfg, ("decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step"), default=1)
         mlp_only = _layer_indices(cfg, "mlp_only_layers", n_layers)
         mlp_types = cfg.get("mlp_layer_types")
         if mlp_types is not None and (
@@ -940,6 +1054,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
         }
 
     windows = _windows(cfg, model_type, n_layers)
+    chunks = _llama4_chunks(cfg, model_type, n_layers)
     dense = {
         "kind": "dense",
         "intermediate_size": f,
@@ -950,6 +1065,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     kinds = _layer_kinds(cfg, n_layers)
     mamba = _mamba(cfg) if "M" in kinds else None
     linear = _gated_deltanet(cfg) if "L" in kinds else None
+    nas = _nas_blocks(cfg, n_layers, heads, d)
     groups: list[dict[str, Any]] = []
     for i in range(n_layers):
         attention = {
@@ -960,7 +1076,9 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
             "qkv_bias": qkv_bias,
             "o_bias": o_bias,
             "qk_norm": qk_norm,
-            "rotary": rotary,
+            # Llama-4's NoPE layers (global attention) have no rope
+            "rotary": rotary and (chunks is None or chunks[i] is not None),
+            "chunk": None if chunks is None else chunks[i],
             "sinks": sinks,
             "mla": mla,
             "output_gate": _flag(cfg, "attn_output_gate", False),
@@ -982,6 +1100,11 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
             "ffn": ffn,
             "norms": norms_per_layer if kind in ("T", "L") else 1,
         }
+        if nas is not None:  # each block its own attention (or none) and FFN width (or none)
+            nas_kv, width = nas[i]
+            g["attention"] = None if nas_kv is None else {**attention, "kv_heads": nas_kv}
+            g["ffn"] = {"kind": "none"} if width is None else {**dense, "intermediate_size": width}
+            g["norms"] = int(nas_kv is not None) + int(width is not None)
         for existing in groups:
             if all(existing[k] == g[k] for k in g):
                 existing["count"] += 1

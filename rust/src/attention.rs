@@ -51,6 +51,33 @@ pub fn distinct_keys(new: u64, prefix: u64, window: Option<u64>) -> f64 {
     (new + reach) as f64
 }
 
+/// `sum_{p=1}^{n} ((p - 1) mod c + 1)`: the keys the first `n` queries attend under chunked
+/// local attention of chunk `c` (each full chunk a triangle), exact in integers.
+fn chunked_prefix_sum(n: u64, c: u64) -> u128 {
+    let (q, r, c) = ((n / c) as u128, (n % c) as u128, c as u128);
+    q * c * (c + 1) / 2 + r * (r + 1) / 2
+}
+
+/// Query-key pairs of `new` tokens appended to `prefix` cached ones under chunked local
+/// attention (Llama-4): a query at position p (1-based) attends the keys of its own chunk of
+/// `chunk` tokens up to itself, `(p - 1) mod chunk + 1`.
+pub fn chunked_pairs(new: u64, prefix: u64, chunk: u64) -> f64 {
+    if new == 0 {
+        return 0.0;
+    }
+    let c = chunk.max(1);
+    (chunked_prefix_sum(prefix + new, c) - chunked_prefix_sum(prefix, c)) as f64
+}
+
+/// Distinct keys `new` queries after `prefix` read under chunked local attention: their own and
+/// the earlier keys of the first query's chunk.
+pub fn chunked_keys(new: u64, prefix: u64, chunk: u64) -> f64 {
+    if new == 0 {
+        return 0.0;
+    }
+    (new + prefix % chunk.max(1)) as f64
+}
+
 /// Keys attended by one decode query at context `l` (`l` tokens including itself).
 pub fn decode_keys(l: u64, window: Option<u64>) -> u64 {
     match window {
@@ -79,6 +106,9 @@ pub struct DecodeKeys {
     pub cache_extra: u64,
     pub pad: u64,
     pub skip_masked_tail: bool,
+    /// Chunked local attention (Llama-4): the query reads its own chunk's keys up to itself,
+    /// `(L - 1) mod chunk + 1` (padded); the window and ring do not apply.
+    pub chunk: Option<u64>,
 }
 
 /// A run of decode contexts over which the keys read are one closed form.
@@ -98,7 +128,13 @@ impl DecodeKeys {
             cache_extra: 0,
             pad: 1,
             skip_masked_tail: false,
+            chunk: None,
         }
+    }
+
+    /// The same reads on a layer with chunked local attention of `chunk` tokens (None: not).
+    pub const fn with_chunk(self, chunk: Option<u64>) -> DecodeKeys {
+        DecodeKeys { chunk, ..self }
     }
 
     /// The same reads on a layer with attention window `window`.
@@ -128,6 +164,9 @@ impl DecodeKeys {
 
     /// Keys read at context `l` (>= 1).
     pub fn keys(&self, l: u64) -> u64 {
+        if let Some(ch) = self.chunk.filter(|c| *c > 0) {
+            return self.pad_up((l - 1) % ch + 1);
+        }
         let (Some(w), Some(s)) = (self.window, self.ring()) else {
             return self.pad_up(l);
         };
@@ -171,6 +210,19 @@ impl DecodeKeys {
     /// The run starting at context `l`: its last context and its closed form.
     fn run_at(&self, l: u64) -> (u64, KeyRun) {
         let pad = self.pad();
+        if let Some(ch) = self.chunk.filter(|c| *c > 0) {
+            // within a chunk the keys grow one a context, from 1 at its first
+            let c = (l - 1) % ch;
+            let lap_end = l + (ch - 1 - c);
+            return if pad == 1 {
+                (lap_end, KeyRun::Shift(l - 1 - c))
+            } else {
+                (
+                    lap_end.min(l + (self.pad_up(c + 1) - (c + 1))),
+                    KeyRun::Const(self.keys(l)),
+                )
+            };
+        }
         let (Some(w), Some(s)) = (self.window, self.ring()) else {
             return if pad == 1 {
                 (u64::MAX, KeyRun::Shift(0))
@@ -230,6 +282,53 @@ mod tests {
     }
 
     #[test]
+    fn chunked_local_attention_matches_brute_force() {
+        for chunk in [1u64, 3, 7, 16] {
+            for prefix in 0..40 {
+                for new in 0..40 {
+                    let pairs: u64 = (prefix..prefix + new).map(|i| i % chunk + 1).sum();
+                    assert_eq!(
+                        chunked_pairs(new, prefix, chunk),
+                        pairs as f64,
+                        "pairs c={chunk} p={prefix} n={new}"
+                    );
+                    let first = if new == 0 { prefix } else { prefix / chunk * chunk };
+                    let keys = (prefix + new).saturating_sub(first);
+                    assert_eq!(
+                        chunked_keys(new, prefix, chunk),
+                        keys as f64,
+                        "keys c={chunk} p={prefix} n={new}"
+                    );
+                }
+            }
+            for pad in [1u64, 4] {
+                let k = DecodeKeys {
+                    pad,
+                    ..DecodeKeys::exact(None)
+                }
+                .with_chunk(Some(chunk));
+                for l in 1..60 {
+                    assert_eq!(k.keys(l), ((l - 1) % chunk + 1).div_ceil(pad) * pad);
+                }
+                let mut got = Vec::new();
+                for (a, b, r) in k.runs(1, 59) {
+                    for l in a..=b {
+                        got.push(match r {
+                            KeyRun::Const(c) => c,
+                            KeyRun::Shift(s) => l - s,
+                        });
+                    }
+                }
+                assert_eq!(
+                    got,
+                    (1..60).map(|l| k.keys(l)).collect::<Vec<_>>(),
+                    "runs c={chunk} pad={pad}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn prefill_is_the_triangle() {
         for s in [1u64, 2, 128, 4096, 32768] {
             assert_eq!(causal_pairs(s, 0, None), (s * (s + 1) / 2) as f64);
@@ -284,6 +383,7 @@ mod tests {
             cache_extra: 2048,
             pad: 256,
             skip_masked_tail: true,
+            chunk: None,
         };
         assert_eq!(k.keys(513), 768); // prompt 512: cells 0..512, padded
         assert_eq!(k.keys(3072), 3072);
@@ -317,7 +417,7 @@ mod tests {
             extra in 0u64..3000, pad in prop_oneof![Just(1u64), Just(32u64), Just(256u64), 1u64..300],
             skip in any::<bool>(),
         ) {
-            let k = DecodeKeys { window: w, cache_extra: extra, pad, skip_masked_tail: skip };
+            let k = DecodeKeys { window: w, cache_extra: extra, pad, skip_masked_tail: skip, chunk: None };
             let hi = lo + len;
             let want: Vec<u64> = (lo..=hi).map(|l| k.keys(l)).collect();
             prop_assert_eq!(run_keys(&k, lo, hi), want);
@@ -326,7 +426,7 @@ mod tests {
         #[test]
         fn reads_cover_the_attended_keys(l in 1u64..50_000, w in proptest::option::of(1u64..5000),
                                          extra in 0u64..3000, pad in 1u64..300, skip in any::<bool>()) {
-            let k = DecodeKeys { window: w, cache_extra: extra, pad, skip_masked_tail: skip };
+            let k = DecodeKeys { window: w, cache_extra: extra, pad, skip_masked_tail: skip, chunk: None };
             prop_assert!(k.keys(l) >= decode_keys(l, w));
         }
     }

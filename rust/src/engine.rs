@@ -143,7 +143,11 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
             format!("{what} are not supported by the engine yet; nothing is priced as attention"),
         ));
     }
-    if plan.linear_chunk == 0 && m.layer_groups.iter().any(|g| g.linear.is_some()) {
+    if plan.linear_chunk == 0
+        && m.layer_groups
+            .iter()
+            .any(|g| g.recurrent(1).is_some_and(|r| r.chunk == 0))
+    {
         return Err(Error::plan(
             "linear_chunk",
             "the model has linear-attention layers: give the chunk size of their scan (>= 1)",
@@ -626,17 +630,13 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
                 layer += f(Role::K, wk as f64, wn as f64) + 2.0 * ix.head_dim as f64 * act;
             }
         }
-        if let Some(l) = &g.linear {
+        if let Some(r) = g.recurrent(ctx.tp) {
             // heads split over the ranks: the projections by columns / rows, the conv and the
-            // per-head vectors by channel; the gated norm's weight (head_v_dim) on every rank
-            let (kh, vh) = (
-                l.num_k_heads.div_ceil(ctx.tp) as f64,
-                l.num_v_heads.div_ceil(ctx.tp) as f64,
-            );
-            let value_t = vh * l.head_v_dim as f64;
-            let conv_t = 2.0 * kh * l.head_k_dim as f64 + value_t;
-            layer += f(Role::Q, d, conv_t + value_t + 2.0 * vh) + f(Role::O, value_t, d);
-            layer += (conv_t * l.conv_kernel as f64 + 2.0 * vh + l.head_v_dim as f64) * act;
+            // per-head vectors by channel
+            layer += f(Role::Q, d, r.in_cols) + f(Role::O, r.out_in, d) + r.vectors * act;
+            if r.bias {
+                layer += (r.in_cols + d) * act;
+            }
         }
         let mlp = |up: Role, down: Role, width: f64, gated: bool, bias: bool| {
             let n_up = if gated { 2.0 * width } else { width };

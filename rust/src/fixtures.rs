@@ -30,6 +30,7 @@ pub fn llama31_8b() -> Model {
                 output_gate: false,
                 qk_norm_all_heads: false,
                 indexer: None,
+                chunk: None,
             }),
             ffn: Ffn::Dense {
                 intermediate_size: 14336,
@@ -164,5 +165,26 @@ pub fn dsa() -> Model {
             shared: false,
         });
     }
+    m
+}
+
+/// A Mamba2 hybrid in Nemotron-H's layout (three Mamba2 layers to one attention layer), small:
+/// width 2048; 16 heads of 64, 2 groups, state 128, conv 4, SSD chunk 128, a bf16 state.
+pub fn mamba_hybrid() -> Model {
+    use crate::model::Mamba2;
+    let mut m = gdn_hybrid();
+    m.name = "mamba-hybrid".into();
+    m.layer_groups[0].linear = None;
+    m.layer_groups[0].mamba = Some(Mamba2 {
+        num_heads: 16,
+        head_dim: 64,
+        n_groups: 2,
+        state_size: 128,
+        conv_kernel: 4,
+        proj_bias: false,
+        conv_bias: true,
+        chunk: 128,
+        state_bytes: None,
+    });
     m
 }

@@ -7,9 +7,9 @@
 //! constant terms. One builder serves both, so decode sums and step prices
 //! can never disagree on structure.
 
-use crate::attention::{causal_pairs, distinct_keys, DecodeKeys};
+use crate::attention::{causal_pairs, chunked_keys, chunked_pairs, distinct_keys, DecodeKeys};
 use crate::collectives::{Collective, ProtocolTable, Topology};
-use crate::model::{Attention, Ffn, GatedDeltaNet, LayerGroup, Mla, Model, NormKind};
+use crate::model::{Attention, Ffn, LayerGroup, Mla, Model, NormKind, Recurrent, Scan};
 use crate::weights::{Role, WeightFormat, N_ROLES};
 
 /// The keys of an operator whose cost does not depend on the context.
@@ -246,13 +246,14 @@ impl Geometry<'_> {
     /// Scores an unfused attention computes and stores per head, affine in the decode key
     /// count `k`: every query against every key of the cache view (the causal mask is applied
     /// to the full rectangle); in decode, one query per sequence, so the attended pairs.
-    fn score_rectangle(&self, window: Option<u64>) -> (f64, f64) {
+    fn score_rectangle(&self, window: Option<u64>, chunk: Option<u64>) -> (f64, f64) {
         match self {
             Geometry::Segments(s) => {
-                let r = s
-                    .iter()
-                    .map(|x| (x.count * x.new) as f64 * distinct_keys(x.new, x.prefix, window))
-                    .sum();
+                let keys = |x: &Segment| match chunk {
+                    Some(c) => chunked_keys(x.new, x.prefix, c),
+                    None => distinct_keys(x.new, x.prefix, window),
+                };
+                let r = s.iter().map(|x| (x.count * x.new) as f64 * keys(x)).sum();
                 (r, 0.0)
             }
             Geometry::Decode { .. } => {
@@ -262,16 +263,37 @@ impl Geometry<'_> {
         }
     }
 
+    /// `attention`, for a layer with chunked local attention of `chunk` tokens.
+    fn attention_chunked(&self, chunk: u64) -> (f64, f64, f64, f64) {
+        self.counted(|x| {
+            (
+                chunked_pairs(x.new, x.prefix, chunk),
+                chunked_keys(x.new, x.prefix, chunk),
+            )
+        })
+    }
+
     /// (pairs0, pairs1, keys0, keys1): pair and distinct-key counts as affine
     /// functions of the decode key count `k`.
     fn attention(&self, window: Option<u64>) -> (f64, f64, f64, f64) {
+        self.counted(|x| {
+            (
+                causal_pairs(x.new, x.prefix, window),
+                distinct_keys(x.new, x.prefix, window),
+            )
+        })
+    }
+
+    /// The (pairs, keys) of every segment by `per_seq` (one sequence's), summed; in decode one
+    /// pair and one key per sequence and attended key (the slopes).
+    fn counted(&self, per_seq: impl Fn(&Segment) -> (f64, f64)) -> (f64, f64, f64, f64) {
         match self {
             Geometry::Segments(s) => {
-                let mut p = 0.0;
-                let mut k = 0.0;
+                let (mut p, mut k) = (0.0, 0.0);
                 for x in s.iter() {
-                    p += x.count as f64 * causal_pairs(x.new, x.prefix, window);
-                    k += x.count as f64 * distinct_keys(x.new, x.prefix, window);
+                    let (px, kx) = per_seq(x);
+                    p += x.count as f64 * px;
+                    k += x.count as f64 * kx;
                 }
                 (p, 0.0, k, 0.0)
             }
@@ -520,58 +542,50 @@ impl Builder<'_, '_> {
         self.elementwise(kind, count * rows * width, norm.flops_per_element(), 1.0, w);
     }
 
-    /// A Gated DeltaNet mixer on `t` tokens, heads split over the TP ranks: the input
-    /// projection, the short convolution (reading and writing each sequence's conv state), the
-    /// gated delta rule over the recurrent state, the gated norm and the output projection.
-    fn linear_attention(&mut self, l: &GatedDeltaNet, geo: &Geometry, t: f64) {
+    /// A recurrent mixer (Gated DeltaNet or Mamba2) on `t` tokens, heads split over the TP
+    /// ranks: the input projection, the short convolution (reading and writing each sequence's
+    /// conv state), the scan over the recurrent state, the gated norm and the output projection.
+    fn recurrent(&mut self, r: &Recurrent, geo: &Geometry, t: f64) {
         let c = self.ctx;
         let d = c.model.hidden_size as f64;
-        let (kh, vh) = (l.num_k_heads.div_ceil(c.tp) as f64, l.num_v_heads.div_ceil(c.tp) as f64);
-        let (dk, dv) = (l.head_k_dim as f64, l.head_v_dim as f64);
-        let value_t = vh * dv;
-        let conv_t = 2.0 * kh * dk + value_t;
-        let in_w = conv_t + value_t + 2.0 * vh; // q, k, v, then z, b, a
-        self.gemm(OpKind::LinearInProj, t, d, in_w, Role::Q, false);
+        self.gemm(OpKind::LinearInProj, t, d, r.in_cols, Role::Q, r.bias);
         // depthwise causal conv: a multiply-add per tap, then SiLU (3); the conv state of each
         // sequence (its last kernel - 1 inputs) read and written
-        let kern = l.conv_kernel as f64;
-        let state = geo.sequences() * conv_t * (kern - 1.0) * 2.0 * c.act_b;
-        let act = t * conv_t * 2.0 * c.act_b + state;
+        let state = geo.sequences() * r.conv_ch * (r.kernel - 1.0) * 2.0 * c.act_b;
+        let act = t * r.conv_ch * 2.0 * c.act_b + state;
         self.push(
             OpKind::ShortConv,
             c.peak_act,
-            (t * conv_t * (2.0 * kern + 3.0), 0.0),
-            (act + conv_t * kern * c.act_b, 0.0),
+            (t * r.conv_ch * (2.0 * r.kernel + 3.0), 0.0),
+            (act + r.conv_ch * r.kernel * c.act_b, 0.0),
             act,
             NO_KEYS,
         );
-        self.linear_kernel(l, geo, t);
-        // RMSNorm over each head's output, times SiLU(z): norm + silu (3) + multiply (1)
+        self.linear_kernel(r, geo, t);
+        // RMSNorm of the output, times SiLU(z): norm + silu (3) + multiply (1)
         let flops = NormKind::Rms.flops_per_element() + 4.0;
-        self.elementwise(OpKind::GatedNorm, t * value_t, flops, 2.0, dv * c.act_b);
-        self.gemm(OpKind::LinearOutProj, t, value_t, d, Role::O, false);
+        self.elementwise(OpKind::GatedNorm, t * r.out_in, flops, 2.0, r.out_in * c.act_b);
+        self.gemm(OpKind::LinearOutProj, t, r.out_in, d, Role::O, r.bias);
         if c.tp > 1 {
             self.comm(OpKind::AttnAllReduce, Collective::AllReduce, c.tp, t * d * c.act_b);
         }
     }
 
-    /// The gated delta rule of one Gated DeltaNet layer group (spec 30, linear attention): each
-    /// sequence's new tokens in chunks of `linear_chunk` (the last one shorter), every chunk of
-    /// `n` tokens per value head costing `chunk_flops(n)`; a decode token is a chunk of one.
-    /// Bytes: q, k (per key head), v, the gate and beta read, the output written, and each
-    /// sequence's recurrent state read and written once (in the state dtype).
-    fn linear_kernel(&mut self, l: &GatedDeltaNet, geo: &Geometry, t: f64) {
+    /// The scan of one recurrent layer group (spec 30, linear attention): each sequence's new
+    /// tokens in chunks (`Recurrent::chunk`, else the plan's `linear_chunk`; the last one
+    /// shorter), every chunk costing `chunked_scan_flops` per head; a decode token is a chunk of
+    /// one. Bytes: the scan's inputs and outputs, and each sequence's state read and written
+    /// once (in the state dtype).
+    fn linear_kernel(&mut self, r: &Recurrent, geo: &Geometry, t: f64) {
         let c = self.ctx;
-        let (kh, vh) = (l.num_k_heads.div_ceil(c.tp) as f64, l.num_v_heads.div_ceil(c.tp) as f64);
-        let (dk, dv) = (l.head_k_dim as f64, l.head_v_dim as f64);
-        let per_seq = |new: u64| chunked_scan_flops(new, c.linear_chunk, dk, dv);
-        let flops = vh
-            * match geo {
-                Geometry::Segments(s) => s.iter().map(|x| x.count as f64 * per_seq(x.new)).sum(),
-                Geometry::Decode { batch } => *batch as f64 * per_seq(1),
-            };
-        let io = t * (2.0 * kh * dk + 2.0 * vh * dv + 2.0 * vh) * c.act_b;
-        let state = geo.sequences() * 2.0 * vh * dk * dv * l.state_bytes.unwrap_or(c.act_b);
+        let chunk = if r.chunk > 0 { r.chunk as f64 } else { c.linear_chunk };
+        let per_seq = |new: u64| chunked_scan_flops(r.scan, new, chunk, r.heads, r.dk, r.dv);
+        let flops = match geo {
+            Geometry::Segments(s) => s.iter().map(|x| x.count as f64 * per_seq(x.new)).sum(),
+            Geometry::Decode { batch } => *batch as f64 * per_seq(1),
+        };
+        let io = t * r.io * c.act_b;
+        let state = geo.sequences() * 2.0 * r.heads * r.dk * r.dv * r.state_bytes.unwrap_or(c.act_b);
         self.push(
             OpKind::LinearAttention,
             c.peak_act,
@@ -670,22 +684,25 @@ impl Builder<'_, '_> {
         // A prefill query of a sliding-window layer is computed against its whole cache ring
         // up to itself (`BuildCtx::swa_span`).
         let span = c.swa_span(a.window);
-        let (p0, p1, k0, k1) = geo.attention(span);
+        let (p0, p1, k0, k1) = match a.chunk {
+            Some(ch) => geo.attention_chunked(ch),
+            None => geo.attention(span),
+        };
         let per_pair = 4.0 * h_t * hd;
         let per_key = 2.0 * kv_t * hd * c.kv_b;
         let qo = 2.0 * t * h_t * hd * c.act_b;
         let (flops, scores) = if c.attention_score_bytes > 0.0 {
-            let (r0, r1) = geo.score_rectangle(span);
+            let (r0, r1) = geo.score_rectangle(span, a.chunk);
             let per_score = h_t * c.attention_score_bytes;
             ((per_pair * r0, per_pair * r1), (per_score * r0, per_score * r1))
         } else {
             ((per_pair * p0, per_pair * p1), (0.0, 0.0))
         };
         // A decode step reads the cells the runtime's cache layout gives (`DecodeKeys`: a
-        // sliding-window ring larger than the window, n_kv padding).
+        // sliding-window ring larger than the window, n_kv padding, a chunk).
         let keys = match geo {
-            Geometry::Decode { batch } => c.decode_keys(a.window, *batch),
-            Geometry::Segments(_) => DecodeKeys::exact(span),
+            Geometry::Decode { batch } => c.decode_keys(a.window, *batch).with_chunk(a.chunk),
+            Geometry::Segments(_) => DecodeKeys::exact(span).with_chunk(a.chunk),
         };
         self.push(
             OpKind::Attention,
@@ -967,29 +984,39 @@ impl Builder<'_, '_> {
     }
 }
 
-/// FLOPs of the chunked gated delta rule over `new` tokens of one sequence, per value head,
-/// in chunks of `chunk` tokens (the last one shorter; `chunk` 0: one chunk), key and value
-/// head dims `dk`, `dv`. One chunk of `n` tokens (the chunkwise form of Yang et al. 2024,
-/// "Gated Delta Networks", as the FLA kernels compute it: chunk_scaled_dot_kkt, solve_tril,
-/// wy_fast, chunk_delta_h, chunk_o):
-/// - within the chunk, K K^T, the WY products T K and T V, Q K^T and the masked scores times
-///   the new values: 2 n^2 dk each for the three on keys, 2 n^2 dv each for the two on values;
-/// - the unit-lower-triangular solve for T: n^3 / 3 multiply-adds (2 n^3 / 3 FLOPs);
-/// - against the state: W S, Q S and the state update K^T U, 2 n dk dv each, and the state's
-///   decay, dk dv.
+/// FLOPs of a chunked recurrent scan over `new` tokens of one sequence, `heads` heads with a
+/// `dk` x `dv` state each, in chunks of `chunk` tokens (the last one shorter; `chunk` 0: one
+/// chunk). One chunk of `n` tokens per head:
 ///
-/// So `6 n^2 dk + 4 n^2 dv + 2 n^3 / 3 + 6 n dk dv + dk dv`; a decode token (n = 1) is
-/// `7 dk dv + 6 dk + 4 dv + 2/3`, the recurrent form's decay, two state reads and the rank-one
-/// update (7 dk dv) plus the one-token chunk's products.
-pub fn chunked_scan_flops(new: u64, chunk: f64, dk: f64, dv: f64) -> f64 {
-    let one = |n: f64| 6.0 * n * n * dk + 4.0 * n * n * dv + 2.0 * n * n * n / 3.0 + 6.0 * n * dk * dv + dk * dv;
+/// - the gated delta rule (the chunkwise form of Yang et al. 2024, "Gated Delta Networks", as
+///   the FLA kernels compute it: chunk_scaled_dot_kkt, solve_tril, wy_fast, chunk_delta_h,
+///   chunk_o): within the chunk K K^T, the WY products T K and T V, Q K^T and the masked scores
+///   times the new values (2 n^2 dk each for the three on keys, 2 n^2 dv each for the two on
+///   values); the unit-lower-triangular solve for T, n^3 / 3 multiply-adds; against the state
+///   W S, Q S and the update K^T U (2 n dk dv each) and the state's decay (dk dv):
+///   `6 n^2 dk + 4 n^2 dv + 2 n^3 / 3 + 6 n dk dv + dk dv`. A decode token (n = 1) is
+///   `7 dk dv + 6 dk + 4 dv + 2/3`: the recurrent form's decay, two state reads and the
+///   rank-one update (7 dk dv) plus the one-token chunk's products;
+/// - Mamba2's SSD scan (Dao and Gu 2024, "Transformers are SSMs", the chunked algorithm of
+///   mamba_chunk_scan_combined), dk the state size N, dv the head dim P: C B^T within the chunk
+///   (2 n^2 N, shared by the heads of a group: times groups / heads), its decay mask (n^2), the
+///   masked scores times X (2 n^2 P), the chunk's state B^T X and the output from the carried
+///   state C S (2 n N P each), and passing the state on (decay and add, 2 N P):
+///   `2 n^2 N g / h + n^2 + 2 n^2 P + 4 n N P + 2 N P`.
+pub fn chunked_scan_flops(scan: Scan, new: u64, chunk: f64, heads: f64, dk: f64, dv: f64) -> f64 {
+    let one = |n: f64| match scan {
+        Scan::GatedDelta => 6.0 * n * n * dk + 4.0 * n * n * dv + 2.0 * n * n * n / 3.0 + 6.0 * n * dk * dv + dk * dv,
+        Scan::Ssd { groups } => {
+            2.0 * n * n * dk * groups / heads + n * n + 2.0 * n * n * dv + 4.0 * n * dk * dv + 2.0 * dk * dv
+        }
+    };
     if new == 0 {
         return 0.0;
     }
     let c = if chunk >= 1.0 { chunk } else { new as f64 };
     let full = (new as f64 / c).floor();
     let rest = new as f64 - full * c;
-    full * one(c) + if rest > 0.0 { one(rest) } else { 0.0 }
+    heads * (full * one(c) + if rest > 0.0 { one(rest) } else { 0.0 })
 }
 
 /// Expected distinct experts `T` tokens touch, each routed to `k` of `E` experts.
@@ -1069,8 +1096,8 @@ pub fn build_kernels(ctx: &BuildCtx, segs: &[Segment], out: &mut Vec<Op>) {
     for (gi, g) in ctx.model.layer_groups.iter().enumerate() {
         b.group = gi as u16;
         b.repeat = g.count as f64;
-        if let Some(l) = &g.linear {
-            b.linear_kernel(l, &geo, t);
+        if let Some(r) = g.recurrent(ctx.tp) {
+            b.linear_kernel(&r, &geo, t);
         }
         let Some(a) = &g.attention else { continue };
         let h_t = (a.heads / ctx.tp) as f64;
@@ -1165,8 +1192,8 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
         if let Some(a) = &g.attention {
             b.attention(a, geo, t);
         }
-        if let Some(l) = &g.linear {
-            b.linear_attention(l, geo, t);
+        if let Some(r) = g.recurrent(ctx.tp) {
+            b.recurrent(&r, geo, t);
         }
         b.ffn(g, t, route_tokens);
     }

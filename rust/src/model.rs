@@ -97,6 +97,11 @@ pub struct Attention {
     /// and the attention reads only the `topk` best.
     #[serde(default)]
     pub indexer: Option<Indexer>,
+    /// Chunked local attention (Llama-4 `attention_chunk_size` on its rope layers): a query
+    /// attends the keys of its own chunk of this many tokens up to itself; the runtime keeps
+    /// at most one chunk of the layer's cache.
+    #[serde(default)]
+    pub chunk: Option<u64>,
 }
 
 impl Attention {
@@ -177,12 +182,31 @@ impl GatedDeltaNet {
     pub fn vector_params(&self) -> u64 {
         self.conv_dim() * self.conv_kernel + 2 * self.num_v_heads + self.head_v_dim
     }
-    /// Per-sequence state on one of `tp` ranks (heads split over the ranks): (recurrent-state
-    /// values, convolution-state values).
-    pub fn state_values(&self, tp: u64) -> (u64, u64) {
-        let (kh, vh) = (self.num_k_heads.div_ceil(tp), self.num_v_heads.div_ceil(tp));
-        let conv = (2 * kh * self.head_k_dim + vh * self.head_v_dim) * (self.conv_kernel - 1);
-        (vh * self.head_k_dim * self.head_v_dim, conv)
+    /// The mixer on one of `tp` ranks (heads split over the ranks; the gated norm's weight,
+    /// head_v_dim, on every rank).
+    pub fn rank_shape(&self, tp: u64) -> Recurrent {
+        let (kh, vh) = (
+            self.num_k_heads.div_ceil(tp) as f64,
+            self.num_v_heads.div_ceil(tp) as f64,
+        );
+        let (dk, dv) = (self.head_k_dim as f64, self.head_v_dim as f64);
+        let value = vh * dv;
+        let conv = 2.0 * kh * dk + value;
+        Recurrent {
+            in_cols: conv + value + 2.0 * vh, // q, k, v, then z, b, a
+            conv_ch: conv,
+            kernel: self.conv_kernel as f64,
+            out_in: value,
+            vectors: conv * self.conv_kernel as f64 + 2.0 * vh + dv,
+            heads: vh,
+            dk,
+            dv,
+            io: 2.0 * kh * dk + 2.0 * value + 2.0 * vh, // q, k, v, gate, beta in; o out
+            state_bytes: self.state_bytes,
+            scan: Scan::GatedDelta,
+            chunk: 0,
+            bias: false,
+        }
     }
 }
 
@@ -215,7 +239,9 @@ impl Mla {
     }
 }
 
-/// A Mamba2 mixer (Nemotron-H): counted for parameters; the engine does not price it yet.
+/// A Mamba2 mixer (Nemotron-H): in_proj (hidden -> z, x, B, C, dt), a depthwise conv over x, B
+/// and C, the SSD scan over a state of num_heads x head_dim x state_size a sequence, a gated
+/// RMSNorm and out_proj.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Mamba2 {
     pub num_heads: u64,
@@ -227,6 +253,14 @@ pub struct Mamba2 {
     pub proj_bias: bool,
     #[serde(default)]
     pub conv_bias: bool,
+    /// Tokens per chunk of the SSD scan (the config's chunk_size, which the runtimes' Mamba2
+    /// kernels take); 0: the plan's linear-attention chunk.
+    #[serde(default)]
+    pub chunk: u64,
+    /// Bytes per value of the SSM state (the config's mamba_ssm_cache_dtype); None: the
+    /// activation dtype.
+    #[serde(default)]
+    pub state_bytes: Option<f64>,
 }
 
 impl Mamba2 {
@@ -235,6 +269,71 @@ impl Mamba2 {
     }
     pub fn conv_dim(&self) -> u64 {
         self.inner() + 2 * self.n_groups * self.state_size
+    }
+
+    /// The mixer on one of `tp` ranks (heads and groups split over the ranks).
+    pub fn rank_shape(&self, tp: u64) -> Recurrent {
+        let (h, g) = (self.num_heads.div_ceil(tp) as f64, self.n_groups.div_ceil(tp) as f64);
+        let (p, n) = (self.head_dim as f64, self.state_size as f64);
+        let inner = h * p;
+        let conv = inner + 2.0 * g * n;
+        Recurrent {
+            in_cols: inner + conv + h, // z, then x, B, C, then dt
+            conv_ch: conv,
+            kernel: self.conv_kernel as f64,
+            out_in: inner,
+            vectors: conv * self.conv_kernel as f64 + if self.conv_bias { conv } else { 0.0 } + 3.0 * h + inner,
+            heads: h,
+            dk: n,
+            dv: p,
+            io: 2.0 * inner + 2.0 * g * n + h,
+            state_bytes: self.state_bytes,
+            scan: Scan::Ssd { groups: g },
+            chunk: self.chunk,
+            bias: self.proj_bias,
+        }
+    }
+}
+
+/// How a recurrent mixer's state is updated over a chunk of tokens.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scan {
+    /// The gated delta rule (Gated DeltaNet).
+    GatedDelta,
+    /// Mamba2's state-space duality scan, B and C shared by the heads of each of `groups`.
+    Ssd { groups: f64 },
+}
+
+/// A recurrent (linear-attention) mixer on one rank, as the engine prices and stores it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Recurrent {
+    /// Output columns of the input projection.
+    pub in_cols: f64,
+    /// Channels of the short causal convolution.
+    pub conv_ch: f64,
+    pub kernel: f64,
+    /// Rows of the output projection (the gated norm's width).
+    pub out_in: f64,
+    /// Parameters besides the two projections (conv weights and bias, per-head vectors, norm).
+    pub vectors: f64,
+    /// Heads of the scan, each holding a dk x dv state.
+    pub heads: f64,
+    pub dk: f64,
+    pub dv: f64,
+    /// Values the scan reads and writes per token.
+    pub io: f64,
+    pub state_bytes: Option<f64>,
+    pub scan: Scan,
+    /// Tokens per scan chunk (0: the plan's).
+    pub chunk: u64,
+    /// The projections carry biases.
+    pub bias: bool,
+}
+
+impl Recurrent {
+    /// Per-sequence state: (scan-state values, conv-state values).
+    pub fn state_values(&self) -> (f64, f64) {
+        (self.heads * self.dk * self.dv, self.conv_ch * (self.kernel - 1.0))
     }
 }
 
@@ -288,6 +387,17 @@ pub struct LayerGroup {
     pub ffn: Ffn,
     /// Norms per layer (1: parallel attention/MLP blocks; 2: pre-norm; 4: Gemma-2).
     pub norms: u64,
+}
+
+impl LayerGroup {
+    /// The group's recurrent mixer (Gated DeltaNet or Mamba2) on one of `tp` ranks.
+    pub fn recurrent(&self, tp: u64) -> Option<Recurrent> {
+        match (&self.linear, &self.mamba) {
+            (Some(l), _) => Some(l.rank_shape(tp)),
+            (None, Some(m)) => Some(m.rank_shape(tp)),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -345,7 +455,9 @@ impl Model {
                     };
                     // a sparse-attention indexer caches one key of head_dim values a token
                     let index = a.indexer.as_ref().filter(|i| !i.shared).map_or(0, |i| i.head_dim);
-                    (g.count, values + index, a.window)
+                    // a chunked-local layer holds at most one chunk (vLLM frees the blocks
+                    // behind it), as a windowed layer holds its window
+                    (g.count, values + index, a.window.or(a.chunk))
                 })
             })
             .collect()
@@ -357,20 +469,17 @@ impl Model {
     pub fn state_bytes(&self, tp: u64, act_b: f64) -> f64 {
         self.layer_groups
             .iter()
-            .filter_map(|g| g.linear.as_ref().map(|l| (g.count, l)))
-            .map(|(n, l)| {
-                let (state, conv) = l.state_values(tp);
-                n as f64 * (state as f64 * l.state_bytes.unwrap_or(act_b) + conv as f64 * act_b)
+            .filter_map(|g| g.recurrent(tp).map(|r| (g.count, r)))
+            .map(|(n, r)| {
+                let (state, conv) = r.state_values();
+                n as f64 * (state * r.state_bytes.unwrap_or(act_b) + conv * act_b)
             })
             .sum()
     }
 
-    /// Layer types the engine cannot price yet, named for the error.
+    /// Layer types the engine cannot price yet, named for the error (none at present).
     pub fn unpriced_layers(&self) -> Option<&'static str> {
-        self.layer_groups
-            .iter()
-            .find(|g| g.mamba.is_some())
-            .map(|_| "Mamba2 (M) layers")
+        None
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -417,6 +526,15 @@ impl Model {
                 }
                 if let Some(w) = a.window {
                     pos("sliding_window", w)?;
+                }
+                if let Some(c) = a.chunk {
+                    pos("attention_chunk_size", c)?;
+                    if a.window.is_some() || a.mla.is_some() || a.indexer.is_some() {
+                        return Err(Error::model(
+                            "attention_chunk_size",
+                            "chunked local attention with a window, MLA or an indexer is not supported",
+                        ));
+                    }
                 }
                 if let Some(i) = &a.indexer {
                     pos("index_n_heads", i.heads)?;

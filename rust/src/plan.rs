@@ -297,6 +297,7 @@ impl Plan {
             cache_extra: self.swa_cache_extra,
             pad: self.kv_pad,
             skip_masked_tail: self.kv_skip_masked_tail,
+            chunk: None,
         }
     }
 

@@ -156,6 +156,11 @@ impl CoreModel {
         self.inner.num_layers()
     }
 
+    /// Layer types the engine cannot price yet (None: every layer is priced).
+    fn unpriced_layers(&self) -> Option<&'static str> {
+        self.inner.unpriced_layers()
+    }
+
     /// `(layers, KV values per token, window)` for each layer group with attention, at TP `tp`.
     #[pyo3(signature = (tp=1))]
     fn kv_layers(&self, tp: u64) -> PyResult<Vec<(u64, u64, Option<u64>)>> {

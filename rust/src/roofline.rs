@@ -301,7 +301,7 @@ mod tests {
             extra in prop_oneof![Just(0u64), 0u64..3000], pad in prop_oneof![Just(1u64), 1u64..300],
             skip in any::<bool>(),
         ) {
-            let o = keyed(f0, f1, b0, b1, DecodeKeys { window: w, cache_extra: extra, pad, skip_masked_tail: skip });
+            let o = keyed(f0, f1, b0, b1, DecodeKeys { window: w, cache_extra: extra, pad, skip_masked_tail: skip, chunk: None });
             let eff = Efficiency { eta_compute: 0.7, eta_mem: 0.8, eta_moe: None, eta_compute_quant: None, eta_compute_quant_roles: [None; crate::weights::N_ROLES], overlap, overlap_moe: None, t_launch_s: launch, t_layer_s: 0.0, t_step_s: 0.0 };
             let hi = lo + len;
             let a = price_range(&o, lo, hi, 1e9, &eff);

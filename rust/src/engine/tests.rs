@@ -1019,3 +1019,66 @@ fn sparse_attention_attends_the_top_k_and_indexes_every_key() {
     let mem = |ctx: u64| run_model(&m, &plan(1, ctx, 1)).memory.kv_bytes;
     assert_eq!(mem(20_000) - mem(10_000), 4.0 * 10_000.0 * (kvl + rope + 128.0) * 2.0);
 }
+
+#[test]
+fn mamba2_state_decode_and_prefill_closed_forms() {
+    let m = crate::fixtures::mamba_hybrid();
+    // state: 16 heads x 64 x 128 in bf16, conv (1024 + 2 x 2 x 128 channels) x 3 inputs in bf16
+    let per_layer = 16.0 * 64.0 * 128.0 * 2.0 + (1024.0 + 512.0) * 3.0 * 2.0;
+    assert_eq!(per_layer, 271_360.0);
+    assert_eq!(m.state_bytes(1, 2.0), 3.0 * per_layer);
+    // the scan's own chunk (the config's chunk_size) is used: no plan chunk needed
+    let e = run_model(&m, &plan(2, 1000, 2));
+    assert_eq!(e.memory.state_bytes, 2.0 * 3.0 * per_layer);
+    let dec = row(&e, Phase::Decode, OpKind::LinearAttention);
+    // x, B, C, dt in and y out (2 x 1024 + 2 x 2 x 128 + 16) in bf16, the state read and written
+    let io = 2.0 * (2.0 * 1024.0 + 512.0 + 16.0) * 2.0;
+    assert_eq!(dec.bytes, 3.0 * (io + 2.0 * 2.0 * 16.0 * 64.0 * 128.0 * 2.0));
+    // SSD chunk of n per head, N = 128, P = 64, groups / heads = 1/8:
+    // 2 n^2 N g/h + n^2 + 2 n^2 P + 4 n N P + 2 N P
+    let chunk128 = 524_288.0 + 16_384.0 + 2_097_152.0 + 4_194_304.0 + 16_384.0;
+    let one = 32.0 + 1.0 + 128.0 + 32_768.0 + 16_384.0;
+    for (s, want) in [
+        (1u64, one),
+        (128, chunk128),
+        (4096, 32.0 * chunk128),
+        (32768, 256.0 * chunk128),
+    ] {
+        let e = run_model(&m, &plan(1, s, 1));
+        let per_layer_head = row(&e, Phase::Prefill, OpKind::LinearAttention).flops / (3.0 * 16.0);
+        assert!(
+            (per_layer_head - want).abs() <= 1e-9 * want,
+            "S={s}: {per_layer_head} vs {want}"
+        );
+    }
+    // decode memory grows only through the attention layer
+    let mem = |ctx: u64| run_model(&m, &plan(1, ctx, 1)).memory;
+    let (a, b) = (mem(1000), mem(5000));
+    assert_eq!(a.state_bytes, b.state_bytes);
+    assert_eq!(b.kv_bytes - a.kv_bytes, 4000.0 * 2.0 * 2.0 * 256.0 * 2.0);
+}
+
+#[test]
+fn chunked_local_attention_attends_and_holds_one_chunk() {
+    // Llama-3.1-8B's geometry with Llama-4's chunked local attention (8192) on every layer
+    let mut m = llama31_8b();
+    m.layer_groups[0].attention.as_mut().unwrap().chunk = Some(8192);
+    let a = m.layer_groups[0].attention.clone().unwrap();
+    let per_pair = 4.0 * (a.heads * a.head_dim) as f64;
+    let tri = |n: u64| (n * (n + 1) / 2) as f64;
+    for (s, pairs) in [
+        (128u64, tri(128)),
+        (8192, tri(8192)),
+        (20000, 2.0 * tri(8192) + tri(20000 - 16384)),
+    ] {
+        let e = run_model(&m, &plan(1, s, 1));
+        let got = row(&e, Phase::Prefill, OpKind::Attention).flops / 32.0;
+        assert_eq!(got, per_pair * pairs, "S={s}");
+    }
+    // decode at context L reads (L - 1) mod 8192 + 1 keys: 8192 + 100 + 1 -> 101 keys
+    let k = |ctx: u64| row(&run_model(&m, &plan(1, ctx, 2)), Phase::Decode, OpKind::Attention).flops;
+    assert_eq!(k(8192 + 100) / k(100), 1.0);
+    // the cache holds at most one chunk
+    let mem = |ctx: u64| run_model(&m, &plan(1, ctx, 1)).memory.kv_bytes;
+    assert_eq!(mem(30_000), mem(9000));
+}
