@@ -75,16 +75,20 @@ def test_only_one_current_config_is_not_copied():
 
 @pytest.mark.parametrize(
     "config,safetensors",
-    [  # Hugging Face safetensors totals (the weights' own count): text + vision tower + MTP layer
+    [  # Hugging Face safetensors totals (the weights' own count): text + vision tower + MTP layers
         ("nvidia--Qwen3.6-27B-NVFP4_config.json", 27_781_427_952),  # Qwen/Qwen3.6-27B, all BF16
         ("Qwen--Qwen3.5-122B-A10B_config.json", 125_086_497_008),  # BF16 125,086,490,096 + F32 6,912
         ("nvidia--Qwen3.6-35B-A3B-NVFP4_config.json", 35_951_822_704),  # Qwen/Qwen3.6-35B-A3B, BF16
+        # nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16: Mamba2, latent MoE, MTP "*E", no tower
+        ("nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8_config.json", 123_611_012_096),
     ],
 )
-def test_qwen3_5_counts_equal_the_weights_to_the_parameter(config, safetensors):
+def test_hybrid_counts_equal_the_weights_to_the_parameter(config, safetensors):
     m = Model.from_config(AIC_DIR / config)
-    assert m.towers == ("vision tower",) and m.mtp_layers == 1
-    assert m.total_params + m.tower_params[0] + m.mtp_params == safetensors
+    assert m.mtp_layers == 1 and m.mtp_params is not None
+    towers = sum(n or 0 for n in m.tower_params)
+    assert m.towers in ((), ("vision tower",)) and None not in m.tower_params
+    assert m.total_params + towers + m.mtp_params == safetensors
 
 
 @pytest.mark.parametrize("row", MOE_ACTIVE, ids=[r["hf_id"] for r in MOE_ACTIVE])
@@ -238,7 +242,7 @@ def test_strict_and_lenient_json_paths():
 
     for name in [n for n in _data.list_files("data/models/") if n.endswith(".json")]:
         cfg, how = read_json(_data.read_text(name), name)
-        if "Nemotron-H" in name:  # holds the non-standard token Infinity
+        if "Nemotron-H" in name or "Nemotron-3-Super" in name:  # hold the non-standard token Infinity
             assert how.startswith("lenient") and "Infinity" in how
         else:
             assert how == "strict JSON", name

@@ -105,6 +105,8 @@ _QK_NORM_TYPES = {
 # Families whose shared expert has a sigmoid gate (shared_expert_gate: hidden -> 1).
 _SHARED_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe_text"}
 # Families whose routers carry a per-expert score-correction bias (DeepSeek's noaux_tc routing).
+# Not Nemotron-H: Nemotron-3's checkpoints hold no e_score_correction_bias (Super's safetensors
+# total equals the count without it, to the parameter).
 _NOAUX_TYPES = {"deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa"}
 
 # Config keys that change the architecture in a way the normaliser does not model yet: a config
@@ -129,17 +131,15 @@ _UNSUPPORTED_KEYS = {
     "sparse_attention_config": "MiniMax sparse attention (sparse_attention_config)",
     "attention_output_gate": "a gated attention output (attention_output_gate)",
     "dense_intermediate_size": "separate dense-layer widths (dense_intermediate_size)",
-    "moe_latent_size": "latent MoE, experts in a projected space (moe_latent_size)",
     "attn_res_block_size": "block attention residuals (attn_res_block_size)",
     "routed_expert_hidden_size": "latent routed experts (routed_expert_hidden_size)",
     "mla_use_output_gate": "a gated MLA output (mla_use_output_gate)",
-    "layers_block_type": "per-layer block types (layers_block_type)",
     "index_topk_pattern": "a per-layer top-k pattern (index_topk_pattern)",
 }
 # Per-layer lists and patterns the normaliser reads (any other one is refused).
 _UNDERSTOOD_LAYER_KEYS = {
     "layer_types", "mlp_only_layers", "hybrid_override_pattern", "mlp_layer_types", "indexer_types",
-    "attn_type_list", "block_configs", "no_rope_layers",
+    "attn_type_list", "block_configs", "no_rope_layers", "layers_block_type",
 }  # fmt: skip
 # Keys that describe parts outside the text decoder: reported, never priced.
 _TOWER_KEYS = ("vision_config", "audio_config")
@@ -308,6 +308,8 @@ class Model:
     #: Multi-token-prediction (draft) layers the checkpoint carries beside the decoder: not counted
     #: (the publishers' totals leave them out: DeepSeek-V3 671B) nor priced.
     mtp_layers: int = 0
+    #: The MTP modules' decoder layer groups where their structure is known (``mtp_params``).
+    mtp_groups: tuple[Mapping[str, Any], ...] = ()
 
     @staticmethod
     def from_config(name_or_path: str | Path) -> Model:
@@ -368,21 +370,21 @@ class Model:
 
     @functools.cached_property
     def mtp_params(self) -> Optional[int]:
-        """Parameters of the checkpoint's MTP layers where their structure is known (Qwen3-Next /
-        Qwen3.5 ``mtp.*``: a full-attention decoder layer like the model's, an fc from the
-        concatenated embedding and hidden state (2 hidden x hidden, no bias) and three RMSNorms);
-        None when unknown or absent. Not in ``params``: the decoder does not run them."""
-        if not self.mtp_layers or self.model_type not in _MTP_KNOWN_TYPES:
+        """Parameters of the checkpoint's MTP modules where their structure is known; None when
+        unknown or absent. Each module: its decoder layers (Qwen3-Next / Qwen3.5 ``mtp.*``: a
+        full-attention layer like the model's; Nemotron-H: the layers of its MTP pattern, "*E"),
+        an fc from the concatenated embedding and hidden state (2 hidden x hidden, no bias) and
+        three RMSNorms. Not in ``params``: the decoder does not run them."""
+        if not self.mtp_layers or not self.mtp_groups:
             return None
-        group = next(g for g in reversed(self.layer_groups) if g.get("attention"))
         core = json.loads(self.core_json)
-        core["layer_groups"] = [{**group, "count": 1}]
+        core["layer_groups"] = [dict(g) for g in self.mtp_groups]
         from . import _core
 
         p = dict(_core.CoreModel(json.dumps(core)).params())
         d = self.hidden_size
-        layer = p["total"] - p["embedding"] - p["lm_head"] - d  # the final norm is not the layer's
-        return self.mtp_layers * (layer + 2 * d * d + 3 * d)
+        layers = p["total"] - p["embedding"] - p["lm_head"] - d  # the final norm is not the module's
+        return layers + self.mtp_layers * (2 * d * d + 3 * d)
 
     @property
     def architecture_class(self) -> str:
@@ -669,6 +671,7 @@ def _gated_deltanet(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 # Families whose MTP layers the counter knows (Model.mtp_params).
 _MTP_KNOWN_TYPES = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
+# (nemotron_h: its MTP pattern's layers, mtp_hybrid_override_pattern / mtp_layers_block_type)
 
 # Vision towers whose structure the counter knows: Qwen3-VL's ViT (HF Qwen3VLVisionModel), which
 # Qwen3.5 / 3.6 reuse.
@@ -817,6 +820,15 @@ def _layer_kinds(cfg: Mapping[str, Any], n_layers: int) -> str:
     (linear attention + FFN, from layer_types); from a hybrid_override_pattern (Nemotron-H):
     M = Mamba2, * = attention, - = MLP, E = MoE."""
     pattern = cfg.get("hybrid_override_pattern")
+    blocks = cfg.get("layers_block_type")
+    if pattern is None and blocks is not None:  # Nemotron-3: the same pattern, in words
+        letters = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+        if not isinstance(blocks, list) or len(blocks) != n_layers or any(b not in letters for b in blocks):
+            raise ModelConfigError(
+                f"model config key 'layers_block_type': expected {n_layers} entries of "
+                f"{', '.join(repr(k) for k in letters)}; got {blocks!r}"
+            )
+        pattern = "".join(letters[b] for b in blocks)
     if pattern is None:
         types = cfg.get("layer_types")
         if isinstance(types, list) and _is_gated_deltanet(cfg):
@@ -882,6 +894,8 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
 
     _check_supported(cfg)
     d = _count(cfg, ("hidden_size", "n_embd", "d_model"))
+    if cfg.get("num_hidden_layers") is None and isinstance(cfg.get("layers_block_type"), list):
+        cfg = {**cfg, "num_hidden_layers": len(cfg["layers_block_type"])}  # Nemotron-3 Ultra: the list is the count
     n_layers = _count(cfg, ("num_hidden_layers", "n_layer", "num_layers"))
     from . import _core
 
@@ -1012,7 +1026,10 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
         if model_type == "llama4_text":  # Llama4TextMoe: experts and a shared expert of intermediate_size
             fe = _count(cfg, ("intermediate_size",))
         shared = _count(
-            cfg, ("shared_expert_intermediate_size", "shared_intermediate_size"), required=False, allow_zero=True
+            cfg,
+            ("shared_expert_intermediate_size", "shared_intermediate_size", "moe_shared_expert_intermediate_size"),
+            required=False,
+            allow_zero=True,
         )
         share_dim = _count(cfg, ("share_expert_dim",), required=False, allow_zero=True)  # Step-3: per shared expert
         n_shared = _count(cfg, ("n_shared_experts",), required=False, allow_zero=True)
@@ -1051,6 +1068,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
             or _flag(cfg, "use_routing_bias", False)
             or _flag(cfg, "use_moe_router_bias", False),
             "shared_gate": shared > 0 and model_type in _SHARED_GATE_TYPES,
+            "latent": _count(cfg, ("moe_latent_size",), required=False) or None,
         }
 
     windows = _windows(cfg, model_type, n_layers)
@@ -1067,6 +1085,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     linear = _gated_deltanet(cfg) if "L" in kinds else None
     nas = _nas_blocks(cfg, n_layers, heads, d)
     groups: list[dict[str, Any]] = []
+    layer_group_of: list[dict[str, Any]] = []  # each layer's structure (before grouping)
     for i in range(n_layers):
         attention = {
             "heads": heads,
@@ -1105,12 +1124,34 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
             g["attention"] = None if nas_kv is None else {**attention, "kv_heads": nas_kv}
             g["ffn"] = {"kind": "none"} if width is None else {**dense, "intermediate_size": width}
             g["norms"] = int(nas_kv is not None) + int(width is not None)
+        layer_group_of.append(g)
         for existing in groups:
             if all(existing[k] == g[k] for k in g):
                 existing["count"] += 1
                 break
         else:
             groups.append({"count": 1, **g})
+
+    # the MTP modules' layers where their structure is known
+    mtp_groups: list[dict[str, Any]] = []
+    n_mtp = _mtp_layers(cfg)
+    if n_mtp and model_type in _MTP_KNOWN_TYPES:
+        last = next((g for g in reversed(groups) if g["attention"]), None)
+        if last is not None:
+            mtp_groups = [{**last, "count": n_mtp}]
+    elif n_mtp and model_type == "nemotron_h":
+        mtp_pattern = cfg.get("mtp_hybrid_override_pattern")
+        mtp_blocks = cfg.get("mtp_layers_block_type")
+        if mtp_pattern is None and isinstance(mtp_blocks, list):
+            mtp_pattern = "".join(
+                {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}.get(b, "?") for b in mtp_blocks
+            )
+        # each letter a layer like the model's own of that kind
+        like: dict[str, dict[str, Any]] = {}
+        for g, k in zip(layer_group_of, kinds):
+            like.setdefault(k, g)
+        if isinstance(mtp_pattern, str) and all(k in like for k in mtp_pattern):
+            mtp_groups = [{**like[k], "count": n_mtp} for k in mtp_pattern]
 
     max_len = _max_model_len(cfg)
     core = {
@@ -1154,6 +1195,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
             if raw.get(k) is not None
         ),
         mtp_layers=_mtp_layers(cfg),
+        mtp_groups=tuple(mtp_groups),
     )
     _ = m._core  # validate in the core now, not at the first estimate
     return m

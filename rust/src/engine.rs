@@ -638,7 +638,7 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
                 layer += (r.in_cols + d) * act;
             }
         }
-        let mlp = |up: Role, down: Role, width: f64, gated: bool, bias: bool| {
+        let mlp = |up: Role, down: Role, d: f64, width: f64, gated: bool, bias: bool| {
             let n_up = if gated { 2.0 * width } else { width };
             let b = if bias { (n_up + d) * act } else { 0.0 };
             f(up, d, n_up) + f(down, width, d) + b
@@ -650,7 +650,7 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
                 gated,
                 bias,
                 ..
-            } => mlp(Role::Up, Role::Down, *intermediate_size as f64 / t, *gated, *bias),
+            } => mlp(Role::Up, Role::Down, d, *intermediate_size as f64 / t, *gated, *bias),
             Ffn::Moe {
                 num_experts,
                 expert_intermediate_size,
@@ -659,17 +659,23 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
                 bias,
                 router_bias,
                 shared_gate,
+                latent,
                 ..
             } => {
                 let e = *num_experts as f64;
                 let fe = *expert_intermediate_size as f64;
-                // E / EP whole experts a rank, each sharded over the MoE TP (group / EP)
+                // E / EP whole experts a rank, each sharded over the MoE TP (group / EP), in the
+                // latent width where there is one (its two projections on every rank)
                 let (ep, moe_tp) = ctx.expert_split();
-                let experts = e / ep * mlp(Role::ExpertUp, Role::ExpertDown, fe / moe_tp, *gated, *bias);
+                let width = latent.map_or(d, |l| l as f64);
+                let projections = latent.map_or(0.0, |l| f(Role::Up, d, l as f64) + f(Role::Down, l as f64, d));
+                let experts =
+                    projections + e / ep * mlp(Role::ExpertUp, Role::ExpertDown, width, fe / moe_tp, *gated, *bias);
                 let shared = if *shared_intermediate_size > 0 {
                     mlp(
                         Role::Up,
                         Role::Down,
+                        d,
                         *shared_intermediate_size as f64 / t,
                         *gated,
                         *bias,

@@ -84,6 +84,7 @@ pub fn mixtral_8x7b() -> Model {
         bias: false,
         router_bias: false,
         shared_gate: false,
+        latent: None,
     };
     m
 }

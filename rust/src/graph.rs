@@ -59,6 +59,8 @@ pub enum OpKind {
     LogitsAllGather,
     /// The sigmoid output gate of gated attention (Qwen3-Next / Qwen3.5).
     AttnGate,
+    /// A latent MoE's projections into and out of the experts' width (Nemotron-3).
+    MoeLatentProj,
     /// The sparse-attention indexer's projections (wq_b, wk, weights_proj).
     IndexerProj,
     /// The indexer's key-cache write.
@@ -118,6 +120,7 @@ impl OpKind {
             OpKind::LmHead => "lm_head",
             OpKind::LogitsAllGather => "logits_allgather",
             OpKind::AttnGate => "attn_gate",
+            OpKind::MoeLatentProj => "moe_latent_proj",
             OpKind::IndexerProj => "indexer_proj",
             OpKind::IndexerCacheWrite => "indexer_cache_write",
             OpKind::IndexerScores => "indexer_scores",
@@ -596,22 +599,21 @@ impl Builder<'_, '_> {
         );
     }
 
-    /// A feed-forward block: up (gate+up when gated) to width `ft` per rank,
-    /// activation, down; on `m` token rows, reading `weight_sets` copies of
-    /// its weights (1 for dense, the expected distinct experts when routed).
+    /// A feed-forward block from width `d` (the hidden size, or a latent MoE's width): up
+    /// (gate+up when gated) to width `ft` per rank, activation, down; on `m` token rows, reading
+    /// `weight_sets` copies of its weights (1 for dense, the expected distinct experts when routed).
     #[allow(clippy::too_many_arguments)]
     fn mlp(
         &mut self,
         kinds: [OpKind; 3],
         roles: [Role; 2],
         m: f64,
-        ft: f64,
+        (d, ft): (f64, f64),
         gated: bool,
         act_flops: f64,
         bias: bool,
         weight_sets: f64,
     ) {
-        let d = self.ctx.model.hidden_size as f64;
         let up = if gated { 2.0 * ft } else { ft };
         self.gemm_parts(kinds[0], m, d, &[(up, roles[0])], weight_sets, bias);
         self.elementwise(kinds[1], m * ft, act_flops, if gated { 2.0 } else { 1.0 }, 0.0);
@@ -895,7 +897,7 @@ impl Builder<'_, '_> {
                     [OpKind::FfnUp, OpKind::FfnAct, OpKind::FfnDown],
                     [Role::Up, Role::Down],
                     t,
-                    ft,
+                    (d, ft),
                     *gated,
                     af,
                     *bias,
@@ -912,6 +914,7 @@ impl Builder<'_, '_> {
                 bias,
                 router_bias,
                 shared_gate,
+                latent,
             } => {
                 let e = *num_experts as f64;
                 let k = *top_k as f64;
@@ -921,7 +924,6 @@ impl Builder<'_, '_> {
                 let gate = if *shared_gate { 1.0 } else { 0.0 };
                 self.gemm_act(OpKind::Router, t, d, e + gate, *router_bias);
                 let fe = *expert_intermediate_size as f64;
-                let first_expert_op = self.out.len();
                 // Expert parallelism over the MoE group (tp x attention_dp ranks): E/ep whole
                 // experts per device, each sharded over the MoE TP (group / ep ranks; ep = 1 is
                 // plain TP, ep = group whole experts). Without attention DP every rank holds all
@@ -939,7 +941,14 @@ impl Builder<'_, '_> {
                 let (epf, moe_tp) = c.expert_split();
                 let adp = c.attention_dp.max(1) as f64;
                 let routed = distinct_experts(*num_experts, *top_k, route_tokens * adp, c.routing_skew);
-                let msg = t / tpf * k * d * c.act_b;
+                // a latent MoE projects its tokens down before the experts (and dispatches them
+                // in the latent width) and back up after
+                let width = latent.map_or(d, |l| l as f64);
+                if latent.is_some() {
+                    self.gemm(OpKind::MoeLatentProj, t, d, width, Role::Up, false);
+                }
+                let first_expert_op = self.out.len();
+                let msg = t / tpf * k * width * c.act_b;
                 if c.attention_dp > 1 && c.ep > 1 {
                     self.comm(OpKind::ExpertDispatch, Collective::AllToAll, c.ep, msg);
                 }
@@ -947,7 +956,7 @@ impl Builder<'_, '_> {
                     [OpKind::ExpertUp, OpKind::ExpertAct, OpKind::ExpertDown],
                     [Role::ExpertUp, Role::ExpertDown],
                     adp * t * k / epf,
-                    fe / moe_tp,
+                    (width, fe / moe_tp),
                     *gated,
                     af,
                     *bias,
@@ -960,6 +969,9 @@ impl Builder<'_, '_> {
                 for op in &mut self.out[first_expert_op..] {
                     op.grouped = grouped && op.kind.is_routed_expert();
                 }
+                if latent.is_some() {
+                    self.gemm(OpKind::MoeLatentProj, t, width, d, Role::Down, false);
+                }
                 if *shared_intermediate_size > 0 {
                     self.mlp(
                         [
@@ -969,7 +981,7 @@ impl Builder<'_, '_> {
                         ],
                         [Role::Up, Role::Down],
                         t,
-                        *shared_intermediate_size as f64 / tpf,
+                        (d, *shared_intermediate_size as f64 / tpf),
                         *gated,
                         af,
                         *bias,

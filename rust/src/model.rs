@@ -369,6 +369,11 @@ pub enum Ffn {
         /// `shared_expert_gate`: hidden -> 1), computed beside the router.
         #[serde(default)]
         shared_gate: bool,
+        /// Latent MoE (Nemotron-3 `moe_latent_size`): the routed experts work in this width,
+        /// between a projection down from the hidden size (fc1_latent_proj) and back up
+        /// (fc2_latent_proj), no biases; the router and the shared expert see the hidden size.
+        #[serde(default)]
+        latent: Option<u64>,
     },
 }
 
@@ -606,6 +611,7 @@ impl Model {
                     num_experts,
                     top_k,
                     expert_intermediate_size,
+                    latent,
                     ..
                 } => {
                     pos("num_experts", *num_experts)?;
@@ -617,6 +623,9 @@ impl Model {
                     }
                     pos("num_experts_per_tok", *top_k)?;
                     pos("moe_intermediate_size", *expert_intermediate_size)?;
+                    if let Some(l) = latent {
+                        pos("moe_latent_size", *l)?;
+                    }
                     if top_k > num_experts {
                         return Err(Error::model(
                             "num_experts_per_tok",
@@ -662,6 +671,7 @@ pub(crate) mod tests {
             bias: false,
             router_bias: false,
             shared_gate: false,
+            latent: None,
         };
         assert!(moe.validate().is_err());
     }

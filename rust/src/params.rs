@@ -227,9 +227,15 @@ fn classes<T: Num>(m: &Model) -> Classes<T> {
                 bias,
                 router_bias,
                 shared_gate,
+                latent,
                 ..
             } => {
-                let one = mlp_params::<T>(d, *expert_intermediate_size, *gated, *bias);
+                // the routed experts in the latent width, its two projections always active
+                let width = latent.unwrap_or(d);
+                if let Some(l) = latent {
+                    c.ffn += n * T::of(2) * T::of(d) * T::of(*l);
+                }
+                let one = mlp_params::<T>(width, *expert_intermediate_size, *gated, *bias);
                 c.experts += n * T::of(*num_experts) * one;
                 c.experts_active += n * T::of(*top_k) * one;
                 if *shared_intermediate_size > 0 {

@@ -1082,3 +1082,24 @@ fn chunked_local_attention_attends_and_holds_one_chunk() {
     let mem = |ctx: u64| run_model(&m, &plan(1, ctx, 1)).memory.kv_bytes;
     assert_eq!(mem(30_000), mem(9000));
 }
+
+#[test]
+fn latent_moe_runs_its_experts_in_the_latent_width() {
+    // Mixtral-8x7B's geometry with Nemotron-3's latent MoE: experts in 1024, two projections
+    let mut m = crate::fixtures::mixtral_8x7b();
+    if let Ffn::Moe { latent, .. } = &mut m.layer_groups[0].ffn {
+        *latent = Some(1024);
+    }
+    let base = params::count(&crate::fixtures::mixtral_8x7b());
+    let p = params::count(&m);
+    // each expert's three matrices shrink from 4096 to 1024 rows; 2 x 4096 x 1024 of projections
+    let per_layer_expert = 3 * 14336 * (4096 - 1024);
+    assert_eq!(base.experts - p.experts, 32 * 8 * per_layer_expert);
+    assert_eq!(p.ffn - base.ffn, 32 * 2 * 4096 * 1024);
+    let e = run_model(&m, &plan(1, 512, 1));
+    let proj = row(&e, Phase::Prefill, OpKind::MoeLatentProj).flops;
+    assert_eq!(proj, 32.0 * 2.0 * (2.0 * 512.0 * 4096.0 * 1024.0));
+    // 512 tokens x top-2 rows through gate+up of 2 x 14336 columns from 1024
+    let up = row(&e, Phase::Prefill, OpKind::ExpertUp).flops;
+    assert_eq!(up, 32.0 * 2.0 * (512.0 * 2.0) * (2.0 * 14336.0) * 1024.0);
+}
