@@ -274,3 +274,18 @@ def test_unknown_model_lists_closest():
     with pytest.raises(UnknownNameError, match="meta-llama/Llama-3.1-8B"):
         Model.from_config("meta-llama/Llama-3.1-8b-typo")
     assert Model.from_config("llama-3.1-8b").name == "meta-llama/Llama-3.1-8B"
+
+
+def test_chunked_scan_flops_binding_is_the_engines_closed_form():
+    import numpy as np
+    from ridgeline import _core
+
+    # one 64-token chunk of the gated delta rule, dk = dv = 128, one head:
+    # 6 n^2 dk + 4 n^2 dv + 2 n^3 / 3 + 6 n dk dv + dk dv
+    chunk64 = 3_145_728 + 2_097_152 + 524_288 / 3 + 6_291_456 + 16_384
+    got = _core.chunked_scan_flops("gated_delta", np.array([64, 128, 0], dtype=np.uint64), 64.0, 1.0, 128.0, 128.0)
+    assert got.tolist() == pytest.approx([chunk64, 2 * chunk64, 0.0], rel=1e-12)
+    with pytest.raises(ValueError, match="scan must be"):
+        _core.chunked_scan_flops("delta", np.array([1], dtype=np.uint64), 64.0, 1.0, 128.0, 128.0)
+    with pytest.raises(ValueError, match="chunk must be finite"):
+        _core.chunked_scan_flops("ssd", np.array([1], dtype=np.uint64), 0.0, 1.0, 128.0, 128.0)

@@ -22,6 +22,7 @@ __all__ = [
     "RidgelineError",
     "UnknownNameError",
     "__version__",
+    "chunked_scan_flops",
     "collective",
     "data_file",
     "data_files",
@@ -171,6 +172,15 @@ def parse_dtype(field: str, name: str) -> str: ...
 def data_files() -> list[str]: ...
 def data_file(path: str) -> bytes: ...
 def data_hash() -> str: ...
+def chunked_scan_flops(
+    scan: str,
+    new: npt.NDArray[np.uint64],
+    chunk: float,
+    heads: float,
+    dk: float,
+    dv: float,
+    groups: float = 1.0,
+) -> npt.NDArray[np.float64]: ...
 def distinct_experts(
     num_experts: int, top_k: int, tokens: npt.NDArray[np.float64], skew: float
 ) -> npt.NDArray[np.float64]: ...

@@ -744,6 +744,48 @@ fn collective<'py>(
     Ok(d)
 }
 
+/// FLOPs of the chunked recurrent scan (`graph::chunked_scan_flops`) of each sequence length in
+/// `new`, `heads` heads with a `dk` x `dv` state, in chunks of `chunk` tokens; `scan` "gated_delta"
+/// or "ssd" (Mamba2, with `groups` B/C groups). Whole arrays per call.
+#[pyfunction]
+#[pyo3(signature = (scan, new, chunk, heads, dk, dv, groups=1.0))]
+#[allow(clippy::too_many_arguments)]
+fn chunked_scan_flops<'py>(
+    py: Python<'py>,
+    scan: &str,
+    new: PyReadonlyArray1<'py, u64>,
+    chunk: f64,
+    heads: f64,
+    dk: f64,
+    dv: f64,
+    groups: f64,
+) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    let scan = match scan {
+        "gated_delta" => crate::model::Scan::GatedDelta,
+        "ssd" => crate::model::Scan::Ssd { groups },
+        other => {
+            return Err(Error::Input(format!("scan must be 'gated_delta' or 'ssd', got {other:?}")).into());
+        }
+    };
+    for (name, v) in [
+        ("chunk", chunk),
+        ("heads", heads),
+        ("dk", dk),
+        ("dv", dv),
+        ("groups", groups),
+    ] {
+        if !(v.is_finite() && v >= 1.0) {
+            return Err(Error::Input(format!("{name} must be finite and >= 1, got {v}")).into());
+        }
+    }
+    let out: Vec<f64> = new
+        .as_slice()?
+        .iter()
+        .map(|&n| crate::graph::chunked_scan_flops(scan, n, chunk, heads, dk, dv))
+        .collect();
+    Ok(PyArray1::from_vec(py, out))
+}
+
 /// Expected distinct experts for each token count (`graph::distinct_experts`), whole arrays per call.
 #[pyfunction]
 #[pyo3(signature = (num_experts, top_k, tokens, skew))]
@@ -923,6 +965,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collective, m)?)?;
     m.add_function(wrap_pyfunction!(sweep_grid, m)?)?;
     m.add_function(wrap_pyfunction!(distinct_experts, m)?)?;
+    m.add_function(wrap_pyfunction!(chunked_scan_flops, m)?)?;
     m.add_function(wrap_pyfunction!(parse_dtype, m)?)?;
     m.add_function(wrap_pyfunction!(data_files, m)?)?;
     m.add_function(wrap_pyfunction!(data_file, m)?)?;
