@@ -84,6 +84,7 @@ _GATED_BY_TYPE = {
     "nemotron_h": False,
     "nemotron-nas": True,  # DeciLM / Llama-Nemotron NAS: LlamaMLP blocks
     "llama4_text": True,
+    "mimo_v2_flash": True,
     # the 2026 families (each one's modeling code: an MLP or experts with gate_proj)
     "kimi_k2": True,
     "deepseek_v32": True,
@@ -107,7 +108,7 @@ _SHARED_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe_text"}
 # Families whose routers carry a per-expert score-correction bias (DeepSeek's noaux_tc routing).
 # Not Nemotron-H: Nemotron-3's checkpoints hold no e_score_correction_bias (Super's safetensors
 # total equals the count without it, to the parameter).
-_NOAUX_TYPES = {"deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa"}
+_NOAUX_TYPES = {"deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa", "mimo_v2_flash"}
 
 # Config keys that change the architecture in a way the normaliser does not model yet: a config
 # holding one (not null, not false) is refused, naming the feature, never counted with the part
@@ -125,8 +126,6 @@ _UNSUPPORTED_KEYS = {
     "hidden_size_per_layer_input": "per-layer input embeddings (hidden_size_per_layer_input)",
     "enable_moe_block": "a MoE block beside the dense MLP (enable_moe_block)",
     "use_double_wide_mlp": "a double-wide MLP (use_double_wide_mlp)",
-    "hybrid_layer_pattern": "per-layer attention geometry (hybrid_layer_pattern, swa_*)",
-    "swa_num_attention_heads": "per-layer attention geometry (swa_num_attention_heads)",
     "linear_attn_config": "Kimi linear attention (linear_attn_config)",
     "sparse_attention_config": "MiniMax sparse attention (sparse_attention_config)",
     "attention_output_gate": "a gated attention output (attention_output_gate)",
@@ -139,7 +138,8 @@ _UNSUPPORTED_KEYS = {
 # Per-layer lists and patterns the normaliser reads (any other one is refused).
 _UNDERSTOOD_LAYER_KEYS = {
     "layer_types", "mlp_only_layers", "hybrid_override_pattern", "mlp_layer_types", "indexer_types",
-    "attn_type_list", "block_configs", "no_rope_layers", "layers_block_type",
+    "attn_type_list", "block_configs", "no_rope_layers", "layers_block_type", "hybrid_layer_pattern",
+    "moe_layer_freq",
 }  # fmt: skip
 # Keys that describe parts outside the text decoder: reported, never priced.
 _TOWER_KEYS = ("vision_config", "audio_config")
@@ -786,6 +786,10 @@ def _llama4_chunks(cfg: Mapping[str, Any], model_type: str, n_layers: int) -> Op
     no_rope_layer_interval-th layer: Llama4TextConfig) globally. None without the key."""
     if cfg.get("attention_chunk_size") is None:
         return None
+    if model_type == "mimo_v2_flash":
+        # MiMo-V2's attention takes sliding_window_size (vLLM MiMoV2Attention has no chunk argument);
+        # its attention_chunk_size, equal to the window, is not read by its modeling code
+        return None
     if model_type != "llama4_text":
         raise ModelConfigError(
             "model config key 'attention_chunk_size': chunked local attention is supported for Llama-4 "
@@ -799,6 +803,36 @@ def _llama4_chunks(cfg: Mapping[str, Any], model_type: str, n_layers: int) -> Op
     if not isinstance(rope, list) or len(rope) != n_layers or any(r not in (0, 1) for r in rope):
         raise ModelConfigError(f"model config key 'no_rope_layers': expected {n_layers} entries of 0 or 1")
     return [chunk if r else None for r in rope]
+
+
+def _mimo_swa(cfg: Mapping[str, Any], n_layers: int) -> Optional[list[dict[str, Any]]]:
+    """Per-layer attention geometry of MiMo-V2 (``hybrid_layer_pattern``: 0 a full-attention
+    layer with num_attention_heads, num_key_value_heads, head_dim, v_head_dim; 1 a sliding-window
+    layer of sliding_window_size with the swa_* geometry; each with a learned sink per head where
+    add_full/swa_attention_sink_bias). None without the key."""
+    pattern = cfg.get("hybrid_layer_pattern")
+    if pattern is None:
+        return None
+    if not isinstance(pattern, list) or len(pattern) != n_layers or any(p not in (0, 1) for p in pattern):
+        raise ModelConfigError(f"model config key 'hybrid_layer_pattern': expected {n_layers} entries of 0 or 1")
+    heads = _count(cfg, ("num_attention_heads",))
+    full = {
+        "heads": heads,
+        "kv_heads": _count(cfg, ("num_key_value_heads",)),
+        "head_dim": _count(cfg, ("head_dim",)),
+        "v_head_dim": _count(cfg, ("v_head_dim", "head_dim")),
+        "window": None,
+        "sinks": _flag(cfg, "add_full_attention_sink_bias", False),
+    }
+    sliding = {
+        "heads": _count(cfg, ("swa_num_attention_heads",)),
+        "kv_heads": _count(cfg, ("swa_num_key_value_heads",)),
+        "head_dim": _count(cfg, ("swa_head_dim",)),
+        "v_head_dim": _count(cfg, ("swa_v_head_dim", "swa_head_dim")),
+        "window": _count(cfg, ("sliding_window_size", "sliding_window")),
+        "sinks": _flag(cfg, "add_swa_attention_sink_bias", False),
+    }
+    return [sliding if p == 1 else full for p in pattern]
 
 
 def _check_understood(cfg: Mapping[str, Any], n_layers: int) -> None:
@@ -1038,7 +1072,14 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
         if model_type == "llama4_text":
             shared = fe
         first_dense = _count(cfg, ("first_k_dense_replace",), required=False, allow_zero=True)
-        step = _count(cfg, ("decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step"), default=1)
+        mask = cfg.get("moe_layer_freq")
+        if isinstance(mask, list):  # MiMo-V2: a 0/1 per layer (1: MoE)
+            if len(mask) != n_layers or any(x not in (0, 1) for x in mask) or any(isinstance(x, bool) for x in mask):
+                raise ModelConfigError(f"model config key 'moe_layer_freq': expected {n_layers} entries of 0 or 1")
+            step = 1
+        else:
+            mask = None
+            step = _count(cfg, ("decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step"), default=1)
         mlp_only = _layer_indices(cfg, "mlp_only_layers", n_layers)
         mlp_types = cfg.get("mlp_layer_types")
         if mlp_types is not None and (
@@ -1049,6 +1090,8 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
             )
         for i in range(n_layers):
             moe_layers[i] = i >= first_dense and (i + 1) % step == 0 and i not in mlp_only
+            if mask is not None:
+                moe_layers[i] = moe_layers[i] and mask[i] == 1
             if mlp_types is not None and moe_layers[i] != (mlp_types[i] == "sparse"):
                 raise ModelConfigError(
                     f"model config key 'mlp_layer_types': layer {i} is {mlp_types[i]!r} but first_k_dense_replace / "
@@ -1084,6 +1127,12 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     mamba = _mamba(cfg) if "M" in kinds else None
     linear = _gated_deltanet(cfg) if "L" in kinds else None
     nas = _nas_blocks(cfg, n_layers, heads, d)
+    swa = _mimo_swa(cfg, n_layers)
+    # a value head narrower than the query/key head (MiMo-V2), outside MLA
+    v_dim = None
+    if mla is None and cfg.get("v_head_dim") is not None:
+        v_dim = _count(cfg, ("v_head_dim",))
+        v_dim = None if v_dim == hd else v_dim
     groups: list[dict[str, Any]] = []
     layer_group_of: list[dict[str, Any]] = []  # each layer's structure (before grouping)
     for i in range(n_layers):
@@ -1105,7 +1154,13 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
             "indexer": None
             if indexer is None
             else {**indexer, "shared": indexer_types is not None and indexer_types[i] == "shared"},
+            "v_head_dim": v_dim,
         }
+        if swa is not None:  # MiMo-V2: full and sliding layers each with their own geometry
+            attention.update(swa[i])
+            attention["v_head_dim"] = (
+                None if attention["v_head_dim"] == attention["head_dim"] else attention["v_head_dim"]
+            )
         kind = kinds[i]
         if kind == "E" and not moe:
             raise ModelConfigError("model config key 'hybrid_override_pattern': MoE layers (E) need expert settings")

@@ -580,12 +580,12 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
             let h_t = (a.heads as f64 / t).floor();
             match &a.mla {
                 None => {
-                    let hd = a.head_dim as f64;
+                    let (hd, vd) = (a.head_dim as f64, a.v_dim() as f64);
                     let kv_t = a.kv_heads.div_ceil(ctx.tp) as f64;
-                    layer += f(Role::Q, d, h_t * hd) + f(Role::K, d, kv_t * hd) + f(Role::V, d, kv_t * hd);
-                    layer += f(Role::O, h_t * hd, d);
+                    layer += f(Role::Q, d, h_t * hd) + f(Role::K, d, kv_t * hd) + f(Role::V, d, kv_t * vd);
+                    layer += f(Role::O, h_t * vd, d);
                     if a.qkv_bias {
-                        layer += (h_t + 2.0 * kv_t) * hd * act;
+                        layer += ((h_t + kv_t) * hd + kv_t * vd) * act;
                     }
                 }
                 Some(x) => {
@@ -615,7 +615,7 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
                 layer += width * a.head_dim as f64 * act;
             }
             if a.output_gate && a.mla.is_none() {
-                layer += f(Role::Q, d, h_t * a.head_dim as f64);
+                layer += f(Role::Q, d, h_t * a.v_dim() as f64);
             }
             if a.sinks {
                 layer += h_t * act;

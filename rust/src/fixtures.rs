@@ -30,6 +30,7 @@ pub fn llama31_8b() -> Model {
                 output_gate: false,
                 qk_norm_all_heads: false,
                 indexer: None,
+                v_head_dim: None,
                 chunk: None,
             }),
             ffn: Ffn::Dense {

@@ -643,7 +643,7 @@ impl Builder<'_, '_> {
             None => self.attention_mha(a, geo, t, h_t),
             Some(m) => self.attention_mla(a, m, geo, t, h_t),
         }
-        let o_in = h_t * a.mla.as_ref().map_or(a.head_dim, |m| m.v_head_dim) as f64;
+        let o_in = h_t * a.mla.as_ref().map_or(a.v_dim(), |m| m.v_head_dim) as f64;
         if a.output_gate {
             // o * sigmoid(gate): exp, add, divide, multiply per element; reads o and the gate
             self.elementwise(OpKind::AttnGate, t * o_in, 4.0, 2.0, 0.0);
@@ -657,11 +657,11 @@ impl Builder<'_, '_> {
     fn attention_mha(&mut self, a: &Attention, geo: &Geometry, t: f64, h_t: f64) {
         let c = self.ctx;
         let d = c.model.hidden_size as f64;
-        let hd = a.head_dim as f64;
+        let (hd, vd) = (a.head_dim as f64, a.v_dim() as f64);
         let kv_t = a.kv_heads.div_ceil(c.tp) as f64;
-        // an output gate doubles the query columns (query and gate)
-        let q_cols = if a.output_gate { 2.0 * h_t * hd } else { h_t * hd };
-        let parts = [(q_cols, Role::Q), (kv_t * hd, Role::K), (kv_t * hd, Role::V)];
+        // an output gate on the attention output: q_proj emits it beside the query
+        let q_cols = if a.output_gate { h_t * (hd + vd) } else { h_t * hd };
+        let parts = [(q_cols, Role::Q), (kv_t * hd, Role::K), (kv_t * vd, Role::V)];
         self.gemm_parts(OpKind::QkvProj, t, d, &parts, 1.0, a.qkv_bias);
         if a.qk_norm {
             self.norm(OpKind::QkNorm, 1.0, t * (h_t + kv_t), hd);
@@ -670,7 +670,7 @@ impl Builder<'_, '_> {
             // x cos + rotate(x) sin: 2 multiplies and 1 add per element.
             self.elementwise(OpKind::Rotary, t * (h_t + kv_t) * hd, 3.0, 1.0, 0.0);
         }
-        self.cache_write(OpKind::KvCacheWrite, t, 2.0 * kv_t * hd);
+        self.cache_write(OpKind::KvCacheWrite, t, kv_t * (hd + vd));
         self.mha_kernel(a, geo, t, h_t);
     }
 
@@ -678,7 +678,7 @@ impl Builder<'_, '_> {
     /// cost depends on where its tokens sit in their sequences, not only on how many there are.
     fn mha_kernel(&mut self, a: &Attention, geo: &Geometry, t: f64, h_t: f64) {
         let c = self.ctx;
-        let hd = a.head_dim as f64;
+        let (hd, vd) = (a.head_dim as f64, a.v_dim() as f64);
         let kv_t = a.kv_heads.div_ceil(c.tp) as f64;
         // Fused: QK^T and PV over the exact pairs; reads Q, the attended K and V rows
         // (in the KV dtype), writes O; no score matrix in memory. Unfused: both products
@@ -690,9 +690,10 @@ impl Builder<'_, '_> {
             Some(ch) => geo.attention_chunked(ch),
             None => geo.attention(span),
         };
-        let per_pair = 4.0 * h_t * hd;
-        let per_key = 2.0 * kv_t * hd * c.kv_b;
-        let qo = 2.0 * t * h_t * hd * c.act_b;
+        // QK^T over the key width and PV over the value width, 2 FLOPs a multiply-add each
+        let per_pair = 2.0 * h_t * (hd + vd);
+        let per_key = kv_t * (hd + vd) * c.kv_b;
+        let qo = t * h_t * (hd + vd) * c.act_b;
         let (flops, scores) = if c.attention_score_bytes > 0.0 {
             let (r0, r1) = geo.score_rectangle(span, a.chunk);
             let per_score = h_t * c.attention_score_bytes;

@@ -97,6 +97,10 @@ pub struct Attention {
     /// and the attention reads only the `topk` best.
     #[serde(default)]
     pub indexer: Option<Indexer>,
+    /// Width of each value head when it differs from the query/key head (MiMo-V2: 192 / 128);
+    /// None: `head_dim`. Not with MLA (its own `v_head_dim`).
+    #[serde(default)]
+    pub v_head_dim: Option<u64>,
     /// Chunked local attention (Llama-4 `attention_chunk_size` on its rope layers): a query
     /// attends the keys of its own chunk of this many tokens up to itself; the runtime keeps
     /// at most one chunk of the layer's cache.
@@ -105,6 +109,11 @@ pub struct Attention {
 }
 
 impl Attention {
+    /// Width of a value head (of a non-MLA attention): `v_head_dim`, else `head_dim`.
+    pub fn v_dim(&self) -> u64 {
+        self.v_head_dim.unwrap_or(self.head_dim)
+    }
+
     /// The keys one query attends: the sliding window, or the indexer's top-k (the smaller when
     /// both are given); None: every earlier key.
     pub fn attended(&self) -> Option<u64> {
@@ -455,7 +464,7 @@ impl Model {
             .filter_map(|g| {
                 g.attention.as_ref().map(|a| {
                     let values = match &a.mla {
-                        None => 2 * a.kv_heads.div_ceil(tp) * a.head_dim,
+                        None => a.kv_heads.div_ceil(tp) * (a.head_dim + a.v_dim()),
                         Some(m) => m.cache_width(),
                     };
                     // a sparse-attention indexer caches one key of head_dim values a token
@@ -531,6 +540,15 @@ impl Model {
                 }
                 if let Some(w) = a.window {
                     pos("sliding_window", w)?;
+                }
+                if let Some(v) = a.v_head_dim {
+                    pos("v_head_dim", v)?;
+                    if a.mla.is_some() {
+                        return Err(Error::model(
+                            "v_head_dim",
+                            "a separate value head width is not supported with MLA",
+                        ));
+                    }
                 }
                 if let Some(c) = a.chunk {
                     pos("attention_chunk_size", c)?;

@@ -62,12 +62,14 @@ pub fn attention_params<T: Num>(d: u64, a: &Attention, norm: NormKind) -> T {
     let mut n = match &a.mla {
         None => {
             let q = h * T::of(a.head_dim);
-            let kv = T::of(a.kv_heads) * T::of(a.head_dim);
-            // an output gate doubles q_proj (query and gate)
-            let q_cols = if a.output_gate { T::of(2) * q } else { q };
-            let mut n = d * q_cols + T::of(2) * d * kv + q * d;
+            let k = T::of(a.kv_heads) * T::of(a.head_dim);
+            let v = T::of(a.kv_heads) * T::of(a.v_dim());
+            let o = h * T::of(a.v_dim());
+            // an output gate on the attention output: q_proj emits it too
+            let q_cols = if a.output_gate { q + o } else { q };
+            let mut n = d * q_cols + d * k + d * v + o * d;
             if a.qkv_bias {
-                n += q + T::of(2) * kv;
+                n += q + k + v;
             }
             n
         }

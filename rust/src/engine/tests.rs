@@ -1103,3 +1103,18 @@ fn latent_moe_runs_its_experts_in_the_latent_width() {
     let up = row(&e, Phase::Prefill, OpKind::ExpertUp).flops;
     assert_eq!(up, 32.0 * 2.0 * (512.0 * 2.0) * (2.0 * 14336.0) * 1024.0);
 }
+
+#[test]
+fn a_narrower_value_head_shrinks_v_o_and_the_cache() {
+    // Llama-3.1-8B with MiMo-V2's 192 / 128 query-key / value heads
+    let mut m = llama31_8b();
+    let a = m.layer_groups[0].attention.as_mut().unwrap();
+    (a.head_dim, a.v_head_dim) = (192, Some(128));
+    let p = params::count(&m);
+    // q 32 x 192, k 8 x 192, v 8 x 128 from 4096; o 32 x 128 to 4096; 32 layers
+    assert_eq!(p.attention, 32 * 4096 * (32 * 192 + 8 * 192 + 8 * 128 + 32 * 128));
+    assert_eq!(m.kv_layers(1), vec![(32, 8 * (192 + 128), None)]);
+    let e = run_model(&m, &plan(1, 1000, 1));
+    let per_layer = row(&e, Phase::Prefill, OpKind::Attention).flops / 32.0;
+    assert_eq!(per_layer, 2.0 * 32.0 * (192.0 + 128.0) * (1000.0 * 1001.0 / 2.0));
+}
