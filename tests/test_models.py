@@ -289,3 +289,11 @@ def test_chunked_scan_flops_binding_is_the_engines_closed_form():
         _core.chunked_scan_flops("delta", np.array([1], dtype=np.uint64), 64.0, 1.0, 128.0, 128.0)
     with pytest.raises(ValueError, match="chunk must be finite"):
         _core.chunked_scan_flops("ssd", np.array([1], dtype=np.uint64), 0.0, 1.0, 128.0, 128.0)
+
+
+def test_a_multimodal_estimate_says_its_tower_is_not_priced():
+    import ridgeline
+
+    e = ridgeline.estimate("Qwen/Qwen3-VL-8B-Instruct", "H100_SXM")
+    assert any("vision tower (576,388,336 parameters) is not" in w for w in e.warnings)
+    assert not any("tower" in w for w in ridgeline.estimate("Qwen/Qwen3-8B", "H100_SXM").warnings)

@@ -645,6 +645,9 @@ def _prepare(
         warnings.append(overridden)
     if not dev.verified:
         warnings.append(f"{dev.name} is not vendor-reconciled in the catalog (verified = false): results are estimated")
+    for tower, n in zip(m.towers, m.tower_params):
+        size = "its structure is not known" if n is None else f"{n:,} parameters"
+        warnings.append(f"the text decoder only is priced: the {tower} ({size}) is not, nor its memory")
     return _Prepared(
         model=m.name, m=m, dev=dev, core=core, plan_head=head, plan_tail=tail,
         label=label, note=(UNCALIBRATED_NOTE if fit_row is None else _calibrated_note(fit_row))
