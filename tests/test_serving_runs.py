@@ -36,6 +36,12 @@ def test_one_record_per_metric_with_reasons(rows):
     # gpt-oss ships its own MXFP4 experts: AIC's nvfp4 label does not override them
     gpt = next(r for r in rows if r["model"] == "openai/gpt-oss-120b")
     assert gpt["weight_quant"] is None
+    # DeepSeek's and MiniMax's NVFP4 runs ran NVIDIA's NVFP4 checkpoints, not the fp8 ones; their fp8
+    # runs keep the checkpoint's own block-128 fp8
+    labels = {(r["model"], r["weight_quant"]) for r in rows if r["model"] in ("deepseek-ai/DeepSeek-V3",
+                                                                               "MiniMaxAI/MiniMax-M2.5")}  # fmt: skip
+    assert ("deepseek-ai/DeepSeek-V3", "nvfp4") in labels and ("MiniMaxAI/MiniMax-M2.5", "nvfp4") in labels
+    assert ("deepseek-ai/DeepSeek-V3", None) in labels and ("MiniMaxAI/MiniMax-M2.5", None) in labels
 
 
 def test_tpot_is_the_plans_average_decode_step(rows):

@@ -210,10 +210,23 @@ _AIC_QUANT = {"fp8": "fp8", "fp8_block": "fp8_block128", "nvfp4": "nvfp4", "int4
 
 
 @functools.cache
-def _ships_quantized(model: str) -> bool:
+def _ships_quantized(model: str) -> Optional[str]:
+    """The checkpoint's own quantisation method (None: unquantised)."""
     from .models import Model
 
-    return bool(Model.from_config(model).quantization)
+    q = Model.from_config(model).quantization
+    return str(q.get("quant_method") or "unknown") if q else None
+
+
+def _keeps_checkpoint_formats(model: str, label: str) -> bool:
+    """Whether a run labelled ``label`` by AIConfigurator ran the checkpoint's own formats: yes for
+    a quantised checkpoint, except an nvfp4 run of one not in mxfp4. AIC labels gpt-oss's MXFP4
+    experts nvfp4; the NVFP4 runs of DeepSeek-R1/V3, MiniMax-M2.5 and Kimi-K2.5 ran NVIDIA's NVFP4
+    checkpoints of them (nvidia/*-NVFP4 in shared/data/aic/model_configs), not the fp8 / int4 ones."""
+    method = _ships_quantized(model)
+    if method is None:
+        return False
+    return not (label == "nvfp4" and method != "mxfp4")
 
 
 @functools.cache
@@ -259,7 +272,7 @@ def _silicon(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
             out = _row(file, i, **base, phase="prefill" if metric == "ttft_ms" else "decode", metric=metric,
                        value=float(r[col]), unit="ms")  # fmt: skip
             out["id"] += f":{metric}"
-            if out["model"] and _ships_quantized(out["model"]):
+            if out["model"] and _keeps_checkpoint_formats(out["model"], moe or gemm):
                 # the checkpoint's own formats (gpt-oss: MXFP4 experts), not AIC's label for them
                 out["weight_quant"] = None
             if why is None and moe_split and out["model"] and _is_moe(out["model"]):
