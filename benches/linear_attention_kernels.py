@@ -23,13 +23,13 @@ def ratios(path: str, peak: float, bw: float, chunk: float) -> pl.DataFrame:
     d = pl.read_parquet(path).filter(~pl.col("kernel_source").str.contains("conv"))
     ctx = d["phase"] == "context"
     new = np.where(ctx.to_numpy(), d["seq_len"].to_numpy(), 1).astype(np.uint64)
-    flops = np.array(
-        [
-            b * _core.chunked_scan_flops("gated_delta", np.array([n], dtype=np.uint64), chunk, vh, dk, dv)[0]
-            for b, n, vh, dk, dv in zip(d["batch_size"], new, d["num_v_heads"], d["head_k_dim"], d["head_v_dim"])
-        ]
-    )
     kh, vh, dk, dv = (d[c].to_numpy() for c in ("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim"))
+    # one engine call per head geometry, over all its rows' sequence lengths
+    flops = np.empty(d.height)
+    for shape in set(zip(vh, dk, dv)):
+        rows = (vh == shape[0]) & (dk == shape[1]) & (dv == shape[2])
+        flops[rows] = _core.chunked_scan_flops("gated_delta", new[rows], chunk, *map(float, shape))
+    flops *= d["batch_size"].to_numpy()
     io = d["num_tokens"].to_numpy() * (2 * kh * dk + 2 * vh * dv + 2 * vh) * 2
     state = d["batch_size"].to_numpy() * 2 * vh * dk * dv * 4
     bound_ms = np.maximum(flops / peak, (io + state) / bw) * 1e3

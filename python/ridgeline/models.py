@@ -139,7 +139,7 @@ _UNSUPPORTED_KEYS = {
 _UNDERSTOOD_LAYER_KEYS = {
     "layer_types", "mlp_only_layers", "hybrid_override_pattern", "mlp_layer_types", "indexer_types",
     "attn_type_list", "block_configs", "no_rope_layers", "layers_block_type", "hybrid_layer_pattern",
-    "moe_layer_freq",
+    "moe_layer_freq", "decoder_sparse_step", "sliding_window_pattern",
 }  # fmt: skip
 # Keys that describe parts outside the text decoder: reported, never priced.
 _TOWER_KEYS = ("vision_config", "audio_config")
@@ -838,7 +838,7 @@ def _mimo_swa(cfg: Mapping[str, Any], n_layers: int) -> Optional[list[dict[str, 
 def _check_understood(cfg: Mapping[str, Any], n_layers: int) -> None:
     """Refuses a config with a per-layer list or ``*_pattern`` key the normaliser does not read."""
     for key, v in cfg.items():
-        if key in _UNDERSTOOD_LAYER_KEYS or key in ("sliding_window_pattern", "decoder_sparse_step"):
+        if key in _UNDERSTOOD_LAYER_KEYS:
             continue
         per_layer = isinstance(v, list) and n_layers > 3 and len(v) == n_layers
         pattern = key.endswith("_pattern") and v is not None and not key.startswith("mtp_")
@@ -1249,7 +1249,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
             for k in _TOWER_KEYS
             if raw.get(k) is not None
         ),
-        mtp_layers=_mtp_layers(cfg),
+        mtp_layers=n_mtp,
         mtp_groups=tuple(mtp_groups),
     )
     _ = m._core  # validate in the core now, not at the first estimate

@@ -761,7 +761,7 @@ impl Builder<'_, '_> {
         }
         self.cache_write(OpKind::KvCacheWrite, t, kvl + rope);
         if let (Some(ix), Some(r)) = (a.indexer.as_ref().filter(|i| !i.shared), m.q_lora_rank) {
-            self.indexer(ix, r as f64, t);
+            self.indexer(ix, r, t);
             self.indexer_scores(ix, geo, t);
         }
         // DeepSeek sparse attention attends its top-k keys in the absorbed (MQA) form in
@@ -802,10 +802,10 @@ impl Builder<'_, '_> {
 
     /// The lightning indexer's projections and key-cache write (replicated on every TP rank:
     /// all ranks select the same keys). `q_lora`: the MLA query latent it reads.
-    fn indexer(&mut self, ix: &crate::model::Indexer, q_lora: f64, t: f64) {
+    fn indexer(&mut self, ix: &crate::model::Indexer, q_lora: u64, t: f64) {
         let c = self.ctx;
         let d = c.model.hidden_size as f64;
-        let [(qk, qn), (kk, kn), (wk, wn)] = ix.matrices(c.model.hidden_size, q_lora as u64);
+        let [(qk, qn), (kk, kn), (wk, wn)] = ix.matrices(c.model.hidden_size, q_lora);
         debug_assert_eq!((kk as f64, wk as f64), (d, d));
         // wq_b on the query latent, then wk and weights_proj on the hidden state (one GEMM on d)
         self.gemm(OpKind::IndexerProj, t, qk as f64, qn as f64, Role::Q, false);

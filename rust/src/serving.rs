@@ -256,6 +256,17 @@ fn kv_blocks(pricer: &StepPricer, dev: &Device, s: &Scheduler) -> Result<u64> {
     Ok((free / per_block).floor() as u64)
 }
 
+/// Blocks a sequence of `tokens` tokens holds in blocks of `block_size`: its KV blocks and, once
+/// it holds any, its linear-attention state's `state_blocks`.
+fn seq_blocks(tokens: u64, block_size: u64, state_blocks: u64) -> u64 {
+    let kv = tokens.div_ceil(block_size);
+    if kv > 0 {
+        kv + state_blocks
+    } else {
+        0
+    }
+}
+
 /// How a router picks an instance for a request.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -455,13 +466,13 @@ pub fn simulate_cluster(
         } else {
             0
         };
-        if max_model_len.div_ceil(bs) + state_blocks > blocks {
+        let need = seq_blocks(max_model_len, bs, state_blocks);
+        if need > blocks {
             return Err(Error::plan(
                 "max_model_len",
                 format!(
-                    "{max_model_len} tokens need {} KV blocks of {bs} but an instance ({}) holds {blocks} \
+                    "{max_model_len} tokens need {need} KV blocks of {bs} but an instance ({}) holds {blocks} \
                      ({} tokens); lower max_model_len or give the KV cache more memory (more TP)",
-                    max_model_len.div_ceil(bs) + state_blocks,
                     names[k],
                     blocks * bs
                 ),
@@ -473,9 +484,14 @@ pub fn simulate_cluster(
             _ => Role::Decode,
         };
         for _ in 0..p.instances {
-            let mut inst = Instance::new(k, role, p.scheduler.clone(), max_model_len, blocks);
-            inst.state_blocks = state_blocks;
-            instances.push(inst);
+            instances.push(Instance::new(
+                k,
+                role,
+                p.scheduler.clone(),
+                max_model_len,
+                blocks,
+                state_blocks,
+            ));
         }
         pools.push(PoolState {
             pricer,
@@ -766,14 +782,14 @@ struct Cached {
 }
 
 impl Instance {
-    fn new(pool: usize, role: Role, sched: Scheduler, max_model_len: u64, blocks: u64) -> Instance {
+    fn new(pool: usize, role: Role, sched: Scheduler, max_model_len: u64, blocks: u64, state_blocks: u64) -> Instance {
         Instance {
             pool,
             role,
             sched,
             max_model_len,
             total_blocks: blocks,
-            state_blocks: 0,
+            state_blocks,
             free_blocks: blocks,
             slots: Vec::new(),
             free_slots: Vec::new(),
@@ -794,15 +810,8 @@ impl Instance {
         1.0 - self.free_blocks as f64 / self.total_blocks as f64
     }
 
-    /// Blocks a sequence of `tokens` tokens holds: its KV blocks and, once it holds any, its
-    /// linear-attention state.
     fn blocks_for(&self, tokens: u64) -> u64 {
-        let kv = tokens.div_ceil(self.sched.block_size);
-        if kv > 0 {
-            kv + self.state_blocks
-        } else {
-            0
-        }
+        seq_blocks(tokens, self.sched.block_size, self.state_blocks)
     }
 
     fn put(&mut self, r: Req) -> usize {

@@ -935,6 +935,19 @@ fn gated_deltanet_decode_reads_and_writes_its_state_once_a_step() {
     }
 }
 
+/// A prefill of S tokens (one sequence) spends `want` scan FLOPs per layer and head, for each
+/// `(S, want)`; `layer_heads`: the recurrent layers times their heads.
+fn assert_prefill_scan(m: &Model, plan_of: impl Fn(u64) -> Plan, layer_heads: f64, cases: [(u64, f64); 4]) {
+    for (s, want) in cases {
+        let e = run_model(m, &plan_of(s));
+        let per_layer_head = row(&e, Phase::Prefill, OpKind::LinearAttention).flops / layer_heads;
+        assert!(
+            (per_layer_head - want).abs() <= 1e-9 * want,
+            "S={s}: {per_layer_head} vs {want}"
+        );
+    }
+}
+
 #[test]
 fn gated_deltanet_prefill_flops_are_the_chunked_scan() {
     let m = crate::fixtures::gdn_hybrid();
@@ -942,19 +955,13 @@ fn gated_deltanet_prefill_flops_are_the_chunked_scan() {
     // 6 n^2 dk + 4 n^2 dv + 2 n^3 / 3 + 6 n dk dv + dk dv
     let chunk64 = 3_145_728.0 + 2_097_152.0 + 524_288.0 / 3.0 + 6_291_456.0 + 16_384.0;
     let one = 6.0 * 128.0 + 4.0 * 128.0 + 2.0 / 3.0 + 6.0 * 16384.0 + 16384.0;
-    for (s, want) in [
+    let cases = [
         (1u64, one),
         (128, 2.0 * chunk64),
         (4096, 64.0 * chunk64),
         (32768, 512.0 * chunk64),
-    ] {
-        let e = run_model(&m, &gdn_plan(1, s, 1));
-        let per_layer_head = row(&e, Phase::Prefill, OpKind::LinearAttention).flops / (3.0 * 32.0);
-        assert!(
-            (per_layer_head - want).abs() <= 1e-9 * want,
-            "S={s}: {per_layer_head} vs {want}"
-        );
-    }
+    ];
+    assert_prefill_scan(&m, |s| gdn_plan(1, s, 1), 3.0 * 32.0, cases);
     // linear in S beyond a chunk, where causal attention is quadratic
     let f = |s| {
         row(
@@ -1038,19 +1045,13 @@ fn mamba2_state_decode_and_prefill_closed_forms() {
     // 2 n^2 N g/h + n^2 + 2 n^2 P + 4 n N P + 2 N P
     let chunk128 = 524_288.0 + 16_384.0 + 2_097_152.0 + 4_194_304.0 + 16_384.0;
     let one = 32.0 + 1.0 + 128.0 + 32_768.0 + 16_384.0;
-    for (s, want) in [
+    let cases = [
         (1u64, one),
         (128, chunk128),
         (4096, 32.0 * chunk128),
         (32768, 256.0 * chunk128),
-    ] {
-        let e = run_model(&m, &plan(1, s, 1));
-        let per_layer_head = row(&e, Phase::Prefill, OpKind::LinearAttention).flops / (3.0 * 16.0);
-        assert!(
-            (per_layer_head - want).abs() <= 1e-9 * want,
-            "S={s}: {per_layer_head} vs {want}"
-        );
-    }
+    ];
+    assert_prefill_scan(&m, |s| plan(1, s, 1), 3.0 * 16.0, cases);
     // decode memory grows only through the attention layer
     let mem = |ctx: u64| run_model(&m, &plan(1, ctx, 1)).memory;
     let (a, b) = (mem(1000), mem(5000));

@@ -253,15 +253,7 @@ fn max_model_len_rules() {
             prefix_tokens: 0,
         },
     ];
-    let w = Workload {
-        arrivals: Arrivals::Trace { rows },
-        requests: None,
-        prompt: fixed(1),
-        output: fixed(1),
-        declare_output: false,
-        seed: 0,
-        prefixes: None,
-    };
+    let w = trace(rows);
     let s = Scheduler {
         max_model_len: Some(1000),
         ..vllm()
@@ -376,15 +368,7 @@ fn without_chunked_prefill_a_prompt_over_the_budget_is_rejected() {
             prefix_tokens: 0,
         })
         .collect();
-    let w = Workload {
-        arrivals: Arrivals::Trace { rows },
-        requests: None,
-        prompt: fixed(1),
-        output: fixed(1),
-        declare_output: false,
-        seed: 0,
-        prefixes: None,
-    };
+    let w = trace(rows);
     let r = sim(&s, &w, &opts());
     assert_eq!(r.counts.completed, 1);
     assert_eq!(r.counts.rejected_prompt_over_budget, 1);
