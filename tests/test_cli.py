@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,19 +30,51 @@ def test_readme_command_prints_the_headline(tmp_path):
     r = run("estimate", "--model", "meta-llama/Llama-3.1-8B", "--hardware", "H100_SXM", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     # no --runtime: vLLM on a data-centre part, calibrated from its kernels and serving runs, said in the output
-    for word in ("TTFT", "TPOT", "throughput", "fits", "yes", "the default runtime on data-centre parts",
-                 "calibrated (H100_SXM, vllm", "kernel floor", "verified", "held out"):  # fmt: skip
+    for word in ("TTFT", "TPOT", "throughput", "fits", "the default runtime on data-centre parts",
+                 "calibrated (H100_SXM, vllm", "verified", "held-out"):  # fmt: skip
         assert word in r.stdout
+    # the answer first: TTFT, TPOT, throughput and memory are the first four lines after the title
+    assert [ln.split()[0] for ln in r.stdout.splitlines()[1:5]] == ["TTFT", "TPOT", "throughput", "memory"]
     bound = run("estimate", "-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--uncalibrated", cwd=tmp_path)
-    assert "uncalibrated" in bound.stdout and "optimistic bound" in bound.stdout and "held out" not in bound.stdout
+    assert "uncalibrated" in bound.stdout and "optimistic bound" in bound.stdout and "held-out" not in bound.stdout
     tpot = [float(ln.split()[1]) for out in (r.stdout, bound.stdout) for ln in out.splitlines()
             if ln.strip().startswith("TPOT")]  # fmt: skip
     assert tpot[0] > tpot[1]  # the calibration is slower than the bound
 
 
+EXPONENT = re.compile(r"\d[eE][+-]?\d")
+
+
+@pytest.mark.parametrize(("model", "hardware"), [("meta-llama/Llama-3.1-8B", "H100_SXM"),
+                                                 ("meta-llama/Llama-3.1-8B", "RTX_4090"),
+                                                 ("Qwen/Qwen3-30B-A3B", "GB10")])  # fmt: skip
+def test_estimate_output_has_no_exponent_and_verbose_gives_fitted_parameters_in_units(tmp_path, model, hardware):
+    # The llama.cpp fits leave their overlap and launch overhead at the search's lower bound (1e-18-ish
+    # numbers): the default shows none of them, --verbose shows each rounded, in units, marked.
+    r = run("estimate", "-m", model, "-H", hardware, cwd=tmp_path)
+    v = run("estimate", "-m", model, "-H", hardware, "--verbose", cwd=tmp_path)
+    assert r.returncode == 0 and v.returncode == 0, r.stderr + v.stderr
+    for out in (r.stdout, v.stdout):
+        assert not EXPONENT.search(out), out
+    assert "search bound)" not in r.stdout
+    fitted = {ln.strip().split("  ")[0]: ln for ln in v.stdout.splitlines() if ln.startswith("    ")}
+    assert fitted["memory efficiency"].rstrip().endswith("of the memory roof")
+    step = fitted["step overhead"].split()
+    assert step[-2] in ("us", "ms") or step[-3] in ("us", "ms")
+    from ridgeline._fits import lookup
+
+    row = lookup(hardware, ridgeline.estimate(model, hardware).plan["runtime"])[1]
+    assert row is not None
+    eta = float(fitted["memory efficiency"].split()[-5].rstrip("%")) / 100
+    assert eta == pytest.approx(float(row["eta_mem"]), abs=0.006)  # two significant digits of the fitted value
+    pinned = str(row["pinned"]).split()
+    assert sum("(at its search bound)" in ln for ln in fitted.values()) == len(pinned)
+
+
 def test_runtime_execution_line_and_its_flags(tmp_path):
     args = ["estimate", "-m", "google/gemma-3-4b-it", "-H", "GB10", "--runtime", "llamacpp-cuda"]
-    r = run(*args, cwd=tmp_path)
+    r = run(*args, "--verbose", cwd=tmp_path)
+    assert "execution" not in run(*args, cwd=tmp_path).stdout  # a detail: under --verbose only
     line = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith("execution"))
     for said in ("512-token steps", "padded to 256 cells", "window + 512", "CUDA graph"):
         assert said in line
@@ -51,8 +84,8 @@ def test_runtime_execution_line_and_its_flags(tmp_path):
     assert d[("--kv-pad", "1", "--chunk", "2048")]["kv_pad"] == 1
     assert d[("--kv-pad", "1", "--chunk", "2048")]["swa_cache_extra"] == 2048
     # the bound of the same plan runs it the same way; only runtime none runs the plan as written
-    assert "execution" in run(*args[:5], "--uncalibrated", cwd=tmp_path).stdout
-    assert "execution" not in run(*args[:5], "--runtime", "none", cwd=tmp_path).stdout
+    assert "execution" in run(*args[:5], "--uncalibrated", "-v", cwd=tmp_path).stdout
+    assert "execution" not in run(*args[:5], "--runtime", "none", "-v", cwd=tmp_path).stdout
 
 
 def test_routing_skew_option(tmp_path):

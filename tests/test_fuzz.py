@@ -286,7 +286,7 @@ GRID_AXES = [
     threads=st.sampled_from([0, 1, 2, -1, 2**64]),
 )
 def test_sweep_grids_answer_every_axis(models, hws, axes, threads):
-    from ridgeline.sweep import grid_size, sweep
+    from ridgeline.sweeps import grid_size, sweep
 
     grid = {"model": models, "hardware": hws, **axes}
     try:

@@ -15,7 +15,7 @@ from ridgeline._io import read_text
 from ridgeline.benchmarks import import_file
 from ridgeline.errors import CatalogError, ModelConfigError, PlanError, UnknownNameError
 from ridgeline.models import Model
-from ridgeline.sweep import load_grid_file
+from ridgeline.sweeps import load_grid_file
 
 
 def _cfg(name):

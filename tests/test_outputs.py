@@ -13,7 +13,7 @@ import pytest
 from cli_in_process import run_main
 from ridgeline._io import atomic_output, changed_files, write_files
 from ridgeline.errors import PlanError, UnknownNameError
-from ridgeline.sweep import iter_sweep, write
+from ridgeline.sweeps import iter_sweep, write
 
 GRID = {"model": "meta-llama/Llama-3.2-1B", "hardware": "L4", "batch": [1, 8]}  # 2 plans
 OLD = b"the user's own file\n"

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 import ridgeline
 from ridgeline import PlanError
-from ridgeline.sweep import SWEEP_COLUMNS, iter_sweep, parse_axis, sweep, write
+from ridgeline.sweeps import SWEEP_COLUMNS, iter_sweep, parse_axis, sweep, write
 
 GRID = {
     "model": ["meta-llama/Llama-3.1-8B", "mistralai/Mixtral-8x7B-v0.1"],
@@ -149,3 +149,36 @@ def test_cli_sweep_with_a_grid_file(tmp_path):
     assert min(r["tpot_s"]) > u["tpot_s"][0]
     r = _cli("sweep", "-m", "meta-llama/Llama-3.2-1B", "-H", "L4", "--runtime", "vlm", cwd=tmp_path)
     assert r.returncode == 2 and "unknown runtime" in r.stderr
+
+
+def test_cli_sweep_without_out_prints_a_summary_of_the_frame_it_would_write(tmp_path):
+    # Llama-3.1-70B in bf16 (141 GB) does not fit one or two H100s: those plans are counted as not fitting
+    args = ["-m", "meta-llama/Llama-3.1-8B", "-m", "meta-llama/Llama-3.1-70B", "-H", "H100_SXM", "--batch", "1,64",
+            "--tp", "1,2,4,3"]  # fmt: skip
+    r = _cli("sweep", *args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    df = ridgeline.sweep({"model": args[1:4:2], "hardware": "H100_SXM", "batch": [1, 64], "tp": [1, 2, 4, 3]})
+    priced = df.filter(pl.col("error").is_null())
+    fit = priced.filter(pl.col("fits"))
+    lines = r.stdout.splitlines()
+    assert lines[0] == (f"{df.height} plans: {priced.height} priced ({fit.height} fit in memory, "
+                        f"{priced.height - fit.height} do not), {df.height - priced.height} refused")  # fmt: skip
+    # TP 3 divides neither model's heads (32 and 64): one reason each, two plans each
+    assert sorted(lines[1:3]) == ["  refused x2: tp: TP 3 does not divide the 32 attention heads",
+                                  "  refused x2: tp: TP 3 does not divide the 64 attention heads"]  # fmt: skip
+    assert lines[3] == "varying: model (2), tp (4), batch (2)"
+    # the best plan by throughput heads its table, with the varying columns and its numbers rounded
+    i = lines.index(f"highest throughput (of {fit.height} that fit)")
+    best = fit.sort("throughput_tok_s", descending=True).row(0, named=True)
+    cells = lines[i + 2].split()
+    assert cells[:3] == [best["model"], str(best["tp"]), str(best["batch"])]
+    assert float(cells[7].replace(",", "")) == pytest.approx(best["throughput_tok_s"], rel=5e-3)
+    j = lines.index("lowest latency (TPOT, then TTFT)")
+    fastest = fit.sort(["tpot_s", "ttft_s"]).row(0, named=True)
+    assert float(lines[j + 2].split()[5]) == pytest.approx(fastest["tpot_s"] * 1e3, rel=5e-3)
+    assert len(lines[i + 1 : j - 1]) == 6  # a header and the top five
+
+
+def test_top_level_functions_are_the_callables():
+    assert callable(ridgeline.sweep) and callable(ridgeline.simulate) and callable(ridgeline.estimate)
+    assert ridgeline.sweep is sweep

@@ -4,6 +4,8 @@
 >>> e = ridgeline.estimate("meta-llama/Llama-3.1-8B", "H100_SXM")
 >>> e.fits
 True
+>>> ridgeline.sweep({"model": "meta-llama/Llama-3.1-8B", "hardware": "H100_SXM", "batch": [1, 8]}).height
+2
 """
 
 from ._version import __version__
@@ -20,6 +22,7 @@ from .errors import (
 from .estimate import Estimate, estimate
 from .models import Model
 from .serving import Simulation, simulate
+from .sweeps import sweep
 
 __all__ = [
     "Catalog",
@@ -37,4 +40,5 @@ __all__ = [
     "__version__",
     "estimate",
     "simulate",
+    "sweep",
 ]

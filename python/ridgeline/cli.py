@@ -11,18 +11,12 @@ from typing import Any, Optional
 
 import click
 
+from ._fmt import ms as _ms
+from ._fmt import pct, sig
+from ._fmt import table as _table
 from .errors import RidgelineError, exit_code
 
 GB = 1e9
-
-
-def _ms(s: Optional[float]) -> str:
-    return "n/a" if s is None else f"{s * 1e3:,.3f} ms"
-
-
-def _table(rows: list[tuple[str, str]]) -> str:
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -115,6 +109,9 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
     "overhead (llama.cpp CUDA). Default: the runtime's.",
 )
 @click.option("--breakdown", is_flag=True, help="Print the per-operator breakdown.")
+@click.option(
+    "--verbose", "-v", is_flag=True, help="Also print utilisation, the memory parts and the fitted parameters."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (stable keys).")
 @click.option("--allow-no-fit", is_flag=True, help="Report a plan that does not fit instead of failing (exit 4).")
 @click.option(
@@ -150,6 +147,7 @@ def estimate(
     kv_skip_masked_tail: Optional[bool],
     decode_graphs: Optional[bool],
     breakdown: bool,
+    verbose: bool,
     as_json: bool,
     allow_no_fit: bool,
     uncalibrated: bool,
@@ -191,51 +189,60 @@ def estimate(
     if as_json:
         click.echo(json.dumps(e.to_dict(breakdown=breakdown), indent=2))
         return
-    p = e.plan
-    mem = e.memory
-    ep_text = "".join(f", {k.upper()} {p[k]}" for k in ("ep", "pp", "dp") if p[k] > 1)
-    click.echo(
-        f"{e.model} on {e.hardware}: batch {p['batch']}, prompt {p['prompt']}, output {p['output']}, "
-        f"TP {p['tp']}{ep_text}, {p['dtype']} "
-        f"(weights {p['weights']} from {p['weights_source']}, KV {p['kv_dtype'] or p['dtype']})"
-    )
-    rows = [
-        ("TTFT", _ms(e.ttft_s)),
-        ("TPOT", _ms(e.tpot_s)),
-        ("E2E latency", _ms(e.e2e_s)),
-        ("throughput", f"{e.throughput_tok_s:,.1f} output tok/s ({_throughput_basis(e)})"),
-        ("prefill rate", f"{e.prefill_tok_s:,.0f} prompt tok/s"),
-        ("MFU / MBU prefill", f"{e.prefill['mfu']:.3f} / {e.prefill['mbu']:.3f}"),
-        ("MFU / MBU decode", f"{e.decode['mfu']:.3f} / {e.decode['mbu']:.3f}"),
-        (
-            "memory per device",
-            f"{mem['total_bytes'] / GB:,.2f} GB = weights {mem['weights_bytes'] / GB:,.2f} "
-            f"+ KV {mem['kv_bytes'] / GB:,.2f}"
-            + (f" + linear-attention state {mem['state_bytes'] / GB:,.2f}" if mem.get("state_bytes") else "")
-            + f" + activations {mem['activation_bytes'] / GB:,.2f}",
-        ),
-        (
-            "fits",
-            f"{'yes' if e.fits else 'NO'} ({mem['budget_bytes'] / GB:,.1f} GB usable of "
-            f"{mem['capacity_bytes'] / GB:,.1f} GB = {mem['capacity_bytes'] / 2**30:,.4g} GiB)",
-        ),
-        (
-            "compute",
-            f"{e.gemm_dtype} GEMMs, {e.attention_dtype} attention; peak {e.peak_tflops:,.1f} TFLOPS, "
-            f"{e.memory_bw_gbs:,.0f} GB/s",
-        ),
-        ("runtime", f"{e.runtime_note}; --runtime chooses, --uncalibrated gives the bound"),
-        *([("execution", _execution_text(e))] if e.plan["from_runtime"] else []),
-        ("calibration", f"{e.calibration}: {e.calibration_note}"),
-        *([("held out", _held_out_text(e.held_out))] if e.held_out else []),
-        ("catalog", "verified" if e.verified else "verified = false (estimated: true)"),
-    ]
-    click.echo(_table(rows))
-    for w in e.warnings:
-        click.echo(f"  warning: {w}")
+    click.echo(_estimate_text(e, verbose))
     if breakdown:
         click.echo("")
         click.echo(_breakdown_text(e.breakdown_rows()))
+
+
+def _estimate_text(e: Any, verbose: bool) -> str:
+    """The answer first (TTFT, TPOT, throughput, memory fit), then the plan, the runtime and the
+    calibration one line each; the details and the fitted parameters under ``verbose``."""
+    p, mem, held = e.plan, e.memory, e.held_out
+    ep_text = "".join(f", {k.upper()} {p[k]}" for k in ("ep", "pp", "dp") if p[k] > 1)
+
+    def ranged(phase: str, key: str, t: Optional[float]) -> str:
+        if phase not in held or t is None:
+            return _ms(t)
+        lo, hi = held[phase][key]
+        return f"{_ms(t)}   (80% of held-out rows: {sig(lo * 1e3)}-{sig(hi * 1e3)} ms)"
+
+    fits = "fits" if e.fits else "does NOT fit"
+    used, usable = sig(mem["total_bytes"] / GB), sig(mem["budget_bytes"] / GB)
+    rows = [
+        ("TTFT", ranged("prefill", "ttft_s", e.ttft_s)),
+        ("TPOT", ranged("decode", "tpot_s", e.tpot_s)),
+        ("throughput", f"{sig(e.throughput_tok_s)} output tok/s ({_throughput_basis(e)} {_ms(e.e2e_s)})"),
+        ("memory", f"{used} GB per device of {usable} GB usable: {fits}"),
+        ("plan", f"batch {p['batch']}, prompt {p['prompt']}, output {p['output']}, TP {p['tp']}{ep_text}, "
+                 f"{p['dtype']}; weights {p['weights']} ({p['weights_source']}), KV {p['kv_dtype'] or p['dtype']}"),
+        ("runtime", f"{e.runtime_note}; --runtime chooses, --uncalibrated gives the bound"),
+        ("calibration", f"{e.calibration}: {e.calibration_note}" + (f"; {_held_out_text(held)}" if held else "")),
+        ("catalog", "verified" if e.verified else "verified = false (estimated: true)"),
+    ]  # fmt: skip
+    if verbose:
+        rows[4:4] = [
+            ("E2E latency", _ms(e.e2e_s)),
+            ("prefill rate", f"{sig(e.prefill_tok_s)} prompt tok/s"),
+            ("MFU / MBU prefill", f"{pct(e.prefill['mfu'])} / {pct(e.prefill['mbu'])}"),
+            ("MFU / MBU decode", f"{pct(e.decode['mfu'])} / {pct(e.decode['mbu'])}"),
+            ("memory parts", f"{sig(mem['total_bytes'] / GB)} GB = weights {sig(mem['weights_bytes'] / GB)} "
+             f"+ KV {sig(mem['kv_bytes'] / GB)}"
+             + (f" + linear-attention state {sig(mem['state_bytes'] / GB)}" if mem.get("state_bytes") else "")
+             + f" + activations {sig(mem['activation_bytes'] / GB)}; {sig(mem['budget_bytes'] / GB)} GB usable of "
+             f"{sig(mem['capacity_bytes'] / GB)} GB = {sig(mem['capacity_bytes'] / 2**30)} GiB"),
+            ("compute", f"{e.gemm_dtype} GEMMs, {e.attention_dtype} attention; peak {sig(e.peak_tflops, 4)} TFLOPS, "
+             f"{sig(e.memory_bw_gbs, 4)} GB/s"),
+        ]  # fmt: skip
+        if e.plan["from_runtime"]:
+            rows.insert(rows.index(next(r for r in rows if r[0] == "runtime")) + 1, ("execution", _execution_text(e)))
+        at = rows.index(next(r for r in rows if r[0] == "calibration")) + 1
+        rows[at:at] = [(f"  {name}", value) for name, value in e.fitted]
+        if held:
+            rows.insert(at + len(e.fitted), ("held out", _held_out_counts(held)))
+    lines = [f"{e.model} on {e.hardware}", _table(rows)]
+    lines += [f"  warning: {w}" for w in e.warnings]
+    return "\n".join(lines)
 
 
 _SIM_KEYS = (
@@ -478,22 +485,24 @@ def _rate_sweep(model: str, hardware: str, rates: list[float], args: dict[str, A
 
 
 def _held_out_text(held: Any) -> str:
-    """The TTFT and TPOT ranges 80% of the runtime's held-out rows fell in."""
-    parts, counts = [], []
-    for phase, key, name in (("prefill", "ttft_s", "TTFT"), ("decode", "tpot_s", "TPOT")):
-        if phase in held:
-            lo, hi = held[phase][key]
-            parts.append(f"{name} {lo * 1e3:,.3f}-{hi * 1e3:,.3f} ms")
-            counts.append(f"{held[phase]['rows']} {phase} rows on {held[phase]['devices']} devices")
+    """Where the TTFT and TPOT ranges come from, in words."""
     runtime = next(iter(held.values()))["runtime"]
     from .runtimes import KERNEL_RUNTIMES
 
     if runtime in KERNEL_RUNTIMES:
-        where = "data/calibration/kernel_holdout.csv"
-        return (f"{', '.join(parts)}: where 80% of {runtime}'s serving runs fell, each device priced with the "
-                f"step overhead fitted on the other's ({', '.join(counts)}; {where})")  # fmt: skip
-    return (f"{', '.join(parts)}: where 80% of {runtime}'s measured rows fell on devices left out of its fit "
-            f"({', '.join(counts)}; data/calibration/holdout.csv)")  # fmt: skip
+        return f"ranges: where 80% of {runtime}'s serving runs fell, each device priced with the other's step overhead"
+    return f"ranges: where 80% of {runtime}'s measured rows fell on devices left out of its fit"
+
+
+def _held_out_counts(held: Any) -> str:
+    """The rows and devices behind the held-out ranges, and their file."""
+    from .runtimes import KERNEL_RUNTIMES
+
+    counts = [
+        f"{held[ph]['rows']} {ph} rows on {held[ph]['devices']} devices" for ph in ("prefill", "decode") if ph in held
+    ]
+    kernel = next(iter(held.values()))["runtime"] in KERNEL_RUNTIMES
+    return f"{', '.join(counts)} (data/calibration/{'kernel_holdout' if kernel else 'holdout'}.csv)"
 
 
 def _execution_text(e: Any) -> str:
@@ -644,7 +653,7 @@ def sweep(
 
     import polars as pl
 
-    from .sweep import SWEEP_COLUMNS, grid_size, iter_sweep, load_grid_file, write
+    from .sweeps import SWEEP_COLUMNS, grid_size, iter_sweep, load_grid_file, summary, write
 
     if show_columns:
         click.echo(_table(list(SWEEP_COLUMNS.items())))
@@ -679,7 +688,7 @@ def sweep(
     dt = time.perf_counter() - t0
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if df is not None:
-        _frame_out(df, "table")
+        click.echo(summary(df))
     click.echo(f"{rows:,} plans in {dt:.2f} s ({rows / dt:,.0f} plans/s), peak RSS {rss_mb:,.0f} MB"
                + (f", written to {out}" if out is not None else ""), err=True)  # fmt: skip
 
@@ -1268,6 +1277,116 @@ def model_show(name: str, as_json: bool) -> None:
     flat += [(f"params.{k}", f"{v:,}") for k, v in s["params"].items()]
     flat += [(f"layer_group[{i}]", json.dumps(g)) for i, g in enumerate(s["layer_groups"])]
     click.echo(_table(flat))
+
+
+def _plot_plan_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The plan flags the plot commands share with estimate (a subset: the plan, not the runtime's knobs)."""
+    opts = [
+        click.option("--model", "-m", required=True, help="Bundled Hugging Face id, or a path to config.json."),
+        click.option("--batch", type=int, default=1, show_default=True, help="Concurrent sequences."),
+        click.option("--prompt", type=int, default=1024, show_default=True, help="Prompt tokens per sequence."),
+        click.option("--output", type=int, default=256, show_default=True, help="Output tokens per sequence."),
+        click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
+        click.option("--ep", type=int, default=1, show_default=True, help="Expert-parallel degree."),
+        click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages."),
+        click.option("--dtype", default="bf16", show_default=True, help=f"Activation dtype: {DTYPES}."),
+        click.option("--weight-dtype", default=None, help="Weight storage format (as estimate)."),
+        click.option("--kv-dtype", default=None, help="KV-cache dtype (default: --dtype)."),
+        click.option("--runtime", default=None, help="Runtime (as estimate; default: the device's)."),
+        click.option("--uncalibrated", is_flag=True, help="The efficiency-1 bound of the same plan."),
+        click.option("--out", "-o", required=True, help="The figure: a .png or .svg path."),
+        click.option("--force", is_flag=True, help="Replace an existing --out file."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _plot_estimate(hardware: str, kw: dict[str, Any], breakdown: bool = True) -> Any:
+    from .estimate import estimate as run
+
+    plan = {k: kw[k] for k in ("batch", "prompt", "output", "tp", "ep", "pp", "dtype", "weight_dtype", "kv_dtype",
+                               "runtime")}  # fmt: skip
+    return run(kw["model"], hardware, **plan, calibrated=not kw["uncalibrated"], breakdown=breakdown,
+               allow_no_fit=True)  # fmt: skip
+
+
+@cli.group()
+def plot() -> None:
+    """Figures of plans: roofline, decode waterfall, scaling curves, a comparison (PNG or SVG)."""
+
+
+@plot.command("roofline")
+@click.option("--hardware", "-H", required=True, help="Catalog device name or alias.")
+@_plot_plan_options
+def plot_roofline(hardware: str, **kw: Any) -> None:
+    """Each operator's arithmetic intensity and achieved FLOP/s, prefill and decode, under the device's roofs."""
+    from . import plot as figures
+
+    click.echo(f"wrote {figures.save(figures.roofline(_plot_estimate(hardware, kw)), kw['out'], force=kw['force'])}")
+
+
+@plot.command("waterfall")
+@click.option("--hardware", "-H", required=True, help="Catalog device name or alias.")
+@click.option("--phase", type=click.Choice(["decode", "prefill"]), default="decode", show_default=True)
+@_plot_plan_options
+def plot_waterfall(hardware: str, phase: str, **kw: Any) -> None:
+    """A decode step's time (TPOT) by operator class, communication and overheads included."""
+    from . import plot as figures
+
+    fig = figures.waterfall(_plot_estimate(hardware, kw), phase)
+    click.echo(f"wrote {figures.save(fig, kw['out'], force=kw['force'])}")
+
+
+@plot.command("scaling")
+@click.option("--hardware", "-H", "hardware", multiple=True, required=True, help="Device(s): one line each.")
+@click.option("--over", type=click.Choice(["batch", "prompt", "output", "tp"]), required=True, help="The x axis.")
+@click.option("--values", required=True, help="Its values: a list (1,2,4) or a range (1..256:x2).")
+@_plot_plan_options
+def plot_scaling(hardware: tuple[str, ...], over: str, values: str, **kw: Any) -> None:
+    """TTFT, TPOT and throughput over batch, prompt, output or TP, one line per device."""
+    from . import plot as figures
+    from .sweeps import parse_axis
+
+    plan = {k: kw[k] for k in ("batch", "prompt", "output", "tp", "ep", "pp", "dtype", "weight_dtype", "kv_dtype",
+                               "runtime") if k != over}  # fmt: skip
+    if kw["uncalibrated"]:
+        plan["runtime"] = plan["runtime"] or None
+    fig = figures.scaling(kw["model"], list(hardware), over, parse_axis(over, values), **plan)
+    click.echo(f"wrote {figures.save(fig, kw['out'], force=kw['force'])}")
+
+
+@plot.command("compare")
+@click.option("--hardware", "-H", required=True, help="Device of the base plan.")
+@click.option(
+    "--vs", "plans", multiple=True, required=True,
+    help="A plan to compare: KEY=VALUE[,KEY=VALUE] over the base plan (hardware, batch, prompt, output, tp, ep, "
+    "pp, dtype, weight_dtype, kv_dtype, runtime); give it once for base-vs-one, or more.",
+)  # fmt: skip
+@_plot_plan_options
+def plot_compare(hardware: str, plans: tuple[str, ...], **kw: Any) -> None:
+    """Plans side by side: TTFT, TPOT, throughput and memory per device."""
+    from . import plot as figures
+    from .errors import PlanError
+
+    ints = ("batch", "prompt", "output", "tp", "ep", "pp")
+    keys = ("hardware", *ints, "dtype", "weight_dtype", "kv_dtype", "runtime")
+    estimates = [_plot_estimate(hardware, kw, breakdown=False)]
+    for spec in plans:
+        over: dict[str, Any] = {}
+        for item in filter(None, spec.split(",")):
+            k, sep, v = item.partition("=")
+            k = k.strip().replace("-", "_")
+            if not sep or k not in keys:
+                raise PlanError(f"--vs: '{item}' must be KEY=VALUE with KEY one of {', '.join(keys)}")
+            try:
+                over[k] = int(v) if k in ints else v.strip()
+            except ValueError:
+                raise PlanError(f"--vs: {k} takes a whole number, got {v!r}") from None
+        hw = over.pop("hardware", hardware)
+        estimates.append(_plot_estimate(hw, {**kw, **over}, breakdown=False))
+    fig = figures.compare(estimates)
+    click.echo(f"wrote {figures.save(fig, kw['out'], force=kw['force'])}")
 
 
 def _one_line(msg: str) -> str:

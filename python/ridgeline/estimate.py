@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 from . import _checks, _core, quant
 from ._checks import MAX_EXACT
+from ._fmt import duration_us, pct, sig
 from .catalog import Catalog, Device, default_catalog
 from .collectives import _protocol_json, resolve_topology
 from .errors import DoesNotFitError, PlanError
@@ -86,6 +88,8 @@ class _Prepared(NamedTuple):
     plan_labels: Mapping[str, Any]
     label: str
     note: str
+    #: The fitted parameters in physical units, (name, value) each (``fitted_parameters``).
+    fitted: tuple[tuple[str, str], ...]
     runtime_note: str
     held_runtime: Optional[str]
     warnings: tuple[str, ...]
@@ -207,6 +211,12 @@ class Estimate:
 
     #: Which runtime the plan runs under and why (the default for the device, the one given, or none),
     #: said the same by every door: estimate, sweep and the CLI choose through ``choose_runtime``.
+    @property
+    def fitted(self) -> tuple[tuple[str, str], ...]:
+        """The calibration's fitted parameters in physical units, rounded: (name, value) pairs;
+        empty uncalibrated."""
+        return self._p.fitted
+
     @property
     def runtime_note(self) -> str:
         """The runtime the plan runs under and why."""
@@ -335,7 +345,7 @@ class Estimate:
     #: The keys of ``to_dict``, in order (documented in the README).
     KEYS = (
         "model", "hardware", "plan", "ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "prefill_tok_s", "prefill",
-        "decode", "memory", "fits", "calibration", "calibration_note", "runtime_note", "held_out", "verified",
+        "decode", "memory", "fits", "calibration", "calibration_note", "fitted", "runtime_note", "held_out", "verified",
         "estimated", "gemm_dtype", "attention_dtype", "peak_tflops", "memory_bw_gbs", "params", "parallel", "warnings",
     )  # fmt: skip
 
@@ -343,6 +353,7 @@ class Estimate:
         """A JSON-ready dict; the keys are stable and documented in the README."""
         d = {k: getattr(self, k) for k in self.KEYS}
         d["warnings"] = list(self.warnings)
+        d["fitted"] = dict(self.fitted)
         d["plan"] = dict(self.plan)
         d["params"] = dict(self.params)
         for k in ("prefill", "decode", "memory", "parallel"):
@@ -652,12 +663,22 @@ def _prepare(
         model=m.name, m=m, dev=dev, core=core, plan_head=head, plan_tail=tail,
         label=label, note=(UNCALIBRATED_NOTE if fit_row is None else _calibrated_note(fit_row))
         + (f"; {step[1]}" if step else ""),
+        fitted=_fitted(fit_row, step),
         runtime_note=runtime_note, held_runtime=runtime if fit_row is not None else None,
         warnings=tuple(warnings), group_labels=_group_labels(m), formats=formats,
         plan_labels={"runtime": runtime, "from_runtime": from_runtime, "weights": weights.label,
                      "weights_source": weights.source, "topology": topo.source},
         stamp=None if isinstance(model, Model) or m.source.startswith("bundled") else _stamp(model),
     )  # fmt: skip
+
+
+def _fitted(fit_row: Optional[Mapping[str, Any]], step: Optional[tuple[float, str]]) -> tuple[tuple[str, str], ...]:
+    """The fitted parameters a plan is priced with: a step overhead given or fitted on serving
+    runs replaces the row's."""
+    rows = [r for r in fitted_parameters(fit_row) if step is None or r[0] != "step overhead"]
+    if step is not None:
+        rows.append(("step overhead", f"{duration_us(step[0])} per step ({step[1]})"))
+    return tuple(rows)
 
 
 def _stamp(path: Any) -> Optional[bytes]:
@@ -687,31 +708,62 @@ def _held_out(runtime: Optional[str], ttft_s: float, tpot_s: Optional[float]) ->
 
 
 def _calibrated_note(f: Mapping[str, Any]) -> str:
-    extra = (
-        "".join(
-            f", {k} {float(f[k]):.3g}"
-            for k, base in (("eta_compute_quant", "eta_compute"), ("eta_moe", "eta_mem"))
-            if float(f[k]) != float(f[base])
-        )
-        + (f", routing skew {float(f['routing_skew']):.3g}" if float(f.get("routing_skew") or 0) else "")
-        + (f", overlap {float(f['overlap']):.3g}" if float(f.get("overlap", 1.0)) != 1.0 else "")
-        + (
-            f", expert-kernel overlap {float(f['overlap_moe']):.3g}"
-            if float(f.get("overlap_moe", f.get("overlap", 1.0))) != float(f.get("overlap", 1.0))
-            else ""
-        )
-        + "".join(f", {k} GEMMs {v:.3g}" for k, v in sorted((f.get("quant_formats") or {}).items()))
+    """One line on the fit: its rows, its error, and whether a parameter sits at a bound."""
+    pinned = str(f.get("pinned") or "").split()
+    return f"typical error x{math.exp(float(f['rms_log'])):.2f} over its rows (rms log {float(f['rms_log']):.2f})" + (
+        f"; {len(pinned)} parameter(s) at a bound of the search (--verbose)" if pinned else ""
     )
-    return (
-        f"fitted efficiencies: eta_mem {float(f['eta_mem']):.3g}, eta_compute {float(f['eta_compute']):.3g}{extra}, "
-        + (
-            f"kernel floor {float(f['t_launch_us']):.3g} us (CUDA graphs), "
-            if f["runtime"] in KERNEL_RUNTIMES
-            else f"t_launch {float(f['t_launch_us']):.3g} us, "
+
+
+def fitted_parameters(f: Optional[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """A calibration row's fitted parameters in physical units, rounded, each named for what it
+    does; one the fit left at a bound of its search range says so (a sign of missing structure)."""
+    if f is None:
+        return []
+    pinned = set(str(f.get("pinned") or "").split())
+
+    def at(k: str, text: str) -> str:
+        return text + (" (at its search bound)" if k in pinned else "")
+
+    def frac(k: str) -> float:
+        v = float(f[k])
+        return 0.0 if k in pinned and v < 0.5 else v  # a lower bound of 0 fitted as 1e-18 is 0
+
+    out = [("memory efficiency", at("eta_mem", f"{pct(frac('eta_mem'))} of the memory roof")),
+           ("compute efficiency", at("eta_compute", f"{pct(frac('eta_compute'))} of the compute roof"))]  # fmt: skip
+    if float(f["eta_compute_quant"]) != float(f["eta_compute"]):
+        out.append(
+            ("quantised GEMMs", at("eta_compute_quant", f"{pct(frac('eta_compute_quant'))} of the compute roof"))
         )
-        + f"t_step {float(f['t_step_us']):.3g} us "
-        f"(rms log error {float(f['rms_log']):.3g} over {f['n_rows']} measured rows)"
-    )
+    for k, v in sorted((f.get("quant_formats") or {}).items()):
+        out.append((f"{k} GEMMs", f"{pct(float(v))} of the compute roof"))
+    if float(f["eta_moe"]) != float(f["eta_mem"]):
+        out.append(("expert weights", at("eta_moe", f"{pct(frac('eta_moe'))} of the memory roof")))
+    if float(f.get("routing_skew") or 0):
+        out.append(("routing skew", at("routing_skew", sig(float(f["routing_skew"])))))
+    if float(f.get("overlap", 1.0)) != 1.0:
+        out.append(
+            (
+                "compute/memory overlap",
+                at("overlap", f"hides {pct(frac('overlap'))} of the shorter of compute and memory time"),
+            )
+        )
+    if float(f.get("overlap_moe", f.get("overlap", 1.0))) != float(f.get("overlap", 1.0)):
+        out.append(
+            (
+                "expert-kernel overlap",
+                at("overlap_moe", f"hides {pct(frac('overlap_moe'))} of the shorter of compute and memory time"),
+            )
+        )
+    launch = 0.0 if "t_launch_us" in pinned and float(f["t_launch_us"]) < 1 else float(f["t_launch_us"])
+    if f["runtime"] in KERNEL_RUNTIMES:
+        out.append(("kernel floor", at("t_launch_us", f"{duration_us(launch)} per kernel (CUDA graphs)")))
+    else:
+        out.append(("launch overhead", at("t_launch_us", f"{duration_us(launch)} per kernel")))
+    out.append(("step overhead", at("t_step_us", f"{duration_us(float(f['t_step_us']))} per step")))
+    if float(f.get("t_layer_us") or 0):
+        out.append(("layer overhead", f"{duration_us(float(f['t_layer_us']))} per layer"))
+    return out
 
 
 def _plan_json(plan: Mapping[str, Any]) -> str:

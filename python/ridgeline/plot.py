@@ -1,11 +1,17 @@
-"""Plots of serving simulations (the ``plot`` extra: matplotlib): TTFT and ITL CDFs, the queue and
-KV use over time, and the throughput-latency curve of a rate sweep, as PNG or SVG."""
+"""Figures (the ``plot`` extra: matplotlib), as PNG or SVG.
+
+Of plans: ``roofline`` (each operator's intensity and achieved FLOP/s under the device's roofs),
+``waterfall`` (a decode step's time by operator class, communication and overheads included),
+``scaling`` (TTFT, TPOT and throughput over batch, context or TP for one or more devices) and
+``compare`` (plans side by side); each returns a matplotlib Figure, ``save`` writes one. Of
+serving simulations: TTFT and ITL CDFs, the queue and KV use over time, and the
+throughput-latency curve of a rate sweep (``simulation``, ``rate_curve``: written to a folder)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from .errors import PlanError
 
@@ -99,3 +105,234 @@ def rate_curve(sims: Sequence[Any], directory: str, fmt: str = "png") -> str:
     fig.savefig(p)
     plt.close(fig)
     return str(p)
+
+
+#: Operator classes of the decode waterfall, by the engine's operator names (rust/src/graph.rs
+#: ``OpKind::name``); an operator not listed is its own band, so none is dropped.
+OP_CLASSES = {
+    "attention projections": ("qkv_proj", "q_lora_proj", "kv_lora_proj", "kv_up_proj", "q_absorb", "v_unabsorb",
+                              "o_proj", "attn_gate", "indexer_proj"),
+    "attention": ("attention", "kv_cache_write", "rotary", "qk_norm", "latent_norm", "indexer_cache_write",
+                  "indexer_scores"),
+    "linear attention": ("linear_in_proj", "short_conv", "linear_attention", "gated_norm", "linear_out_proj"),
+    "dense FFN": ("ffn_up", "ffn_act", "ffn_down"),
+    "MoE experts": ("router", "expert_up", "expert_act", "expert_down", "shared_expert_up", "shared_expert_act",
+                    "shared_expert_down", "moe_latent_proj"),
+    "communication": ("embedding_allreduce", "attn_allreduce", "ffn_allreduce", "logits_allgather",
+                      "expert_dispatch_combine", "pp_send"),
+    "embedding and head": ("embedding", "position_embedding", "final_norm", "lm_head"),
+    "norms and quantisation": ("norm", "act_quant", "kv_up_act_quant"),
+    "layer and step overhead": ("layer_overhead", "step_overhead"),
+}  # fmt: skip
+_CLASS_OF = {op: c for c, ops in OP_CLASSES.items() for op in ops}
+LAUNCH_BAND = "kernel launches / floors"
+
+
+def _breakdown(e: Any) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = e.breakdown_rows()
+    return rows
+
+
+def _title(e: Any) -> str:
+    p = e.plan
+    par = "".join(f", {k.upper()} {p[k]}" for k in ("tp", "ep", "pp") if p[k] > 1)
+    return (f"{e.model} on {e.hardware}{par}: batch {p['batch']}, prompt {p['prompt']}, "
+            f"{p['weights']} weights; {p['runtime'] or 'no runtime'}, {e.calibration.split(' (')[0]}")  # fmt: skip
+
+
+def roofline(e: Any) -> Any:
+    """The roofline chart of one estimate's operators: arithmetic intensity (FLOP per byte moved)
+    against the FLOP/s each operator achieves as priced, prefill and decode, under the device's
+    compute and memory roofs. Operators without FLOPs or bytes (copies, collectives, overheads) have
+    no intensity and are listed under the chart. Returns the Figure."""
+    import numpy as np
+
+    plt = _pyplot("png")
+    rows = _breakdown(e)
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    peak, bw = e.peak_tflops * 1e12, e.memory_bw_gbs * 1e9
+    pts = [r for r in rows if r["flops"] > 0 and r["bytes"] > 0 and r["time_s"] > 0]
+    x = np.array([r["flops"] / r["bytes"] for r in pts])
+    lo, hi = min(x.min() / 3, 0.1), max(x.max() * 3, 3 * peak / bw)
+    grid = np.geomspace(lo, hi, 200)
+    ax.plot(grid, np.minimum(peak, bw * grid), color="black", lw=1.5, label="device roofs")
+    ax.annotate(f"{e.peak_tflops:,.0f} TFLOP/s ({e.gemm_dtype})", (peak / bw * 1.15, peak * 1.15), va="bottom",
+                fontsize=8)  # fmt: skip
+    ax.annotate(f"{e.memory_bw_gbs:,.0f} GB/s", (lo * 1.5, bw * lo * 1.5 * 1.3), va="bottom", fontsize=8)
+    ax.axvline(peak / bw, color="grey", lw=0.6, ls=":")
+    for phase, marker, color in (("prefill", "o", "tab:blue"), ("decode", "^", "tab:orange")):
+        sel = [r for r in pts if r["phase"] == phase]
+        if not sel:
+            continue
+        xs = [r["flops"] / r["bytes"] for r in sel]
+        ys = [r["flops"] / r["time_s"] for r in sel]
+        ax.scatter(xs, ys, marker=marker, color=color, s=36, label=phase, zorder=3)
+        # operators at nearly the same point share one label (a GEMM family at one intensity)
+        clusters: list[tuple[float, float, list[str]]] = []
+        for r, xi, yi in zip(sel, xs, ys):
+            near = next((c for c in clusters if abs(np.log10(c[0] / xi)) < 0.5 and abs(np.log10(c[1] / yi)) < 0.08),
+                        None)  # fmt: skip
+            if near is None:
+                clusters.append((xi, yi, [r["op"]]))
+            elif r["op"] not in near[2]:
+                near[2].append(r["op"])
+        for xi, yi, ops in clusters:
+            text = ", ".join(ops[:4]) + (f" +{len(ops) - 4}" if len(ops) > 4 else "")
+            ax.annotate(text, (xi, yi), fontsize=6.5, color=color, xytext=(4, -9),
+                        textcoords="offset points")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ys_all = [r["flops"] / r["time_s"] for r in pts]
+    ax.set_ylim(min(bw * lo, *ys_all) / 3, peak * 3)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of device memory)")
+    ax.set_ylabel("achieved FLOP/s (as priced)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(loc="lower right", fontsize=8)
+    off = sorted({r["op"] for r in rows} - {r["op"] for r in pts})
+    if off:
+        fig.text(0.01, 0.01, "not shown (no FLOPs or no bytes): " + ", ".join(off), fontsize=6.5)
+    ax.set_title(_title(e), fontsize=8)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return fig
+
+
+def waterfall_bands(e: Any, phase: str = "decode") -> list[tuple[str, float]]:
+    """The time of one step of ``phase`` (decode: TPOT; prefill: TTFT) split into bands per operator
+    class (``OP_CLASSES``), kernel launches and floors in a band of their own; the bands sum to the
+    step's time. (band, seconds) pairs, largest first."""
+    rows = [r for r in _breakdown(e) if r["phase"] == phase]
+    steps = int(e.decode["steps"]) if phase == "decode" else 1
+    bands: dict[str, float] = {}
+    for r in rows:
+        band = _CLASS_OF.get(r["op"], r["op"])
+        bands[band] = bands.get(band, 0.0) + (r["time_s"] - r["launch_s"]) / steps
+        bands[LAUNCH_BAND] = bands.get(LAUNCH_BAND, 0.0) + r["launch_s"] / steps
+    return sorted(((k, v) for k, v in bands.items() if v > 0), key=lambda kv: -kv[1])
+
+
+def waterfall(e: Any, phase: str = "decode") -> Any:
+    """The decode-time waterfall (``phase="prefill"``: the prefill's): one bar per operator class
+    rising from where the last ended, communication and overheads included, to the total (TPOT or
+    TTFT) at the right. Returns the Figure."""
+    plt = _pyplot("png")
+    bands = waterfall_bands(e, phase)
+    total = sum(v for _, v in bands) * 1e3
+    fig, ax = plt.subplots(figsize=(9, 5))
+    base = 0.0
+    names = [b for b, _ in bands] + ["TPOT" if phase == "decode" else "TTFT"]
+    for i, (band, v) in enumerate(bands):
+        ms_ = v * 1e3
+        ax.bar(i, ms_, bottom=base, color="tab:red" if band == "communication" else "tab:blue", alpha=0.85)
+        ax.annotate(f"{ms_:.3g}", (i, base + ms_), ha="center", va="bottom", fontsize=7)
+        base += ms_
+    ax.bar(len(bands), total, color="black")
+    ax.annotate(f"{total:.3g} ms", (len(bands), total), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(f"time per {'decode step' if phase == 'decode' else 'prefill'} (ms)")
+    ax.set_ylim(0, total * 1.1)
+    ax.grid(alpha=0.3, axis="y")
+    ax.set_title(_title(e), fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+SCALING_AXES = ("batch", "prompt", "output", "tp")
+
+
+def scaling(model: str, hardware: Sequence[str], axis: str, values: Sequence[int], **plan: Any) -> Any:
+    """TTFT, TPOT and output throughput over one plan axis (batch, prompt, output or tp) for one or
+    more devices, from one sweep; plans that do not fit or cannot be priced are left out (a gap).
+    Returns the Figure."""
+    import polars as pl
+
+    from .sweeps import sweep
+
+    if axis not in SCALING_AXES:
+        raise PlanError(f"axis: must be one of {', '.join(SCALING_AXES)}, got {axis!r}")
+    if not values:
+        raise PlanError(f"values: give at least one {axis}")
+    plt = _pyplot("png")
+    grid = {**{k: v for k, v in plan.items() if v is not None}, "model": model, "hardware": list(hardware),
+            axis: list(values)}  # fmt: skip
+    df = sweep(grid)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    for hw in hardware:
+        d = df.filter((pl.col("hardware") == hw) & pl.col("error").is_null() & pl.col("fits")).sort(axis)
+        label = hw if d.height else f"{hw} (no plan fits)"
+        for ax, col, k in ((axes[0], "ttft_s", 1e3), (axes[1], "tpot_s", 1e3), (axes[2], "throughput_tok_s", 1)):
+            ax.plot(d[axis].to_list(), (d[col] * k).to_list(), marker="o", label=label)
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    plain = FuncFormatter(lambda v, _: f"{v:,.10g}")
+    for ax, name in zip(axes, ("TTFT (ms)", "TPOT (ms)", "output throughput (tok/s)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(plain)
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+        ax.set_xlabel({"batch": "batch (sequences)", "prompt": "prompt (tokens)", "output": "output (tokens)",
+                       "tp": "tensor-parallel degree"}[axis])  # fmt: skip
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3, which="both")
+    axes[2].legend(fontsize=8)
+    fixed = ", ".join(f"{k} {v}" for k, v in plan.items() if v is not None and k != axis)
+    fig.suptitle(f"{model}: over {axis}" + (f" ({fixed})" if fixed else "")
+                 + "; plans that do not fit are not drawn", fontsize=9)  # fmt: skip
+    fig.tight_layout()
+    return fig
+
+
+def compare(estimates: Sequence[Any], labels: Optional[Sequence[str]] = None) -> Any:
+    """Two or more plans side by side: TTFT, TPOT, output throughput and memory per device, one bar
+    per plan, labelled. Returns the Figure."""
+    if len(estimates) < 2:
+        raise PlanError(f"compare: give at least two plans, got {len(estimates)}")
+    if labels is not None and len(labels) != len(estimates):
+        raise PlanError(f"labels: {len(labels)} given for {len(estimates)} plans")
+    plt = _pyplot("png")
+    names = list(labels) if labels is not None else [_plan_label(e) for e in estimates]
+    fig, axes = plt.subplots(1, 4, figsize=(14, 4.2))
+    metrics = (("TTFT (ms)", [e.ttft_s * 1e3 for e in estimates]),
+               ("TPOT (ms)", [(e.tpot_s or 0.0) * 1e3 for e in estimates]),
+               ("output throughput (tok/s)", [e.throughput_tok_s for e in estimates]),
+               ("memory per device (GB)", [e.memory["total_bytes"] / 1e9 for e in estimates]))  # fmt: skip
+    colors = [f"C{i}" for i in range(len(estimates))]
+    for ax, (name, vals) in zip(axes, metrics):
+        ax.bar(range(len(vals)), vals, color=colors)
+        for i, v in enumerate(vals):
+            ax.annotate(f"{v:,.3g}", (i, v), ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(vals)))
+        ax.set_xticklabels([f"plan {chr(65 + i)}" for i in range(len(vals))], fontsize=8)
+        ax.set_ylabel(name)
+        ax.set_ylim(0, max(vals) * 1.15 or 1)
+        ax.grid(alpha=0.3, axis="y")
+    budget = [e.memory["budget_bytes"] / 1e9 for e in estimates]
+    for i, b in enumerate(budget):
+        axes[3].hlines(b, i - 0.4, i + 0.4, color="black", lw=1)
+    axes[3].set_ylim(0, max(*budget, *metrics[3][1]) * 1.15)
+    fig.text(0.01, 0.01, "   ".join(f"plan {chr(65 + i)}: {n}" for i, n in enumerate(names))
+             + "   (black line: usable memory)", fontsize=7)  # fmt: skip
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return fig
+
+
+def _plan_label(e: Any) -> str:
+    p = e.plan
+    par = "".join(f" {k.upper()}{p[k]}" for k in ("tp", "ep", "pp") if p[k] > 1)
+    return f"{e.model.split('/')[-1]} on {e.hardware}{par} b{p['batch']} {p['weights']} ({p['runtime'] or 'bound'})"
+
+
+def save(fig: Any, path: str, *, force: bool = False) -> str:
+    """Writes a Figure to ``path`` (.png or .svg) through the atomic writer: an existing file is
+    kept unless ``force``. Returns the path."""
+    from ._io import atomic_output
+
+    fmt = Path(path).suffix.lstrip(".").lower()
+    plt = _pyplot(fmt)
+    with atomic_output(path, force=force, what="out") as tmp:
+        fig.savefig(tmp, format=fmt, dpi=150)
+    plt.close(fig)
+    return path

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from . import _checks, _core, _data
+from ._fmt import sig
+from ._fmt import table as _table
 from .catalog import Catalog, Device
 from .errors import PlanError
 from .estimate import _prepare
@@ -249,37 +251,7 @@ class Simulation:
                            if k.startswith("rejected") and v)  # fmt: skip
         causes = f" ({causes})" if causes else ""
         kv = " / ".join(f"{b:,}" for b in self.kv_blocks)
-        lines = [
-            f"{self.model} on {self.hardware}, {self.cluster['describe']}, "
-            f"{self.runtime or 'no runtime'} ({self.calibration})",
-            f"scheduler: {s['max_num_batched_tokens']} tokens a step, {s['max_num_seqs']} sequences, "
-            f"KV {kv} blocks of {s['block_size']} an instance, "
-            + ("chunked prefill" if s["chunked_prefill"] else "whole prompts")
-            + (", mixed steps" if s["mixed"] else ", prefill before decode")
-            + (", whole-sequence KV reserved" if s["reserve_full"] else ""),
-            f"workload: {w['describe']}",
-            f"requests: {c['injected']:,} sent, {c['completed']:,} completed, {c['length_capped']:,} length-capped, "
-            f"{rejected:,} rejected{causes}, {c['waiting'] + c['running']:,} in flight; "
-            f"{self.preemptions:,} preemptions; at most {self.max_running:,} running on an instance"
-            + (
-                f"; {self.transfers:,} KV transfers, {self.transfer_s / max(self.transfers, 1) * 1e3:.2f} ms each"
-                if self.transfers
-                else ""
-            )
-            + (f"; {self.cached_tokens:,} prompt tokens read from the prefix cache" if self.cached_tokens else ""),
-            f"over {self.duration_s:.2f} s: {self.request_rate_req_s:.2f} req/s, "
-            f"{self.output_tok_s:,.0f} output tok/s, "
-            f"{self.total_tok_s:,.0f} total tok/s"
-            + (
-                f"; goodput {self.goodput_req_s:.2f} req/s ({self.good_requests:,} of {self.finished:,} within "
-                + ", ".join(f"{k.upper()} {v:g} ms" for k, v in self.slo.items() if v is not None)
-                + ")"
-                if any(v is not None for v in self.slo.values())
-                else ""
-            ),
-            "",
-            f"{'':<10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}",
-        ]
+        table = [f"  {'':<10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}"]
         for name, st in (
             ("TTFT ms", self.ttft_s),
             ("TPOT ms", self.tpot_s),
@@ -287,10 +259,31 @@ class Simulation:
             ("E2E s", self.e2e_s),
         ):
             k = 1.0 if name.endswith(" s") else 1e3
-            vals = "".join(f"{st[q] * k:>10.2f}" for q in ("mean", "p50", "p90", "p99", "max"))
-            lines.append(f"{name:<10}{vals}" if st["count"] else f"{name:<10}{'-':>10}")
-        lines += ["", f"calibration: {self.calibration_note}", f"runtime: {self.runtime_note}"]
-        lines += [f"warning: {x}" for x in self.warnings]
+            vals = "".join(f"{sig(st[q] * k):>10}" for q in ("mean", "p50", "p90", "p99", "max"))
+            table.append(f"  {name:<10}{vals}" if st["count"] else f"  {name:<10}{'-':>10}")
+        rows = [
+            ("throughput", f"{sig(self.request_rate_req_s)} req/s, {sig(self.output_tok_s)} output tok/s, "
+             f"{sig(self.total_tok_s)} total tok/s over {sig(self.duration_s)} s"
+             + (f"; goodput {sig(self.goodput_req_s)} req/s ({self.good_requests:,} of {self.finished:,} within "
+                + ", ".join(f"{k.upper()} {v:g} ms" for k, v in self.slo.items() if v is not None) + ")"
+                if any(v is not None for v in self.slo.values()) else "")),
+            ("requests", f"{c['injected']:,} sent, {c['completed']:,} completed, {c['length_capped']:,} length-capped, "
+             f"{rejected:,} rejected{causes}, {c['waiting'] + c['running']:,} in flight; "
+             f"{self.preemptions:,} preemptions; at most {self.max_running:,} running on an instance"
+             + (f"; {self.transfers:,} KV transfers, {sig(self.transfer_s / max(self.transfers, 1) * 1e3)} ms each"
+                if self.transfers else "")
+             + (f"; {self.cached_tokens:,} prompt tokens read from the prefix cache" if self.cached_tokens else "")),
+            ("workload", w["describe"]),
+            ("plan", f"{self.cluster['describe']}; scheduler {s['max_num_batched_tokens']} tokens a step, "
+             f"{s['max_num_seqs']} sequences, KV {kv} blocks of {s['block_size']} an instance, "
+             + ("chunked prefill" if s["chunked_prefill"] else "whole prompts")
+             + (", mixed steps" if s["mixed"] else ", prefill before decode")
+             + (", whole-sequence KV reserved" if s["reserve_full"] else "")),
+            ("runtime", self.runtime_note if self.runtime else "none"),
+            ("calibration", f"{self.calibration}: {self.calibration_note}"),
+        ]  # fmt: skip
+        lines = [f"{self.model} on {self.hardware}", *table, _table(rows)]
+        lines += [f"  warning: {x}" for x in self.warnings]
         return "\n".join(lines)
 
 

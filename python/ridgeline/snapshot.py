@@ -104,7 +104,7 @@ def evaluate(catalog: Optional[Catalog] = None) -> Any:
     import polars as pl
 
     from .models import bundled_names
-    from .sweep import iter_sweep
+    from .sweeps import iter_sweep
 
     p = panel()
     frames: list[Any] = []

@@ -18,8 +18,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import numpy as np
-
 from . import _core
 from ._checks import MAX_EXACT, flag, whole
 from .catalog import Catalog, default_catalog
@@ -206,7 +204,7 @@ def load_grid_file(path: str | Path) -> dict[str, Any]:
 
 def grid_size(grid: Mapping[str, Any]) -> int:
     g = normalise_grid(grid)
-    return int(np.prod([len(g[k]) for k in CATEGORICAL_AXES + NUMERIC_AXES]))
+    return math.prod(len(g[k]) for k in CATEGORICAL_AXES + NUMERIC_AXES)
 
 
 def iter_sweep(
@@ -227,6 +225,8 @@ def iter_sweep(
     said in ``calibration``) and run the way that runtime runs it (``runtime_execution``: for
     llama.cpp the prompt in n_ubatch steps unless the grid has a ``chunk`` axis, which is then
     its n_ubatch, padded KV reads, one-token decode steps replayed from a CUDA graph)."""
+    import numpy as np
+
     from .estimate import _prepare
     from .runtimes import runtime_execution
 
@@ -343,6 +343,58 @@ def sweep(
     # the first part is priced now, so a grid that cannot run fails here, not inside Polars
     first = next(iter_sweep(grid, threads=threads, catalog=catalog, calibrated=calibrated, chunk_size=1))
     return _lazy(lambda: iter_sweep(grid, threads=threads, catalog=catalog, calibrated=calibrated), first.schema)
+
+
+#: The plan columns a summary shows when they vary over the grid, in order.
+_PLAN_COLUMNS = ("model", "hardware", "runtime", "weights", "kv_dtype", "tp", "pp", "ep", "dp", "chunk", "batch",
+                 "prompt", "output")  # fmt: skip
+
+
+def summary(df: Any, top: int = 5) -> str:
+    """A sweep's result for people: how many plans were priced, fit and failed (with the commonest
+    reasons), which plan columns vary, and the best fitting plans by throughput and by latency
+    (TPOT, then TTFT) with only the varying columns. Numbers rounded, with units."""
+    import polars as pl
+
+    from ._fmt import ms, sig
+
+    if df.height == 0:
+        return "0 plans"
+    priced = df.filter(pl.col("error").is_null())
+    fit = priced.filter(pl.col("fits"))
+    lines = [f"{df.height:,} plans: {priced.height:,} priced ({fit.height:,} fit in memory, "
+             f"{priced.height - fit.height:,} do not), {df.height - priced.height:,} refused"]  # fmt: skip
+    if df.height > priced.height:
+        reasons = (
+            df.filter(pl.col("error").is_not_null())
+            .group_by("error")
+            .len()
+            .sort(["len", "error"], descending=[True, False])
+        )
+        for r in reasons.head(3).iter_rows(named=True):
+            lines.append(f"  refused x{r['len']:,}: {r['error']}")
+    varying = [c for c in _PLAN_COLUMNS if c in df.columns and df[c].n_unique() > 1]
+    lines.append("varying: " + (", ".join(f"{c} ({df[c].n_unique()})" for c in varying) or "nothing (one plan)"))
+    if fit.height == 0:
+        lines.append("no priced plan fits in memory")
+        return "\n".join(lines)
+
+    def best(title: str, by: list[str], descending: bool) -> None:
+        rows = fit.sort(by, descending=descending, nulls_last=True).head(top)
+        lines.append("")
+        lines.append(title)
+        head = [*varying, "TTFT", "TPOT", "tok/s", "GB/device", "devices"]
+        cells = [[str(r[c]) for c in varying]
+                 + [ms(r["ttft_s"]), ms(None if r["tpot_s"] != r["tpot_s"] else r["tpot_s"]),
+                    sig(r["throughput_tok_s"]), sig(r["memory_gb"]), str(r["devices"])]
+                 for r in rows.iter_rows(named=True)]  # fmt: skip
+        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
+        lines.extend(("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths))).rstrip() for row in [head, *cells])
+
+    best(f"highest throughput (of {fit.height:,} that fit)", ["throughput_tok_s"], True)
+    best("lowest latency (TPOT, then TTFT)", ["tpot_s", "ttft_s"], False)
+    lines += ["", "every column: --out results.parquet (or .csv, or file.duckdb:table); --columns lists them"]
+    return "\n".join(lines)
 
 
 def _out_target(out: str) -> tuple[str, Optional[str]]:
