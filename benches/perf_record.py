@@ -2,7 +2,7 @@
 
     pip install . && python benches/perf_record.py [--baseline-python PY] [--genz-python PY] [--rounds 10]
 
-Measures each figure of the README's performance table side by side in one run on this
+Measures each figure of the performance table (docs/performance.md) side by side in one run on this
 machine: this checkout's ridgeline (the ``python`` running the script), the previous release of
 ridgeline (``--baseline-python``: an interpreter with it installed, e.g. a venv made from
 ``git worktree add /tmp/base f1f24a0 && pip install /tmp/base``) and GenZ (genz-llm 0.0.16 in
@@ -10,7 +10,7 @@ its own venv, made on first use as benches/genz_compare.py makes it). Every figu
 of ``--rounds`` runs; a peer that is not given (or does not install) is left out, said so.
 AIConfigurator is not measured: the project does not install it (its data is held out).
 
-Writes benches/perf.json and rewrites the table between the ``perf-table`` markers of README.md
+Writes benches/perf.json and rewrites the table between the ``perf-table`` markers of docs/performance.md
 from it (``--table-only`` rewrites the table from an existing perf.json).
 """
 
@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benches" / "perf.json"
-README = ROOT / "README.md"
+README = ROOT / "docs" / "performance.md"
 START, END = "<!-- perf-table:start -->", "<!-- perf-table:end -->"
 ESTIMATE = ["estimate", "-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM"]
 # 1e7 dense plans: 1000 batches x 10 prompts x 250 outputs x 4 TP degrees (Llama-3.1-8B on H100)
@@ -222,7 +222,7 @@ def table(r: dict[str, Any]) -> str:
 def write_table(r: dict[str, Any]) -> None:
     text = README.read_text()
     if START not in text or END not in text:
-        raise SystemExit(f"README.md has no {START} ... {END} markers")
+        raise SystemExit(f"docs/performance.md has no {START} ... {END} markers")
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
     README.write_text(f"{head}{START}\n{table(r)}\n{END}{tail}")
@@ -235,7 +235,9 @@ def main() -> None:
     ap.add_argument("--no-genz", action="store_true", help="leave GenZ out (no registry)")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--skip-calibration", action="store_true", help="leave calibrate and validate out")
-    ap.add_argument("--table-only", action="store_true", help="rewrite the README table from benches/perf.json")
+    ap.add_argument(
+        "--table-only", action="store_true", help="rewrite the docs/performance.md table from benches/perf.json"
+    )
     args = ap.parse_args()
     if args.table_only:
         write_table(json.loads(RESULTS.read_text()))

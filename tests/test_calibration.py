@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 import ridgeline
 from ridgeline import CatalogError, _data
-from ridgeline.calibrate import PARAMS, calibrate, formats_of, lookup, shipped_fits, to_csv, validation
+from ridgeline.calibrate import calibrate, to_csv
 from ridgeline.catalog import default_catalog
+from ridgeline.fitted import PARAMS, formats_of, lookup, shipped_fits
 from ridgeline.snapshot import structure_version
+from ridgeline.validate import validation
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,8 @@ def test_the_calibration_table_holds_the_shipped_fits():
 
 
 def test_a_group_with_fewer_rows_than_free_parameters_is_refused():
-    from ridgeline.calibrate import Batch, decompose_all, fit
+    from ridgeline.calibrate import Batch, fit
+    from ridgeline.decompose import decompose_all
 
     cat = default_catalog()
     rows = [d for d in decompose_all(cat)[0] if d.row["hardware"] == "RTX_3070"]
@@ -121,7 +124,8 @@ def test_validate_rows_matches_the_in_sample_path(checked):
 
 
 def test_shipped_held_out_ranges_are_the_fresh_leave_one_device_out(checked):
-    from ridgeline.calibrate import HOLDOUT_FILE, holdout, holdout_csv
+    from ridgeline.acceptance import holdout, holdout_csv
+    from ridgeline.fitted import HOLDOUT_FILE
 
     fresh = holdout(checked["rows"])
     assert holdout_csv(fresh) == _data.read_text(HOLDOUT_FILE)  # refit and validate agree byte for byte
@@ -201,7 +205,7 @@ def test_envelope_is_reported_per_phase(checked):
 
 
 def test_validation_plots_are_written(checked, tmp_path):
-    from ridgeline.calibrate import plot
+    from ridgeline.plot import validation as plot
 
     paths = plot(checked["rows"], str(tmp_path))
     assert [Path(p).name for p in paths] == ["validation_scatter.png", "validation_residuals.png"]
@@ -233,8 +237,9 @@ def test_no_row_beats_the_physical_bound(checked):
 def test_the_engine_prices_a_row_as_the_fit_does(row_id):
     # `ridgeline estimate` with the shipped calibration and the fit's decomposition must agree,
     # or the fitted constants would describe a different model than the one users run.
-    from ridgeline.calibrate import Batch, _estimate_kwargs, decompose, params_of
+    from ridgeline.calibrate import Batch, params_of
     from ridgeline.catalog import default_catalog
+    from ridgeline.decompose import _estimate_kwargs, decompose
     from ridgeline.models import Model
 
     cat = default_catalog()
@@ -257,8 +262,8 @@ def test_the_engine_prices_a_row_as_the_fit_does(row_id):
 def test_llamacpp_rows_are_priced_with_the_attention_they_ran():
     # llama.cpp fuses attention only with -fa 1 (the row's flash_attn flag); the 2024
     # XiongjieDai runs did not, the DGX Spark runs did (fa=1), and the GPU scoreboard has both.
-    from ridgeline.calibrate import _estimate_kwargs, has_flag
     from ridgeline.catalog import default_catalog
+    from ridgeline.decompose import _estimate_kwargs, has_flag
 
     cat = default_catalog()
     rows = cat.sql("SELECT * FROM benchmarks WHERE runtime LIKE 'llamacpp%' AND not_priced IS NULL").to_dicts()
@@ -282,7 +287,7 @@ def test_the_envelope_lines_that_hold_keep_holding(checked):
     # Spec 50's envelope, line by line (`ridgeline validate` prints it). These lines hold on the
     # shipped data; a change that breaks one fails here. The group medians held out and the
     # batched-bench decode keystone line are open work (issue notes).
-    from ridgeline.calibrate import envelope, group_summaries
+    from ridgeline.acceptance import envelope, group_summaries
 
     env = envelope(checked["rows"], group_summaries(checked["rows"]))
     assert len(env) == 8

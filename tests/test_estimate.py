@@ -215,7 +215,7 @@ def test_a_plain_estimate_for_a_measured_row_is_priced_as_the_calibration_priced
     # The plan the calibration prices a llama.cpp row with, less everything the runtime decides
     # (only the run's -ub kept, as --chunk), gives the same times through a plain estimate:
     # one row per (runtime, batch 1 or several, flash attention or not), windowed models included.
-    from ridgeline.calibrate import _estimate_kwargs, n_ubatch
+    from ridgeline.decompose import _estimate_kwargs, n_ubatch
 
     cat = default_catalog()
     q = "SELECT * FROM benchmarks WHERE runtime LIKE 'llamacpp%' AND not_priced IS NULL AND model IS NOT NULL"
@@ -258,7 +258,7 @@ def test_llamacpp_kv_padding_and_replayed_decode_graphs():
 
 
 def test_a_runtime_prices_only_the_devices_it_runs_on(tmp_path):
-    from ridgeline.calibrate import default_runtime, shipped_fits
+    from ridgeline.fitted import default_runtime, shipped_fits
     from ridgeline.runtimes import known_runtimes, runs_on, runtime_platforms
 
     cat = default_catalog()

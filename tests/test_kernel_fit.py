@@ -29,7 +29,7 @@ def fitted():
 
 def test_the_shipped_kernel_fits_are_the_fit_of_the_shipped_tables(fitted):
     assert kernel_fits_csv(fitted) == (ROOT / "data" / "calibration" / "kernel_fits.csv").read_text()
-    from ridgeline.calibrate import holdout_csv
+    from ridgeline.acceptance import holdout_csv
 
     held = holdout_csv(holdout_rows(transfer(KERNELS, fitted)))
     assert held == (ROOT / "data" / "calibration" / "kernel_holdout.csv").read_text()

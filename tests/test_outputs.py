@@ -185,13 +185,15 @@ def test_catalog_audit_out_keeps_an_existing_file_unless_forced(tmp_path):
 @pytest.fixture
 def quick_fit(monkeypatch):
     """calibrate's fit (minutes) replaced by fixed texts: these tests are about the files."""
+    import ridgeline.acceptance as acc
     import ridgeline.calibrate as cal
+    import ridgeline.validate as val
 
     monkeypatch.setattr(cal, "calibrate", lambda: [])
-    monkeypatch.setattr(cal, "validation", lambda fits: {"rows": []})
-    monkeypatch.setattr(cal, "holdout", lambda rows: [])
+    monkeypatch.setattr(val, "validation", lambda fits: {"rows": []})
+    monkeypatch.setattr(acc, "holdout", lambda rows: [])
     monkeypatch.setattr(cal, "to_csv", lambda fits: "fits\n")
-    monkeypatch.setattr(cal, "holdout_csv", lambda held: "held\n")
+    monkeypatch.setattr(acc, "holdout_csv", lambda held: "held\n")
 
 
 def test_calibrate_refreshes_its_files_only_when_asked(tmp_path, quick_fit):

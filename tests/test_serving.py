@@ -199,19 +199,6 @@ def test_replicas_and_disaggregation_through_the_doors():
         ridgeline.simulate(LLAMA, "H100_SXM", router="random", **kw)
 
 
-def test_the_readme_scenario_prints_what_the_readme_shows(tmp_path):
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    scenario = readme.split("```yaml\n# scenario.yaml", 1)[1].split("```", 1)[0]
-    shown = readme.split("<!-- scenario-output:start -->\n```\n", 1)[1].split("\n```\n<!-- scenario-output:end -->")[0]
-    f = tmp_path / "scenario.yaml"
-    f.write_text("# scenario.yaml" + scenario)
-    code, out, err = run_main("simulate", "--scenario", str(f))
-    assert code == 0, err
-    assert out.rstrip("\n") == shown
-
-
 def test_max_throughput_rows_replay_the_datasets_trtllm_bench_sent():
     # the first shipped offline max-throughput rows (TensorRT-LLM perf-overview, Llama-3.1-8B fp8,
     # 128/128: 30,000 requests at once) priced as the simulator's output rate of that dataset

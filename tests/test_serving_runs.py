@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import ridgeline
 from ridgeline.benchmarks import import_file
-from ridgeline.calibrate import decompose, predict_shipped
 from ridgeline.catalog import default_catalog
-from ridgeline.validate import rows_summary
+from ridgeline.decompose import decompose
+from ridgeline.validate import predict_shipped, rows_summary
 
 SILICON = Path(__file__).resolve().parents[1] / "data" / "benchmarks" / "aic" / "silicon_calibration.csv"
 

@@ -63,14 +63,14 @@ def lookup(
     else none.
 
     Rows fitted against a structure version other than ``structure`` are refused (principle 2):
-    ``calibrate.lookup`` passes the engine's for rows given as ``fits``. The shipped rows are not
+    ``fitted.lookup`` passes the engine's for rows given as ``fits``. The shipped rows are not
     checked here: the check prices ~175 probe plans
     (about 60 ms), which every process would pay on its first calibrated estimate, and what it
     guards is fixed when the package is built. ``ridgeline calibrate`` stamps each row it
     writes with the structure version it fitted against, and
     tests/test_calibration.py::test_shipped_fits_match_the_engine_structure fails when the
     physics changed without a refit, so stale shipped rows do not pass CI. Rows passed in
-    went through neither, so ``calibrate.lookup`` checks them (this module sits below the engine
+    went through neither, so ``fitted.lookup`` checks them (this module sits below the engine
     whose structure it would have to price)."""
     if not runtime:
         return "uncalibrated", None

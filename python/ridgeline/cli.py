@@ -736,9 +736,11 @@ def calibrate(out: Optional[str], force: bool, comm: bool, production: bool, ser
         return
     out = out or "data/calibration/fits.csv"
     from ._io import changed_files, check_output, write_files
+    from .acceptance import holdout, holdout_csv
     from .calibrate import calibrate as run
-    from .calibrate import holdout, holdout_csv, to_csv, validation
+    from .calibrate import to_csv
     from .errors import PlanError
+    from .validate import validation
 
     hint = "run from the repository root, or pass --out"
     path = check_output(out, force=True, what="--out", hint=hint)  # before the fit: minutes
@@ -798,7 +800,7 @@ def _calibrate_serving(out: str, force: bool, kernels: str) -> None:
 
 def _calibrate_production(out: str, force: bool, kernels: str) -> None:
     from ._io import changed_files, check_output, write_files
-    from .calibrate import holdout_csv
+    from .acceptance import holdout_csv
     from .kernel_fit import fit_production, gemm_holdout, holdout_rows, kernel_fits_csv, measure, transfer
 
     path = check_output(out, force=True, what="--out", hint="run from the repository root, or pass --out")
@@ -887,7 +889,9 @@ def validate(
 
 
 def _validate_models(as_json: bool, per_row: bool, plot_dir: Optional[str]) -> None:
-    from .calibrate import envelope, group_summaries, plot, validation
+    from .acceptance import envelope, group_summaries
+    from .plot import validation as plot
+    from .validate import validation
 
     v = validation()
     recs = v["rows"]
@@ -929,9 +933,10 @@ def _validate_models(as_json: bool, per_row: bool, plot_dir: Optional[str]) -> N
 def _validate_rows(path: str, as_json: bool) -> None:
     from ._io import read_text
     from .benchmarks import import_file, match_hardware
-    from .calibrate import decompose, predict_shipped
     from .catalog import default_catalog
+    from .decompose import decompose
     from .errors import CatalogError
+    from .validate import predict_shipped
 
     cat = default_catalog()
     rows = import_file(path, read_text(path, what="rows file", error=CatalogError))

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from . import _core
 from ._io import csv_text
-from .calibrate import within_share
+from .acceptance import within_share
 from .catalog import LINK_FIT_KEYS, Catalog, Device, default_catalog
 from .collectives import _protocol_json
 from .errors import PlanError

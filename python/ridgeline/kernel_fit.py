@@ -32,18 +32,10 @@ import numpy as np
 from ._fits import PARAMS, memory_technology
 from ._io import csv_text
 from ._version import __version__
-from .calibrate import (
-    FIT_COLUMNS,
-    UNCALIBRATED,
-    Batch,
-    Decomposed,
-    _at_bound,
-    _bounds,
-    _digest,
-    decompose,
-    within_share,
-)  # fmt: skip
+from .acceptance import within_share
+from .calibrate import FIT_COLUMNS, UNCALIBRATED, Batch, _at_bound, _bounds
 from .catalog import Catalog, Device, default_catalog
+from .decompose import Decomposed, _digest, decompose
 from .errors import PlanError
 from .kernels import KERNEL_DIR, gemm_tables
 from .quant import formats_table

@@ -9,6 +9,7 @@ throughput-latency curve of a rate sweep (``simulation``, ``rate_curve``: writte
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -336,3 +337,59 @@ def save(fig: Any, path: str, *, force: bool = False) -> str:
         fig.savefig(tmp, format=fmt, dpi=150)
     plt.close(fig)
     return path
+
+
+def validation(records: Sequence[dict[str, Any]], directory: str) -> list[str]:
+    """A log-log scatter of observed against predicted speed and a residual plot per phase
+    (needs the `plot` extra: matplotlib). Returns the PNG paths."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise PlanError("plots need matplotlib: pip install 'ridgeline[plot]'") from None
+    from pathlib import Path
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    fig, ax = plt.subplots(figsize=(6, 6))
+    lo, hi = math.inf, 0.0
+    for phase, marker in (("decode", "o"), ("prefill", "s"), ("e2e", "^")):
+        rs = [r for r in records if r["phase"] == phase and r["metric"] != "ttft_ms" and not math.isnan(r["lodo"])]
+        if rs:
+            obs = [float(r["observed"]) for r in rs]
+            pred = [float(r["observed"]) / float(r["lodo"]) for r in rs]
+            lo, hi = min(lo, *obs, *pred), max(hi, *obs, *pred)
+            ax.scatter(pred, obs, s=10, marker=marker, label=f"{phase} ({len(rs)})", alpha=0.6)
+    ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8)
+    ax.plot([lo, hi], [lo * 1.5, hi * 1.5], color="grey", lw=0.6, ls="--")
+    ax.plot([lo, hi], [lo / 1.5, hi / 1.5], color="grey", lw=0.6, ls="--")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("predicted tokens/s (leave-one-device-out)")
+    ax.set_ylabel("observed tokens/s")
+    ax.legend()
+    fig.tight_layout()
+    p1 = out / "validation_scatter.png"
+    fig.savefig(p1, dpi=120)
+    plt.close(fig)
+    paths.append(str(p1))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    devices = sorted({r["hardware"] for r in records})
+    for i, dev in enumerate(devices):
+        ratios = [float(r["lodo"]) for r in records if r["hardware"] == dev and not math.isnan(r["lodo"])]
+        ax.scatter([i] * len(ratios), ratios, s=8, alpha=0.6)
+    ax.set_yscale("log")
+    for y in (1 / 1.5, 1.0, 1.5):
+        ax.axhline(y, color="grey", lw=0.8, ls="-" if y == 1.0 else "--")
+    ax.set_xticks(range(len(devices)))
+    ax.set_xticklabels(devices, rotation=70, fontsize=7)
+    ax.set_ylabel("observed / predicted (LODO)")
+    fig.tight_layout()
+    p2 = out / "validation_residuals.png"
+    fig.savefig(p2, dpi=120)
+    plt.close(fig)
+    paths.append(str(p2))
+    return paths

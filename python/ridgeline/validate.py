@@ -13,15 +13,18 @@ import csv
 import io
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 import numpy as np
 
 from . import _core
-from .calibrate import BOUND_TOLERANCE, within_share
+from .acceptance import BOUND_TOLERANCE, within_share
+from .calibrate import SKEW, UNCALIBRATED, Batch, _memtech, _profile_rows, fit_all, params_of
 from .catalog import Catalog, default_catalog
 from .collectives import _protocol_json, bus_factor
+from .decompose import MODEL_METRICS, Decomposed, decompose_all
+from .fitted import formats_of, lookup, shipped_fits
 
 # Protocol efficiencies of the link-rate bound: every protocol at the full link rate.
 _BOUND_PROTO = {"beta_ll": 1.0, "beta_ll128": 1.0, "beta_simple": 1.0}
@@ -292,7 +295,7 @@ def serving_runs(
     ``modes``: agg and/or disagg runs."""
     from ._io import read_text
     from .benchmarks import import_file, match_hardware
-    from .calibrate import _estimate_kwargs
+    from .decompose import _estimate_kwargs
     from .errors import CatalogError, RidgelineError
     from .models import Model
     from .serving import scheduler_defaults, simulate
@@ -376,7 +379,7 @@ def max_throughput_rows(catalog: Optional[Catalog] = None, limit: Optional[int] 
     step budget raised to hold one prompt beside a full batch of decodes, as an engine built for
     the dataset does) and shipped calibration; predicted: output tokens per second of the run."""
     from .benchmarks import shipped_rows, trtllm_bench_requests
-    from .calibrate import _estimate_kwargs
+    from .decompose import _estimate_kwargs
     from .errors import RidgelineError
     from .models import Model
     from .serving import scheduler_defaults, simulate
@@ -484,3 +487,88 @@ def serving_step_fits(path: str, catalog: Optional[Catalog] = None) -> list[dict
                     "source": f"ridgeline calibrate --serving: {rt}'s profile, the median of its devices' fits",
                     })  # fmt: skip
     return out
+
+
+def predict_shipped(rows: Sequence[Decomposed], catalog: Optional[Catalog] = None,
+                    fits: Optional[Sequence[dict[str, Any]]] = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Each row predicted with the calibration an estimate would use (its device's row or its runtime's profile)."""
+    out = []
+    for d in rows:
+        r = d.row
+        label, f = lookup(r["hardware"], r["runtime"], catalog, fits)
+        pred = float(Batch([d]).predict(params_of(f), formats_of(f))[0])
+        out.append({"id": r["id"], "hardware": r["hardware"], "runtime": r["runtime"], "metric": r["metric"],
+                    "observed": float(r["value"]), "predicted": pred, "unit": r["unit"],
+                    "calibration": label})  # fmt: skip
+    return out
+
+
+PHASE_OF = {"decode_tok_s": "decode", "prefill_tok_s": "prefill", "ttft_ms": "prefill", "throughput_tok_s": "e2e",
+            "tpot_ms": "decode"}  # fmt: skip
+
+
+def _bound_explanation(r: dict[str, Any]) -> Optional[str]:
+    """Why a row may beat the efficiency-1 prediction, where the structure knows a reason."""
+    if _is_moe(r["model"]) and PHASE_OF[r["metric"]] == "decode" and int(r["batch"] or 1) > 1:
+        return (
+            "MoE decode at batch > 1: the row's router is more skewed than the fitted routing skew, "
+            "so it reads fewer distinct experts than the bound assumes"
+        )
+    return None
+
+
+def validation(catalog: Optional[Catalog] = None, fits: Optional[Sequence[dict[str, Any]]] = None) -> dict[str, Any]:
+    """In-sample (with ``fits``, default the shipped calibration) and leave-one-device-out
+    predictions of every priced model row."""
+    cat = catalog or default_catalog()
+    rows, refused = decompose_all(cat)
+    rows = [d for d in rows if d.row["metric"] in MODEL_METRICS]
+    by_rt: dict[str, list[Decomposed]] = {}
+    for d in rows:
+        by_rt.setdefault(d.row["runtime"], []).append(d)
+    fits = shipped_fits() if fits is None else fits
+    records = []
+    # each device held out in turn: its runtime's profile refitted without it (the production
+    # runtimes' profiles come from kernels, not these rows: in sample only)
+    from .runtimes import KERNEL_RUNTIMES
+
+    held = [(rt, dev, rs) for rt, rs in sorted(by_rt.items()) for dev in sorted({d.row["hardware"] for d in rs})]
+    refit = [h for h in held if h[0] not in KERNEL_RUNTIMES]
+    rests = [_profile_rows(rs, cat, _memtech(cat, dev), exclude=dev) for _, dev, rs in refit]
+    outs = dict(zip([(rt, dev) for rt, dev, _ in refit], fit_all(rests, cat)))
+    for rt, dev, rs in held:
+        out = outs.get((rt, dev))
+        own = [d for d in rs if d.row["hardware"] == dev]
+        label, f = lookup(dev, rt, cat, fits)
+        p_in = params_of(f)
+        b = Batch(own)
+        r_in = b.speed_ratio(p_in, formats_of(f))
+        r_out = b.speed_ratio(out[0], out[1]) if out is not None else np.full(len(own), np.nan)
+        # the bound: efficiency 1 under the routing the calibration found (uniform without MoE rows)
+        at_bound = UNCALIBRATED.copy()
+        at_bound[SKEW] = p_in[SKEW]
+        bound = b.speed_ratio(at_bound)
+        for i, d in enumerate(own):
+            r = d.row
+            over = float(bound[i]) > BOUND_TOLERANCE
+            records.append({
+                "id": r["id"], "hardware": dev, "runtime": rt, "model": r["model"], "metric": r["metric"],
+                "phase": PHASE_OF[r["metric"]], "moe": "moe" if _is_moe(r["model"]) else "dense",
+                "context": _context_bucket(r), "observed": r["value"], "unit": r["unit"],
+                "in_sample": float(r_in[i]), "lodo": float(r_out[i]), "vs_bound": float(bound[i]),
+                "calibration": label, "beats_bound": over,
+                "explanation": _bound_explanation(r) if over else None,
+                "batch": int(r["batch"] or 1), "flags": r["flags"],
+            })  # fmt: skip
+    return {"rows": records, "refused": refused}
+
+
+def _is_moe(model: str) -> bool:
+    from .models import Model
+
+    return bool(Model.from_config(model).is_moe)
+
+
+def _context_bucket(r: dict[str, Any]) -> str:
+    ctx = int(r["depth"] or 0) + int(r["prompt_tokens"] or 0) + int(r["output_tokens"] or 0)
+    return "<=2k" if ctx <= 2048 else ("2k-8k" if ctx <= 8192 else ">8k")
