@@ -108,13 +108,18 @@ CREATE TABLE hardware_sources (
     source VARCHAR NOT NULL
 );
 
+-- Prices of renting a device (spec 60): one row an offer, per device-hour as the offer states it
+-- (an instance's price over its devices), with its date and source. No row: cost is missing.
 CREATE TABLE hardware_cost (
-    name         VARCHAR NOT NULL,
-    provider     VARCHAR NOT NULL,
-    tier         VARCHAR NOT NULL,
-    usd_per_hour DOUBLE NOT NULL CHECK (isfinite(usd_per_hour) AND usd_per_hour > 0),
-    as_of        DATE NOT NULL,
-    source       VARCHAR NOT NULL
+    name                VARCHAR NOT NULL,
+    provider            VARCHAR NOT NULL,
+    sku                 VARCHAR NOT NULL,
+    tier                VARCHAR NOT NULL CHECK (tier IN ('on-demand', 'spot', 'reserved-1y', 'reserved-3y')),
+    devices_per_sku     INTEGER NOT NULL CHECK (devices_per_sku >= 1),
+    usd_per_device_hour DOUBLE NOT NULL CHECK (isfinite(usd_per_device_hour) AND usd_per_device_hour > 0),
+    region              VARCHAR,
+    as_of               DATE NOT NULL,
+    source              VARCHAR NOT NULL
 );
 
 CREATE TABLE constants (

@@ -31,6 +31,7 @@ __all__ = [
     "estimate_many",
     "estimate_prepared",
     "parse_dtype",
+    "phase_power",
     "simulate_prepared",
     "sweep_grid",
 ]
@@ -180,6 +181,14 @@ def chunked_scan_flops(
     dk: float,
     dv: float,
     groups: float = 1.0,
+) -> npt.NDArray[np.float64]: ...
+def phase_power(
+    compute_s: npt.NDArray[np.float64],
+    memory_s: npt.NDArray[np.float64],
+    time_s: npt.NDArray[np.float64],
+    idle_w: npt.NDArray[np.float64],
+    tdp_w: npt.NDArray[np.float64],
+    rho: float,
 ) -> npt.NDArray[np.float64]: ...
 def distinct_experts(
     num_experts: int, top_k: int, tokens: npt.NDArray[np.float64], skew: float

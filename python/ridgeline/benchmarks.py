@@ -516,7 +516,7 @@ def exclusions() -> dict[str, str]:
     return {r["id"]: r["reason"] for r in csv.DictReader(io.StringIO(text))}
 
 
-SIDE_FILES = ("hardware_map.csv", "model_map.csv", "exclusions.csv", "trtllm_bench_requests.csv")
+SIDE_FILES = ("hardware_map.csv", "model_map.csv", "exclusions.csv", "trtllm_bench_requests.csv", "power_mlenergy.csv")
 
 
 def trtllm_bench_requests() -> dict[tuple[int, int], int]:

@@ -155,7 +155,16 @@ class Device:
 
         cores: dict[str, Any] = self.__dict__.setdefault("_cores", {})  # frozen: memo beside the fields
         if library not in cores:
-            fields = {"name", "memory_gb", "memory_bw_gbs", "scaleup_bw_gbs", "scaleup_latency_us", "host_link_bw_gbs"}
+            fields = {
+                "name",
+                "memory_gb",
+                "memory_bw_gbs",
+                "scaleup_bw_gbs",
+                "scaleup_latency_us",
+                "host_link_bw_gbs",
+                "tdp_w",
+                "idle_w",
+            }
             row = {k: getattr(self, k) for k in (f.name for f in dataclasses.fields(self))
                    if k in fields or k.startswith("tflops_")}  # fmt: skip
             row["links"] = self.collective_links(library)
@@ -366,6 +375,23 @@ class Catalog:
             return float(self._export["constants"][name]["value"])
         except KeyError:
             raise CatalogError(f"constant '{name}' is missing from data/constants.csv") from None
+
+    def constant_or_none(self, name: str) -> Optional[float]:
+        """A constant the engine can go without (its outputs then say what is missing)."""
+        c = self._export["constants"].get(name)
+        return None if c is None else float(c["value"])
+
+    def prices(self, name: str, tier: Optional[str] = None) -> list[dict[str, Any]]:
+        """A device's published rental offers (``hardware_cost``), cheapest first within a tier:
+        provider, sku, tier, devices_per_sku, usd_per_device_hour, region, as_of and source; empty
+        where none is known (cost is then missing, never defaulted).
+
+        >>> Catalog().prices("H100_SXM", "on-demand")[0]["usd_per_device_hour"] > 0
+        True
+        """
+        prices = self._export.get("prices", {})
+        rows: list[dict[str, Any]] = prices.get(self.find(name) or name, [])  # a device of one's own has none
+        return [r for r in rows if tier is None or r["tier"] == tier]
 
     def measured_runtimes(self) -> list[str]:
         """The runtimes of the measured model rows (the ``benchmarks`` table), from the export.
@@ -760,7 +786,22 @@ def _fill(
         },
         "overridden": claims.overridden,
         "runtimes": [r for (r,) in con.execute(_data.query("measured_runtimes")).fetchall()],
+        "prices": _prices(con),
     }
+
+
+def _prices(con: Any) -> dict[str, list[dict[str, Any]]]:
+    """Each device's price rows (``hardware_cost``), cheapest first, its source's address kept."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    q = (
+        "SELECT name, provider, sku, tier, devices_per_sku, usd_per_device_hour, region, CAST(as_of AS VARCHAR), "
+        "split_part(source, ' | ', 1) FROM hardware_cost ORDER BY name, tier, usd_per_device_hour, provider, sku"
+    )
+    for name, provider, sku, tier, n, usd, region, as_of, url in con.execute(q).fetchall():
+        out.setdefault(name, []).append({"provider": provider, "sku": sku, "tier": tier, "devices_per_sku": n,
+                                         "usd_per_device_hour": usd, "region": region, "as_of": as_of,
+                                         "source": url})  # fmt: skip
+    return out
 
 
 def engine_export_text() -> str:

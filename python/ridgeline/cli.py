@@ -108,6 +108,10 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
     help="One-token decode steps (batch 1) are replayed from a captured CUDA graph: no per-kernel launch "
     "overhead (llama.cpp CUDA). Default: the runtime's.",
 )
+@click.option(
+    "--price-per-hour", type=float, default=None,
+    help="USD per device-hour for the cost (default: the cheapest published on-demand offer for the device).",
+)  # fmt: skip
 @click.option("--breakdown", is_flag=True, help="Print the per-operator breakdown.")
 @click.option(
     "--verbose", "-v", is_flag=True, help="Also print utilisation, the memory parts and the fitted parameters."
@@ -146,6 +150,7 @@ def estimate(
     kv_pad: Optional[int],
     kv_skip_masked_tail: Optional[bool],
     decode_graphs: Optional[bool],
+    price_per_hour: Optional[float],
     breakdown: bool,
     verbose: bool,
     as_json: bool,
@@ -185,6 +190,7 @@ def estimate(
         allow_no_fit=allow_no_fit,
         calibrated=not uncalibrated,
         breakdown=breakdown,
+        price_per_hour=price_per_hour,
     )
     if as_json:
         click.echo(json.dumps(e.to_dict(breakdown=breakdown), indent=2))
@@ -214,6 +220,8 @@ def _estimate_text(e: Any, verbose: bool) -> str:
         ("TPOT", ranged("decode", "tpot_s", e.tpot_s)),
         ("throughput", f"{sig(e.throughput_tok_s)} output tok/s ({_throughput_basis(e)} {_ms(e.e2e_s)})"),
         ("memory", f"{used} GB per device of {usable} GB usable: {fits}"),
+        ("power", _power_text(e.power)),
+        ("cost", _cost_text(e.cost)),
         ("plan", f"batch {p['batch']}, prompt {p['prompt']}, output {p['output']}, TP {p['tp']}{ep_text}, "
                  f"{p['dtype']}; weights {p['weights']} ({p['weights_source']}), KV {p['kv_dtype'] or p['dtype']}"),
         ("runtime", f"{e.runtime_note}; --runtime chooses, --uncalibrated gives the bound"),
@@ -484,6 +492,29 @@ def _rate_sweep(model: str, hardware: str, rates: list[float], args: dict[str, A
         click.echo(f"wrote {rate_curve(sims, plot_dir, fmt)}", err=as_json)
 
 
+def _cost_text(c: Any) -> str:
+    """Cost per million output tokens and per request at the price used, and where it came from."""
+    if "missing" in c:
+        return f"missing: {c['missing']}"
+    o = c.get("offer")
+    where = f"{o['provider']} {o['sku']}, {o['as_of']}" if o else "the price given"
+    rng = c.get("on_demand_usd_per_device_hour")
+    spread = f"; {rng['offers']} on-demand offers ${sig(rng['min'])}-{sig(rng['max'])}" if rng and o else ""
+    keys = ("usd_per_million_output_tokens", "usd_per_request", "usd_per_device_hour")
+    per_m, per_req, price = (sig(c[k]) for k in keys)
+    return (f"${per_m} per million output tokens, ${per_req} a request, at ${price} per device-hour x "
+            f"{c['devices']} ({where}{spread})")  # fmt: skip
+
+
+def _power_text(pw: Any) -> str:
+    """Watts per device per phase and joules per output token, or why power is missing."""
+    if "missing" in pw:
+        return f"missing: {pw['missing']}"
+    return (f"{sig(pw['prefill']['watts'])} W prefill, {sig(pw['decode']['watts'])} W decode per device "
+            f"(idle {sig(pw['idle_w'])}, TDP {sig(pw['tdp_w'])}); {sig(pw['energy_per_output_token_j'])} J per "
+            "output token")  # fmt: skip
+
+
 def _held_out_text(held: Any) -> str:
     """Where the TTFT and TPOT ranges come from, in words."""
     runtime = next(iter(held.values()))["runtime"]
@@ -624,6 +655,8 @@ def collective(
 @click.option("--threads", type=int, default=0, show_default=True, help="Threads (0: all cores).")
 @click.option("--chunk-size", type=int, default=1 << 18, show_default=True, help="Plans per Rust call (bounds memory).")
 @click.option("--columns", "show_columns", is_flag=True, help="Print the output columns with their units and exit.")
+@click.option("--top", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Without --out: the best plans the summary lists per ranking.")  # fmt: skip
 def sweep(
     models: tuple[str, ...],
     hardware: tuple[str, ...],
@@ -646,6 +679,7 @@ def sweep(
     threads: int,
     chunk_size: int,
     show_columns: bool,
+    top: int,
 ) -> None:
     """Evaluate a grid of plans in the Rust core across all cores."""
     import resource
@@ -688,7 +722,7 @@ def sweep(
     dt = time.perf_counter() - t0
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if df is not None:
-        click.echo(summary(df))
+        click.echo(summary(df, top))
     click.echo(f"{rows:,} plans in {dt:.2f} s ({rows / dt:,.0f} plans/s), peak RSS {rss_mb:,.0f} MB"
                + (f", written to {out}" if out is not None else ""), err=True)  # fmt: skip
 
@@ -705,6 +739,10 @@ def sweep(
     help="Fit the serving simulator's step overhead by replaying the serving runs (serving_fits.csv).",
 )
 @click.option(
+    "--power", is_flag=True,
+    help="Fit the memory-bound power share (spec 60) to measured GPU power during serving (data/constants.csv).",
+)  # fmt: skip
+@click.option(
     "--kernels", default="data/benchmarks/aic", show_default=True,
     help="With --comm: the folder of measured kernel tables (AIConfigurator layout).",
 )  # fmt: skip
@@ -715,7 +753,9 @@ def sweep(
     "data/calibration/fits.csv, with --comm data/hardware/link_collectives.csv.",
 )
 @click.option("--force", is_flag=True, help="Replace fits.csv and holdout.csv when the fit differs from them.")
-def calibrate(out: Optional[str], force: bool, comm: bool, production: bool, serving: bool, kernels: str) -> None:
+def calibrate(
+    out: Optional[str], force: bool, comm: bool, production: bool, serving: bool, power: bool, kernels: str
+) -> None:
     """Fit efficiencies per runtime profile and per device to the measured rows (deterministic).
 
     A file that already holds the fit is left alone; one that differs is replaced only with --force.
@@ -733,6 +773,9 @@ def calibrate(out: Optional[str], force: bool, comm: bool, production: bool, ser
         from ._fits import SERVING_FITS
 
         _calibrate_serving(out or SERVING_FITS, force, kernels)
+        return
+    if power:
+        _calibrate_power(out or "data/constants.csv", force)
         return
     out = out or "data/calibration/fits.csv"
     from ._io import changed_files, check_output, write_files
@@ -772,6 +815,25 @@ def calibrate(out: Optional[str], force: bool, comm: bool, production: bool, ser
         )
     said = {path: f"{len(fits)} rows", held_path: f"{len(held)} held-out ranges"}
     click.echo("; ".join(f"{'wrote' if p in changed else 'unchanged'} {said[p]} in {p}" for p in texts))
+
+
+def _calibrate_power(out: str, force: bool) -> None:
+    """rho fitted to the measured power runs, written as its constants row (the rest of the file kept)."""
+    from . import _data
+    from ._io import changed_files, check_output, read_text, write_files
+    from .errors import PlanError
+    from .power_fit import constant_row, constants_text, fit, priced, rows
+
+    path = check_output(out, force=True, what="--out", hint="run from the repository root, or pass --out")
+    current = read_text(path, what="--out", error=PlanError) if path.exists() else _data.read_text("data/constants.csv")
+    p = priced(rows())
+    rho, rms = fit(p)
+    row = constant_row(p, rho, rms)
+    changed = changed_files({path: constants_text(row, current)}, force=force, what="calibrate --power")
+    write_files(changed, what="calibrate --power")
+    click.echo(f"  power_memory_rho {row['value']} ({row['source']})")
+    click.echo(f"{'wrote' if path in changed else 'unchanged'} power_memory_rho in {path}"
+               + ("; then `ridgeline catalog export --force` and reinstall" if path in changed else ""))  # fmt: skip
 
 
 SERVING_FIT_COLUMNS = ("runtime", "hardware", "t_step_us", "n_runs", "rms_log", "medape", "medape_transferred",
@@ -870,14 +932,21 @@ def _calibrate_comm(out: str, force: bool, kernels: str) -> None:
     "data/benchmarks/aic/silicon_calibration.csv).",
 )
 @click.option("--limit", type=int, default=None, help="With --serving: the first N runs only.")
+@click.option("--power", is_flag=True, help="The power model against measured GPU power during serving.")
 @click.option("--json", "as_json", is_flag=True, help="The summary as JSON.")
 @click.option("--per-row", is_flag=True, help="With --json: every row with observed and predicted values.")
 @click.option("--plot", "plot_dir", default=None, help="Write a log-log scatter and a residual plot (PNG) here.")
 def validate(
-    comm: bool, kernels: Optional[str], rows_file: Optional[str], serving: bool, limit: Optional[int], as_json: bool,
-    per_row: bool, plot_dir: Optional[str],
+    comm: bool, kernels: Optional[str], rows_file: Optional[str], serving: bool, limit: Optional[int], power: bool,
+    as_json: bool, per_row: bool, plot_dir: Optional[str],
 ) -> None:  # fmt: skip
     """Predict measured rows and report the agreement (exit 1 on an unexplained bound violation)."""
+    if power:
+        from .power_fit import priced, report, rows, validation
+
+        v = validation(priced(rows()))
+        click.echo(json.dumps(v, indent=2) if as_json else report(v))
+        return
     if comm:
         _validate_comm(as_json, per_row, kernels)
     elif serving:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
@@ -90,6 +90,8 @@ class _Prepared(NamedTuple):
     note: str
     #: The fitted parameters in physical units, (name, value) each (``fitted_parameters``).
     fitted: tuple[tuple[str, str], ...]
+    #: The device's published on-demand rental offers, cheapest first (``Catalog.prices``).
+    offers: tuple[Mapping[str, Any], ...]
     runtime_note: str
     held_runtime: Optional[str]
     warnings: tuple[str, ...]
@@ -111,17 +113,21 @@ class Estimate:
     Immutable; the numbers stay in the core until read (``prefill``, ``memory``, the breakdown).
     """
 
-    __slots__ = ("_d", "_n", "_p", "_r")
+    __slots__ = ("_d", "_n", "_p", "_price", "_r")
     _p: _Prepared
     _r: Any
     _n: tuple[Any, ...]
     _d: Optional[dict[str, Any]]
+    _price: Optional[float]
 
-    def __init__(self, prepared: _Prepared, result: Any, numbers: tuple[Any, ...]) -> None:
+    def __init__(
+        self, prepared: _Prepared, result: Any, numbers: tuple[Any, ...], price_per_hour: Optional[float] = None
+    ) -> None:
         object.__setattr__(self, "_p", prepared)
         object.__setattr__(self, "_r", result)
         object.__setattr__(self, "_n", numbers)
         object.__setattr__(self, "_d", None)
+        object.__setattr__(self, "_price", price_per_hour)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"Estimate is immutable: cannot set {name!r}")
@@ -192,6 +198,24 @@ class Estimate:
         """Memory per device (bytes) and the fit."""
         out: Mapping[str, Any] = self._dict["memory"]
         return out
+
+    @property
+    def power(self) -> Mapping[str, Any]:
+        """Watts per device over prefill and decode (with their compute and memory occupancy and
+        utilisation), energy over a request round and per output token (spec 60); or
+        ``{"missing": why}`` where the device has no sourced idle or TDP power or the memory-bound
+        power share is not fitted."""
+        out: Mapping[str, Any] = self._dict["power"]
+        return out
+
+    @property
+    def cost(self) -> Mapping[str, Any]:
+        """What the plan costs to rent (spec 60): the price per device-hour (the one given, else the
+        cheapest on-demand offer in the catalog's ``hardware_cost``, said with its provider, sku,
+        date and source, and the range of all on-demand offers), per hour for the plan's devices,
+        per request, per million output tokens and per million tokens (prompt and output); or
+        ``{"missing": why}`` where no price is given or published."""
+        return cost_of(self.plan, self.parallel, self._p.offers, self._price, self._p.dev.name)
 
     @property
     def parallel(self) -> Mapping[str, Any]:
@@ -345,8 +369,9 @@ class Estimate:
     #: The keys of ``to_dict``, in order (documented in the README).
     KEYS = (
         "model", "hardware", "plan", "ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "prefill_tok_s", "prefill",
-        "decode", "memory", "fits", "calibration", "calibration_note", "fitted", "runtime_note", "held_out", "verified",
-        "estimated", "gemm_dtype", "attention_dtype", "peak_tflops", "memory_bw_gbs", "params", "parallel", "warnings",
+        "decode", "memory", "power", "cost", "fits", "calibration", "calibration_note", "fitted", "runtime_note",
+        "held_out", "verified", "estimated", "gemm_dtype", "attention_dtype", "peak_tflops", "memory_bw_gbs", "params",
+        "parallel", "warnings",
     )  # fmt: skip
 
     def to_dict(self, breakdown: bool = False) -> dict[str, Any]:
@@ -356,7 +381,8 @@ class Estimate:
         d["fitted"] = dict(self.fitted)
         d["plan"] = dict(self.plan)
         d["params"] = dict(self.params)
-        for k in ("prefill", "decode", "memory", "parallel"):
+        d["cost"] = dict(self.cost)
+        for k in ("prefill", "decode", "memory", "parallel", "power"):
             d[k] = dict(d[k])
         if breakdown:
             d["breakdown"] = self.breakdown_rows()
@@ -411,6 +437,7 @@ def estimate(
     calibrated: bool = True,
     breakdown: bool = True,
     catalog: Optional[Catalog] = None,
+    price_per_hour: Optional[float] = None,
 ) -> Estimate:
     """Estimates TTFT, TPOT, throughput and memory of one plan.
 
@@ -474,6 +501,8 @@ def estimate(
             same plan, run the same way, so the memory fit does not change).
         breakdown: keep per-operator rows.
         catalog: a ``Catalog`` other than the default one.
+        price_per_hour: USD per device-hour for ``cost`` (default: the cheapest published
+            on-demand offer for the device; none published: cost is missing).
 
     Raises:
         PlanError, ModelConfigError, UnknownNameError, DoesNotFitError.
@@ -552,7 +581,8 @@ def estimate(
             f"short by {mem['shortfall_bytes'] / GB:.1f} GB; use more TP, a smaller batch or a shorter context "
             "(or --allow-no-fit to see the numbers)"
         )
-    return Estimate(p, r, n)
+    price = None if price_per_hour is None else _number("price_per_hour", price_per_hour, positive=True)
+    return Estimate(p, r, n, price)
 
 
 def _prepare(
@@ -622,6 +652,7 @@ def _prepare(
         "chunk": None if run["chunk"] is None else _positive_int("chunk", run["chunk"]),
         "gpu_memory_utilization": cat.constant("gpu_memory_utilization"),
         "linear_chunk": int(cat.constant("linear_attention_chunk")),
+        "power_rho": cat.constant_or_none("power_memory_rho"),
     }
     weights = quant.on_runtime(stored, runtime)
     if devices_per_node is not None:
@@ -663,13 +694,49 @@ def _prepare(
         model=m.name, m=m, dev=dev, core=core, plan_head=head, plan_tail=tail,
         label=label, note=(UNCALIBRATED_NOTE if fit_row is None else _calibrated_note(fit_row))
         + (f"; {step[1]}" if step else ""),
-        fitted=_fitted(fit_row, step),
+        fitted=_fitted(fit_row, step), offers=tuple(cat.prices(dev.name, "on-demand")),
         runtime_note=runtime_note, held_runtime=runtime if fit_row is not None else None,
         warnings=tuple(warnings), group_labels=_group_labels(m), formats=formats,
         plan_labels={"runtime": runtime, "from_runtime": from_runtime, "weights": weights.label,
                      "weights_source": weights.source, "topology": topo.source},
         stamp=None if isinstance(model, Model) or m.source.startswith("bundled") else _stamp(model),
     )  # fmt: skip
+
+
+def cost_of(
+    plan: Mapping[str, Any],
+    parallel: Mapping[str, Any],
+    offers: Sequence[Mapping[str, Any]],
+    price_per_hour: Optional[float],
+    device: str,
+) -> dict[str, Any]:
+    """A plan's cost from its round (``parallel.round_s``: a replica serves ``batch x attention_dp``
+    requests in it) at a price per device-hour: the one given, else the cheapest on-demand offer."""
+    if price_per_hour is not None:
+        price, basis, offer = price_per_hour, "given (price_per_hour)", None
+    elif offers:
+        offer = offers[0]
+        price = float(offer["usd_per_device_hour"])
+        basis = "the cheapest published on-demand offer"
+    else:
+        return {"missing": f"no published price for {device} (data/hardware/hardware_cost.csv); "
+                           "--price-per-hour (CLI) or price_per_hour= (Python) gives one"}  # fmt: skip
+    devices = int(parallel["devices"])
+    replica = devices // int(plan["dp"])
+    requests = int(plan["batch"]) * int(plan.get("attention_dp", 1))
+    per_request = price * replica * float(parallel["round_s"]) / 3600 / requests
+    out: dict[str, Any] = {
+        "usd_per_device_hour": price, "basis": basis, "devices": devices, "usd_per_hour": price * devices,
+        "usd_per_request": per_request,
+        "usd_per_million_output_tokens": per_request / int(plan["output"]) * 1e6,
+        "usd_per_million_tokens": per_request / (int(plan["prompt"]) + int(plan["output"])) * 1e6,
+    }  # fmt: skip
+    if offer is not None:
+        out["offer"] = dict(offer)
+    if offers:
+        usd = [float(o["usd_per_device_hour"]) for o in offers]
+        out["on_demand_usd_per_device_hour"] = {"offers": len(usd), "min": min(usd), "max": max(usd)}
+    return out
 
 
 def _fitted(fit_row: Optional[Mapping[str, Any]], step: Optional[tuple[float, str]]) -> tuple[tuple[str, str], ...]:

@@ -63,6 +63,13 @@ SWEEP_COLUMNS = {
     "fits": "whether the plan fits in device memory x gpu_memory_utilization",
     "mfu_prefill": "prefill FLOP/s over the dense peak (<= 1)",
     "mbu_decode": "decode bytes/s over the memory bandwidth (<= 1)",
+    "power_prefill_w": "watts per device over prefill (spec 60; null: the device has no sourced idle or TDP power)",
+    "power_decode_w": "watts per device over decode (null as power_prefill_w)",
+    "energy_per_token_j": "joules per output token over a request round, prefill included, all of a replica's devices",
+    "usd_per_million_output_tokens": (
+        "USD per million output tokens at the device's cheapest published on-demand price per device-hour "
+        "(data/hardware/hardware_cost.csv; null where none is published)"
+    ),
     "calibration": (
         "calibration label: the device's own fit, the runtime's profile, or uncalibrated (an optimistic bound)"
     ),
@@ -265,14 +272,18 @@ def iter_sweep(
             r = _core.sweep_grid(p.core, tp, pp, ep, dp, chunks, batch, prompt, output, threads, start, stop, extra)
             if progress:
                 progress(stop - start)
-            yield _frame(r, consts, estimated=not p.dev.verified)
+            price = p.offers[0]["usd_per_device_hour"] if p.offers else None
+            yield _frame(r, consts, estimated=not p.dev.verified, price=price)
 
 
 _STRINGS = ("model", "hardware", "dtype", "weights", "kv_dtype", "runtime")
 _FLOATS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "prefill_tok_s")
+_POWER = ("power_prefill_w", "power_decode_w", "energy_per_token_j")
 
 
-def _frame(r: Mapping[str, Any], consts: Mapping[str, Optional[str]], *, estimated: bool) -> Any:
+def _frame(
+    r: Mapping[str, Any], consts: Mapping[str, Optional[str]], *, estimated: bool, price: Optional[float] = None
+) -> Any:
     """One part of a sweep as a Polars frame in ``SWEEP_COLUMNS`` order: the core's arrays taken
     as they are (no per-plan Python object), the labels a part shares as constant columns, the
     reasons a plan could not be priced gathered from the core's one copy of each. A plan that
@@ -284,11 +295,15 @@ def _frame(r: Mapping[str, Any], consts: Mapping[str, Optional[str]], *, estimat
 
     codes = pl.Series(r["error_code"])
     error = pl.Series("error", r["errors"], dtype=pl.String).gather(codes.replace(-1, None))
-    numeric = {k: r[k] for k in (*NUMERIC_AXES, "devices", *_FLOATS, "fits", "mfu_prefill", "mbu_decode")}
+    numeric = {k: r[k] for k in (*NUMERIC_AXES, "devices", *_FLOATS, "fits", "mfu_prefill", "mbu_decode", *_POWER)}
     df = pl.DataFrame({**numeric, "memory_gb": r["memory_bytes"] / 1e9, "error": error})
+    # at the cheapest published on-demand price per device-hour (Estimate.cost's default); none: null
+    usd = (pl.lit(price, dtype=pl.Float64) * pl.col("devices") / (pl.col("throughput_tok_s") * 3600) * 1e6).alias(
+        "usd_per_million_output_tokens"
+    )
     return df.select(
         *(text(k) for k in _STRINGS), *NUMERIC_AXES, "devices", *_FLOATS, "memory_gb", "fits", "mfu_prefill",
-        "mbu_decode", text("calibration"), pl.lit(estimated).alias("estimated"), "error",
+        "mbu_decode", *_POWER, usd, text("calibration"), pl.lit(estimated).alias("estimated"), "error",
     ).with_columns(pl.col(pl.Float64).fill_nan(None))  # fmt: skip
 
 
@@ -379,20 +394,34 @@ def summary(df: Any, top: int = 5) -> str:
         lines.append("no priced plan fits in memory")
         return "\n".join(lines)
 
-    def best(title: str, by: list[str], descending: bool) -> None:
-        rows = fit.sort(by, descending=descending, nulls_last=True).head(top)
+    priced_usd = (
+        "usd_per_million_output_tokens" in fit.columns
+        and fit["usd_per_million_output_tokens"].null_count() < fit.height
+    )
+
+    def best(title: str, by: list[str], descending: bool, frame: Any = fit) -> None:
+        rows = frame.sort(by, descending=descending, nulls_last=True).head(top)
         lines.append("")
         lines.append(title)
-        head = [*varying, "TTFT", "TPOT", "tok/s", "GB/device", "devices"]
+        head = [*varying, "TTFT", "TPOT", "tok/s", "GB/device", "devices", *(["$/M out"] if priced_usd else [])]
+
+        def usd(v: Optional[float]) -> str:
+            return "-" if v is None else f"${sig(v)}"
+
         cells = [[str(r[c]) for c in varying]
                  + [ms(r["ttft_s"]), ms(None if r["tpot_s"] != r["tpot_s"] else r["tpot_s"]),
                     sig(r["throughput_tok_s"]), sig(r["memory_gb"]), str(r["devices"])]
+                 + ([usd(r["usd_per_million_output_tokens"])] if priced_usd else [])
                  for r in rows.iter_rows(named=True)]  # fmt: skip
         widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
         lines.extend(("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths))).rstrip() for row in [head, *cells])
 
     best(f"highest throughput (of {fit.height:,} that fit)", ["throughput_tok_s"], True)
     best("lowest latency (TPOT, then TTFT)", ["tpot_s", "ttft_s"], False)
+    if priced_usd:
+        costed = fit.filter(pl.col("usd_per_million_output_tokens").is_not_null())
+        best(f"lowest cost per million output tokens (of {costed.height:,} with a published price; cheapest "
+             "on-demand offer)", ["usd_per_million_output_tokens"], False, costed)  # fmt: skip
     lines += ["", "every column: --out results.parquet (or .csv, or file.duckdb:table); --columns lists them"]
     return "\n".join(lines)
 

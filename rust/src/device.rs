@@ -46,6 +46,12 @@ pub struct Device {
     /// Said on every multi-device plan when `links` were not measured on this device.
     #[serde(default)]
     pub links_note: Option<String>,
+    /// Board power limit (W), sourced in the catalog; None where no figure is published.
+    #[serde(default)]
+    pub tdp_w: Option<f64>,
+    /// Idle power (W), sourced in the catalog; None where none is published.
+    #[serde(default)]
+    pub idle_w: Option<f64>,
 }
 
 /// The dense peak an operator is priced at, and how it was chosen.

@@ -101,6 +101,8 @@ pub struct Estimate {
     pub memory_bw: f64,
     pub warnings: Vec<String>,
     pub breakdown: Vec<BreakdownRow>,
+    /// Why `numbers.power` is None (`power::missing`).
+    pub power_missing: Option<String>,
 }
 
 impl std::ops::Deref for Estimate {
@@ -880,6 +882,9 @@ pub struct Numbers {
     pub decode: PhaseTotals,
     pub memory: Memory,
     pub parallel: Parallel,
+    /// Power and energy (spec 60); None where the device lacks a sourced idle or TDP power,
+    /// the memory-bound share is not fitted, or the plan has PP (`power::missing` says why).
+    pub power: Option<crate::power::Power>,
 }
 
 /// The numbers of a plan from its priced phases; `micro`: with PP, the prefill and decode of
@@ -943,6 +948,7 @@ pub fn numbers(
         shortfall_bytes: (total - budget).max(0.0),
     };
     let nodes = ctx.topo.map_or(1, |t| t.nodes(plan.moe_group() * plan.pp));
+    let power = crate::power::of(dev, plan, &prefill, &decode);
     let n = Numbers {
         ttft_s,
         tpot_s,
@@ -960,6 +966,7 @@ pub fn numbers(
             stage_s,
             round_s,
         },
+        power,
     };
     check_finite(&n)?;
     Ok(n)
@@ -1011,6 +1018,7 @@ pub fn estimate(
         memory_bw: bw,
         warnings: r.warnings,
         breakdown: rows,
+        power_missing: crate::power::missing(dev, plan),
     })
 }
 
@@ -1053,6 +1061,9 @@ fn check_finite(e: &Numbers) -> Result<()> {
         ("memory.shortfall_bytes", m.shortfall_bytes),
         ("parallel.stage_s", e.parallel.stage_s),
         ("parallel.round_s", e.parallel.round_s),
+        ("power.energy_j", e.power.map_or(0.0, |p| p.energy_j)),
+        ("power.prefill.watts", e.power.map_or(0.0, |p| p.prefill.watts)),
+        ("power.decode.watts", e.power.map_or(0.0, |p| p.decode.watts)),
     ];
     let (pre, dec) = (phase(&e.prefill), phase(&e.decode));
     // every number checked in one pass; the names are looked up only for the error

@@ -67,6 +67,8 @@ pub fn h100() -> Device {
         host_link_bw_gbs: Some(126.0),
         links: Vec::new(),
         links_note: None,
+        tdp_w: Some(700.0),
+        idle_w: None,
     }
 }
 

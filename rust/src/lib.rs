@@ -16,6 +16,7 @@ pub mod graph;
 pub mod model;
 pub mod params;
 pub mod plan;
+pub mod power;
 pub mod roofline;
 pub mod serving;
 pub mod sweep;

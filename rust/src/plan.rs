@@ -95,6 +95,10 @@ pub struct Plan {
     /// constants table); needed only by models with Gated DeltaNet layers.
     #[serde(default)]
     pub linear_chunk: u64,
+    /// The share of the dynamic power range a memory-bound phase draws (spec 60, the
+    /// constants table's fitted `power_memory_rho`); None: power is reported missing.
+    #[serde(default)]
+    pub power_rho: Option<f64>,
 }
 
 fn one() -> u64 {
@@ -256,6 +260,7 @@ impl Plan {
             chunk: None,
             gpu_memory_utilization,
             linear_chunk: 0,
+            power_rho: None,
         }
     }
 
@@ -407,6 +412,11 @@ impl Plan {
                 "gpu_memory_utilization",
                 format!("must be in (0, 1], got {u}"),
             ));
+        }
+        if let Some(r) = self.power_rho {
+            if !(r.is_finite() && (0.0..=1.0).contains(&r)) {
+                return Err(Error::plan("power_rho", format!("must be in [0, 1], got {r}")));
+            }
         }
         let b = self.attention_score_bytes;
         if !(b.is_finite() && b >= 0.0) {

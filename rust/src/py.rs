@@ -194,6 +194,11 @@ impl CoreDevice {
     }
 }
 
+/// Sets each (key, value) of `pairs` on `d`, in order.
+fn set_floats(d: &Bound<'_, PyDict>, pairs: &[(&str, f64)]) -> PyResult<()> {
+    pairs.iter().try_for_each(|(k, v)| d.set_item(*k, *v))
+}
+
 fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("ttft_s", e.ttft_s)?;
@@ -204,15 +209,20 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
     for (name, p) in [("prefill", &e.prefill), ("decode", &e.decode)] {
         let ph = PyDict::new(py);
         ph.set_item("steps", p.steps)?;
-        ph.set_item("flops", p.flops)?;
-        ph.set_item("bytes", p.bytes)?;
-        ph.set_item("compute_s", p.compute_s)?;
-        ph.set_item("memory_s", p.memory_s)?;
-        ph.set_item("comm_s", p.comm_s)?;
-        ph.set_item("overhead_s", p.overhead_s)?;
-        ph.set_item("time_s", p.time_s)?;
-        ph.set_item("mfu", p.mfu)?;
-        ph.set_item("mbu", p.mbu)?;
+        set_floats(
+            &ph,
+            &[
+                ("flops", p.flops),
+                ("bytes", p.bytes),
+                ("compute_s", p.compute_s),
+                ("memory_s", p.memory_s),
+                ("comm_s", p.comm_s),
+                ("overhead_s", p.overhead_s),
+                ("time_s", p.time_s),
+                ("mfu", p.mfu),
+                ("mbu", p.mbu),
+            ],
+        )?;
         d.set_item(name, ph)?;
     }
     let m = &e.memory;
@@ -241,6 +251,36 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
     par.set_item("round_s", e.parallel.round_s)?;
     d.set_item("parallel", par)?;
     d.set_item("warnings", PyList::new(py, &e.warnings)?)?;
+    let pw = PyDict::new(py);
+    match (&e.power, &e.power_missing) {
+        (Some(p), _) => {
+            for (name, ph) in [("prefill", &p.prefill), ("decode", &p.decode)] {
+                let x = PyDict::new(py);
+                set_floats(
+                    &x,
+                    &[
+                        ("u_compute", ph.u_compute),
+                        ("u_memory", ph.u_memory),
+                        ("utilisation", ph.utilisation),
+                        ("watts", ph.watts),
+                    ],
+                )?;
+                pw.set_item(name, x)?;
+            }
+            set_floats(
+                &pw,
+                &[
+                    ("energy_j", p.energy_j),
+                    ("energy_per_output_token_j", p.energy_per_output_token_j),
+                    ("idle_w", p.idle_w),
+                    ("tdp_w", p.tdp_w),
+                    ("rho", p.rho),
+                ],
+            )?;
+        }
+        (None, why) => pw.set_item("missing", why.as_deref().unwrap_or("not computed"))?,
+    }
+    d.set_item("power", pw)?;
     // Breakdown as columns (cheap to cross, cheap to turn into a DataFrame).
     let n = e.breakdown.len();
     let (mut phase, mut op, mut group) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
@@ -565,6 +605,9 @@ fn summaries(py: Python<'_>, c: sweep::Columns) -> PyResult<Bound<'_, PyDict>> {
         memory_bytes,
         mfu_prefill,
         mbu_decode,
+        power_prefill_w,
+        power_decode_w,
+        energy_per_token_j,
         fits,
         devices,
         error,
@@ -580,6 +623,9 @@ fn summaries(py: Python<'_>, c: sweep::Columns) -> PyResult<Bound<'_, PyDict>> {
         ("memory_bytes", memory_bytes),
         ("mfu_prefill", mfu_prefill),
         ("mbu_decode", mbu_decode),
+        ("power_prefill_w", power_prefill_w),
+        ("power_decode_w", power_decode_w),
+        ("energy_per_token_j", energy_per_token_j),
     ] {
         out.set_item(name, PyArray1::from_vec(py, v))?;
     }
@@ -786,6 +832,47 @@ fn chunked_scan_flops<'py>(
     Ok(PyArray1::from_vec(py, out))
 }
 
+/// Watts one device draws over each phase (`power::phase`, spec 60) from its compute-roof,
+/// memory-roof and total times and its device's idle and TDP power, at the memory-bound share
+/// `rho`; whole arrays per call (the power fit prices every measured run at each `rho` it tries).
+#[pyfunction]
+#[pyo3(signature = (compute_s, memory_s, time_s, idle_w, tdp_w, rho))]
+fn phase_power<'py>(
+    py: Python<'py>,
+    compute_s: PyReadonlyArray1<'py, f64>,
+    memory_s: PyReadonlyArray1<'py, f64>,
+    time_s: PyReadonlyArray1<'py, f64>,
+    idle_w: PyReadonlyArray1<'py, f64>,
+    tdp_w: PyReadonlyArray1<'py, f64>,
+    rho: f64,
+) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    let (c, m, t, i, p) = (
+        compute_s.as_slice()?,
+        memory_s.as_slice()?,
+        time_s.as_slice()?,
+        idle_w.as_slice()?,
+        tdp_w.as_slice()?,
+    );
+    if [m.len(), t.len(), i.len(), p.len()].iter().any(|&n| n != c.len()) {
+        return Err(Error::Input("compute_s, memory_s, time_s, idle_w and tdp_w must have one length".into()).into());
+    }
+    if !(rho.is_finite() && (0.0..=1.0).contains(&rho)) {
+        return Err(Error::Input(format!("rho must be in [0, 1], got {rho}")).into());
+    }
+    let out = (0..c.len())
+        .map(|k| {
+            let totals = crate::engine::PhaseTotals {
+                compute_s: c[k],
+                memory_s: m[k],
+                time_s: t[k],
+                ..Default::default()
+            };
+            crate::power::phase(&totals, i[k], p[k], rho).watts
+        })
+        .collect();
+    Ok(PyArray1::from_vec(py, out))
+}
+
 /// Expected distinct experts for each token count (`graph::distinct_experts`), whole arrays per call.
 #[pyfunction]
 #[pyo3(signature = (num_experts, top_k, tokens, skew))]
@@ -965,6 +1052,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collective, m)?)?;
     m.add_function(wrap_pyfunction!(sweep_grid, m)?)?;
     m.add_function(wrap_pyfunction!(distinct_experts, m)?)?;
+    m.add_function(wrap_pyfunction!(phase_power, m)?)?;
     m.add_function(wrap_pyfunction!(chunked_scan_flops, m)?)?;
     m.add_function(wrap_pyfunction!(parse_dtype, m)?)?;
     m.add_function(wrap_pyfunction!(data_files, m)?)?;

@@ -1,0 +1,64 @@
+"""Cost (spec 60): a published rental price per device-hour, or the user's; per hour, per request and
+per million tokens from the plan's own round; never a default price."""
+
+import json
+
+import polars as pl
+import pytest
+import ridgeline
+from ridgeline import PlanError
+
+LLAMA = "meta-llama/Llama-3.1-8B"
+
+
+def test_cost_follows_the_round_at_the_cheapest_published_offer():
+    cat = ridgeline.Catalog()
+    offers = cat.prices("H100_SXM", "on-demand")
+    usd = [o["usd_per_device_hour"] for o in offers]
+    assert len(offers) >= 5 and usd == sorted(usd)
+    assert all(o["source"].startswith("http") and o["as_of"] for o in offers)
+    e = ridgeline.estimate("meta-llama/Llama-3.1-70B", "H100_SXM", tp=4, batch=32, dp=2)
+    c = e.cost
+    assert c["usd_per_device_hour"] == usd[0] and c["offer"]["provider"] == offers[0]["provider"]
+    assert c["on_demand_usd_per_device_hour"] == {"offers": len(usd), "min": usd[0], "max": usd[-1]}
+    # 8 devices for the two replicas; a replica's 4 serve 32 requests a round
+    assert c["devices"] == 8 and c["usd_per_hour"] == pytest.approx(8 * usd[0])
+    per_request = usd[0] * 4 * e.parallel["round_s"] / 3600 / 32
+    assert c["usd_per_request"] == pytest.approx(per_request, rel=1e-12)
+    assert c["usd_per_million_output_tokens"] == pytest.approx(per_request / 256 * 1e6, rel=1e-12)
+    # the same as the throughput over all replicas at the price of all devices
+    assert c["usd_per_million_output_tokens"] == pytest.approx(8 * usd[0] / (e.throughput_tok_s * 3600) * 1e6)
+    assert c["usd_per_million_tokens"] == pytest.approx(per_request / (1024 + 256) * 1e6, rel=1e-12)
+
+
+def test_no_price_is_missing_and_a_given_one_is_used(tmp_path):
+    assert ridgeline.Catalog().prices("RTX_4090") == []
+    c = ridgeline.estimate(LLAMA, "RTX_4090").cost
+    assert "no published price for RTX_4090" in c["missing"] and "price_per_hour" in c["missing"]
+    g = ridgeline.estimate(LLAMA, "RTX_4090", price_per_hour=0.5).cost
+    assert g["basis"].startswith("given") and g["usd_per_device_hour"] == 0.5 and "offer" not in g
+    with pytest.raises(PlanError, match="price_per_hour"):
+        ridgeline.estimate(LLAMA, "RTX_4090", price_per_hour=0)
+    # the sweep's column is the estimate's cost at the same price; null where none is published
+    df = ridgeline.sweep({"model": LLAMA, "hardware": ["H100_SXM", "RTX_4090"], "batch": [1, 16]})
+    assert df.filter(pl.col("hardware") == "RTX_4090")["usd_per_million_output_tokens"].null_count() == 2
+    for r in df.filter(pl.col("hardware") == "H100_SXM").iter_rows(named=True):
+        want = ridgeline.estimate(LLAMA, "H100_SXM", batch=r["batch"]).cost["usd_per_million_output_tokens"]
+        assert r["usd_per_million_output_tokens"] == pytest.approx(want, rel=1e-12)
+    from test_cli import run
+
+    out = run("estimate", "-m", LLAMA, "-H", "RTX_4090", "--price-per-hour", "0.5", cwd=tmp_path).stdout
+    assert "at $0.500 per device-hour x 1 (the price given)" in out
+    d = json.loads(run("estimate", "-m", LLAMA, "-H", "H100_SXM", "--json", cwd=tmp_path).stdout)
+    assert d["cost"]["offer"]["as_of"] and d["cost"]["usd_per_million_output_tokens"] > 0
+    r = run("estimate", "-m", LLAMA, "-H", "H100_SXM", "--price-per-hour", "-2", cwd=tmp_path)
+    assert r.returncode == 2 and "price_per_hour" in r.stderr
+
+
+def test_every_price_row_is_dated_sourced_and_names_a_catalog_device():
+    rows = ridgeline.Catalog().sql("SELECT * FROM hardware_cost").to_dicts()
+    names = set(ridgeline.Catalog().sql("SELECT name FROM hardware")["name"])
+    assert len(rows) >= 90
+    for r in rows:
+        assert r["name"] in names and r["as_of"] is not None and r["source"].startswith("http"), r
+        assert r["tier"] in ("on-demand", "spot", "reserved-1y", "reserved-3y") and r["usd_per_device_hour"] > 0
