@@ -21,6 +21,7 @@ from .errors import (
 )
 from .estimate import Estimate, estimate
 from .models import Model
+from .recommend import Recommendation, recommend
 from .serving import Simulation, simulate
 from .sweeps import sweep
 
@@ -34,11 +35,13 @@ __all__ = [
     "Model",
     "ModelConfigError",
     "PlanError",
+    "Recommendation",
     "RidgelineError",
     "Simulation",
     "UnknownNameError",
     "__version__",
     "estimate",
+    "recommend",
     "simulate",
     "sweep",
 ]

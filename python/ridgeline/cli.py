@@ -1353,6 +1353,51 @@ def model_show(name: str, as_json: bool) -> None:
     click.echo(_table(flat))
 
 
+@cli.command()
+@click.option("--model", "-m", required=True, help="Bundled Hugging Face id, or a path to config.json.")
+@click.option("--rate", type=float, required=True, help="Requests per second to serve (Poisson arrivals).")
+@click.option("--slo-ttft-ms", type=float, default=None, help="TTFT objective (ms).")
+@click.option("--slo-tpot-ms", type=float, default=None, help="TPOT objective (ms).")
+@click.option("--percentile", type=float, default=90, show_default=True,
+              help="The share of requests (%) that must meet the objectives.")  # fmt: skip
+@click.option("--prompt", type=int, default=1024, show_default=True, help="Prompt tokens per request.")
+@click.option("--output", type=int, default=256, show_default=True, help="Output tokens per request.")
+@click.option(
+    "--hardware", "-H", multiple=True,
+    help="Devices to search (repeatable; default: every device with a published on-demand price).",
+)  # fmt: skip
+@click.option("--tp", default="1,2,4,8", show_default=True, help="Tensor-parallel degrees to try.")
+@click.option("--weight-dtype", default=None, help="Weight format (as estimate).")
+@click.option("--runtime", default=None, help="vllm, sglang or trtllm: its calibration and scheduler (default vllm).")
+@click.option("--requests", type=int, default=500, show_default=True, help="Requests per simulated run.")
+@click.option("--max-devices", type=int, default=64, show_default=True, help="The most devices a plan may take.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Plans to list.")
+@click.option("--verbose", "-v", is_flag=True, help="List each refused candidate with its reason.")
+@click.option("--json", "as_json", is_flag=True, help="Every plan and refusal as JSON.")
+def recommend(
+    model: str, rate: float, slo_ttft_ms: Optional[float], slo_tpot_ms: Optional[float], percentile: float,
+    prompt: int, output: int, hardware: tuple[str, ...], tp: str, weight_dtype: Optional[str],
+    runtime: Optional[str], requests: int, max_devices: int, top: int, verbose: bool, as_json: bool,
+) -> None:  # fmt: skip
+    """The cheapest plans (device, TP, replicas) that serve a rate within TTFT and TPOT objectives."""
+    from .recommend import recommend as run
+    from .sweeps import parse_axis
+
+    bar = click.progressbar(length=1, label="candidates", file=sys.stderr) if sys.stderr.isatty() else None
+
+    def progress(done: int, total: int) -> None:
+        if bar is not None:
+            bar.length = total
+            bar.update(done - bar.pos)
+
+    r = run(model, rate=rate, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, percentile=percentile, prompt=prompt,
+            output=output, hardware=list(hardware) or None, tp=parse_axis("tp", tp), weight_dtype=weight_dtype,
+            runtime=runtime, requests=requests, max_devices=max_devices, progress=progress)  # fmt: skip
+    if bar is not None:
+        bar.render_finish()
+    click.echo(json.dumps(r.to_dict(), indent=2) if as_json else r.summary(top, refused=verbose))
+
+
 def _plot_plan_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The plan flags the plot commands share with estimate (a subset: the plan, not the runtime's knobs)."""
     opts = [
