@@ -11,8 +11,8 @@ import re
 from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
-from . import _data, quant
-from .errors import CatalogError
+from . import _data, names, quant
+from .errors import CatalogError, UnknownNameError
 
 COLUMNS = (
     "id", "source", "file", "file_hardware", "hardware", "runtime", "runtime_version", "model", "weight_quant",
@@ -41,21 +41,34 @@ def model_map() -> dict[str, tuple[str, str, str]]:
 
 
 def _row(file: str, i: int, **kw: Any) -> Row:
+    """A row of the unified schema; its model resolved (model_map.csv, else the name as people
+    write it: ``models.identify``), its device left to ``import_file`` (which has the catalog)."""
+    from .models import identify
+
     out: Row = {c: None for c in COLUMNS}
     file_model = kw.pop(FILE_MODEL, None)
     out.update(kw)
     out["id"] = f"{file.rsplit('/', 1)[-1][:-4]}:{i}"
     out["file"] = file
-    name = hardware_map().get(str(kw.get("file_hardware")))
-    out["hardware"] = name[0] if name else None
     if file_model is not None:
         mapped = model_map().get(str(file_model))
+        why = named = None
+        if mapped is None:
+            try:
+                found, named = identify(str(file_model))
+                mapped = (found, "", "")
+            except UnknownNameError as e:
+                why = str(e)
         out["model"] = mapped[0] if mapped else None
         if mapped and mapped[2] and quant.mixtures_table()[mapped[2]]["default"][0] == out["weight_quant"]:
             # the file's GGUF refines its quant (data/gguf_mixtures.csv has the file-size check)
             out["weight_quant"] = mapped[2]
-        if mapped is None and not out["not_priced"]:
-            out["not_priced"] = f"model '{file_model}' has no bundled config"
+        if named and out["weight_quant"] is None:
+            out["weight_quant"] = named
+        elif named and named != out["weight_quant"]:
+            why = f"model '{file_model}' says {named} weights, the row's precision {out['weight_quant']}"
+        if why and not out["not_priced"]:
+            out["not_priced"] = why
         out["notes"] = "; ".join(x for x in (f"model {file_model}", out["notes"]) if x)
     return out
 
@@ -134,7 +147,7 @@ def _xiongjiedai(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
     context and prefill of N tokens; multi-GPU rows are llama.cpp's layer split (a pipeline)."""
     for i, r in enumerate(rows, start=2):
         n_gpu = _int(r["num_gpus"]) or 1
-        hw = re.sub(r"\s*\*\s*\d+$", "", r["hardware"])
+        hw = r["hardware"]  # "3090 24GB * 2": the count is checked against the plan (import_file)
         apple = hw.startswith("M")
         decode = r["metric"] == "decode_throughput"
         n = _int(r["gen_tokens"]) if decode else _int(r["prompt_tokens"])
@@ -349,7 +362,7 @@ _INT_COLUMNS = frozenset({"tp", "pp", "ep", "batch", "prompt_tokens", "output_to
 
 def _unified(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
     """Rows already in the unified schema (``COLUMNS``; the ``benchmarks`` table written out, or
-    a user's own): ``hardware`` a catalog name or alias (``match_hardware`` resolves it), ``model``
+    a user's own): ``hardware`` a device name (``import_file`` resolves it), ``model``
     a bundled model; a row's own ``id`` and ``not_priced`` are kept."""
     for i, r in enumerate(rows, start=2):
         out: Row = {c: None for c in COLUMNS}
@@ -393,8 +406,9 @@ FORMATS: dict[frozenset[str], Callable[[str, Iterable[dict[str, str]]], Iterable
 }
 
 
-def import_file(path: str, text: Optional[str] = None) -> list[Row]:
-    """Rows of one benchmark file in the unified schema; the format is recognised by its header.
+def import_file(path: str, text: Optional[str] = None, catalog: Any = None) -> list[Row]:
+    """Rows of one benchmark file in the unified schema; the format is recognised by its header,
+    each row's device resolved in ``catalog`` (default: the shipped one; ``_identify_devices``).
 
     A file that is not a table of rows (empty, a header alone, a row wider or narrower than
     the header, a cell its importer cannot read) is a CatalogError naming the file and line.
@@ -430,9 +444,7 @@ def import_file(path: str, text: Optional[str] = None) -> list[Row]:
                 raise CatalogError(f"{path}: line {reader.line_num}: cannot read the row ({e})") from None
             if not rows:
                 raise CatalogError(f"{path}: a header and no rows")
-            for r in rows:
-                if r["hardware"] is None and not r["not_priced"]:
-                    r["not_priced"] = _unmapped(r)
+            _identify_devices(rows, catalog)
             return rows
     shown = [repr(h) if not h.isprintable() else h for h in sorted(header)[:20]]
     more = f", ... ({len(header)} names)" if len(header) > 20 else ""
@@ -452,61 +464,46 @@ def _even_rows(path: str, reader: Any, width: int) -> Iterable[dict[str, str]]:
         yield r
 
 
-def _unmapped(r: Row) -> str:
-    """Why a row whose device hardware_map.csv does not list is not priced."""
-    return f"hardware '{r['file_hardware']}' is not mapped to a catalog device"
+def identify_device(file_hardware: str, catalog: Any = None) -> tuple[Optional[str], Optional[int], str]:
+    """The catalog device a benchmark file's device name names, the device count written with
+    it, and why not where none: hardware_map.csv's curated names (a source's own judgement,
+    with its note), else the catalog's names (``names.DeviceIndex.identify``: a name or alias,
+    or a name as people write it that names one device whose stated fields agree; never a
+    closest match). ``catalog``: a ``Catalog`` (default: the shipped one)."""
+    index = names.shipped_devices() if catalog is None else catalog.name_index
+    try:
+        name, count = index.identify(file_hardware, _curated_hardware())
+    except UnknownNameError as e:
+        return None, None, str(e)
+    return name, count, ""
 
 
-# brand words a file's device name may open with before the catalog name ("NVIDIA GeForce RTX 4080")
-_BRAND_WORDS = frozenset({"NVIDIA", "GEFORCE", "TESLA", "AMD", "RADEON", "INTEL", "APPLE"})
+@functools.lru_cache(maxsize=1)
+def _curated_hardware() -> dict[str, str]:
+    return {k: v[0] for k, v in hardware_map().items()}
 
 
-def catalog_name(file_hardware: str, cat: Any) -> Optional[str]:
-    """The catalog device a file's hardware name names exactly, else None: its words as a
-    catalog name or alias once leading brand words are dropped ("NVIDIA GeForce RTX 4080" ->
-    RTX_4080), and a trailing memory size dropped only where it is the device's own ("RTX 4090
-    24GB"). Never a closest match: a wrong device would price the row silently."""
-    words = [w for w in re.split(r"[^A-Z0-9]+", file_hardware.upper()) if w]
-    while words:
-        for cut in (words, words[:-1]):
-            name = cat.find("_".join(cut)) if cut else None
-            if name is None:
-                continue
-            size = re.fullmatch(r"(\d+)GB", words[-1])
-            if cut is words or (size and float(size.group(1)) == float(cat.get(name).memory_gb)):
-                return str(name)
-        if words[0] not in _BRAND_WORDS:
-            return None
-        words = words[1:]
-    return None
-
-
-def match_hardware(rows: Iterable[Row], cat: Any) -> None:
-    """Resolves the devices of a user's rows: a catalog name or alias to its canonical name, and
-    a name neither hardware_map.csv nor the catalog lists to the device it names exactly
-    (``catalog_name``, said in the row's notes); a name that names none leaves the row
-    unpriced with the reason."""
+def _identify_devices(rows: list[Row], catalog: Any) -> None:
+    """Resolves each row's device (a unified row's ``hardware``, else the file's name for it):
+    a row whose name names none is not priced, with the resolver's reason; a name resolved other
+    than by a curated or catalog name says so in the notes; a device count written with the name
+    ("3090 24GB * 2") must be the plan's (TP x PP) where the row is a model run."""
+    index = names.shipped_devices() if catalog is None else catalog.name_index
+    curated = _curated_hardware()
     for r in rows:
-        given = r["hardware"]
-        if given is not None:
-            found = cat.find(str(given))
-            if found is not None:
-                r["hardware"] = found
-                continue
-        elif r["not_priced"] != _unmapped(r):
-            continue
-        name = catalog_name(str(given or r["file_hardware"]), cat)
-        if name is None:
-            r["hardware"] = None
-            r["not_priced"] = (
-                r["not_priced"] or f"hardware '{given}' is not a catalog device (see `ridgeline catalog list`)"
-            )
-            continue
-        if r["not_priced"] == _unmapped(r):
-            r["not_priced"] = None
+        given = str(r["hardware"] or r["file_hardware"])
+        name, count, why = identify_device(given, catalog)
         r["hardware"] = name
-        said = f"hardware '{given or r['file_hardware']}' matched by name to {name}"
-        r["notes"] = "; ".join(x for x in (r["notes"], said) if x)
+        if name is None:
+            r["not_priced"] = r["not_priced"] or why
+            continue
+        body = names.split_count(given)[0]
+        if body not in curated and index.find(body) is None:
+            said = f"hardware '{given}' matched by name to {name}"
+            r["notes"] = "; ".join(x for x in (r["notes"], said) if x)
+        plan = (r["tp"] or 1) * (r["pp"] or 1)
+        if count is not None and r["op"] is None and r["model"] is not None and count != plan and not r["not_priced"]:
+            r["not_priced"] = f"hardware '{given}' states {count} devices, the row's plan {plan} (TP x PP)"
 
 
 @functools.lru_cache(maxsize=1)

@@ -30,12 +30,13 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional, TypeVar
 
 from . import _data
-from .errors import CatalogError, UnknownNameError
+from . import names as _names
+from .errors import CatalogError, PlanError
 
 T = TypeVar("T")
 
@@ -92,8 +93,11 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "ridgeline"
 
 
+_NO_NAMES: Mapping[str, str] = {}
+
+
 def _normalise_name(s: str) -> str:
-    return re.sub(r"[^A-Z0-9]+", "_", s.strip().upper()).strip("_")
+    return _names.normalise(s)
 
 
 #: What the engine reads of a link measurement (rust/src/collectives.rs LinkFit).
@@ -334,26 +338,42 @@ class Catalog:
 
     def find(self, name: str) -> Optional[str]:
         """Canonical device name for a name or alias, else None (no closest match)."""
-        key = _normalise_name(name)
-        if key in self._devices:
-            return key
-        alias = self._export["aliases"].get(key)
-        return None if alias is None else str(alias)
+        return self.name_index.find(name)
 
     def resolve(self, name: str) -> str:
-        """Canonical device name for a name or alias; unknown names list the closest."""
+        """Canonical device name for a name or alias, or for a name as people write it that names
+        one device (``identify``); unknown or ambiguous names list the closest or the candidates.
+
+        >>> Catalog().resolve("NVIDIA H100 SXM5 80GB")
+        'H100_SXM'
+        """
         found = self.find(name)
         if found is not None:
             return found
-        key = _normalise_name(name)
-        aliases = self._export["aliases"]
-        pool = self.names() + sorted(aliases)
-        close = difflib.get_close_matches(key, pool, n=3, cutoff=0.5)
-        if not close:
-            close = [n for n in pool if key[:3] and n.startswith(key[:3])][:3]
-        names = list(dict.fromkeys(aliases.get(c, c) for c in close))
-        hint = f"; closest: {', '.join(names)}" if names else ""
-        raise UnknownNameError(f"unknown hardware '{name}'{hint} (see `ridgeline catalog list`)")
+        found, count = self.identify(name)
+        if count is not None and count != 1:
+            raise PlanError(
+                f"hardware '{name}' names {count} devices; give the one device ({found}) and the count "
+                f"as the plan's parallelism (--tp / --pp)"
+            )
+        return found
+
+    def identify(self, name: str, curated: Mapping[str, str] = _NO_NAMES) -> tuple[str, Optional[int]]:
+        """The device a name as people write it names and the device count written with it
+        (``names.DeviceIndex.identify``): a name or alias, or the one device whose product words
+        the name has and whose stated memory size, form factor, GPU cores and memory technology
+        agree; an ambiguous name, or one whose stated fields no device holds, is an
+        UnknownNameError listing the candidates.
+
+        >>> Catalog().identify("3070 8GB * 4")
+        ('RTX_3070', 4)
+        """
+        return self.name_index.identify(name, curated)
+
+    @functools.cached_property
+    def name_index(self) -> _names.DeviceIndex:
+        """This catalog's device names and aliases, parsed (``names.DeviceIndex``)."""
+        return _names.DeviceIndex(self._export)
 
     def get(self, name: str) -> Device:
         return self._devices[self.resolve(name)]

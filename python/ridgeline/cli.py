@@ -1001,15 +1001,14 @@ def _validate_models(as_json: bool, per_row: bool, plot_dir: Optional[str]) -> N
 
 def _validate_rows(path: str, as_json: bool) -> None:
     from ._io import read_text
-    from .benchmarks import import_file, match_hardware
+    from .benchmarks import import_file
     from .catalog import default_catalog
     from .decompose import decompose
     from .errors import CatalogError
     from .validate import predict_shipped
 
     cat = default_catalog()
-    rows = import_file(path, read_text(path, what="rows file", error=CatalogError))
-    match_hardware(rows, cat)
+    rows = import_file(path, read_text(path, what="rows file", error=CatalogError), cat)
     dec, out = [], []
     for r in rows:
         refused = {"id": r["id"], "hardware": r["hardware"] or r["file_hardware"], "runtime": r["runtime"],

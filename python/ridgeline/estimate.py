@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -14,7 +15,7 @@ from ._fmt import duration_us, pct, sig
 from .catalog import Catalog, Device, default_catalog
 from .collectives import _protocol_json, resolve_topology
 from .errors import DoesNotFitError, PlanError
-from .models import Model
+from .models import Model, identify
 from .runtimes import _NO_RUNTIME_EXECUTION, KERNEL_RUNTIMES, choose_runtime, collective_library, runtime_execution
 
 GB = 1e9
@@ -624,8 +625,20 @@ def _prepare(
         _flag(k, v)
     dtype = canonical_dtype("dtype", dtype)
     weight_dtype = None if weight_dtype is None else _text("weight_dtype", weight_dtype)
+    # a name with a quantisation suffix ("Meta-Llama-3.1-8B-FP8") states its weights
+    named = identify(model)[1] if not isinstance(model, Model) and m.source.startswith("bundled") else None
+    if named is not None:
+        if weight_dtype is None:
+            weight_dtype = named
+        elif quant._canonical(weight_dtype) != named:
+            raise PlanError(
+                f"weight_dtype: {weight_dtype} disagrees with the model name '{model}', which says {named} weights; "
+                f"give {named}, or the bundled model's own name ({m.name}) with the weight format"
+            )
     # the weights' formats as stored: a runtime that has no type for one of them cannot run the plan
     stored = quant.resolve(m, dtype, weight_dtype)
+    if named is not None:
+        stored = dataclasses.replace(stored, source=f"the model name '{model}'")
     runtime, runtime_note = choose_runtime(runtime, dev, cat, stored.format_names().values())
     given = {"chunk": chunk, "swa_cache_extra": swa_cache_extra, "kv_pad": kv_pad,
              "kv_skip_masked_tail": kv_skip_masked_tail, "decode_graphs": decode_graphs}  # fmt: skip

@@ -2,7 +2,8 @@
 layout, ``data/benchmarks/aic/<system>/<op family>/<framework>/<version>/*.parquet``).
 
 The tables are read as they are (AIC's columns and units); each row gets the catalog
-device its ``device`` column names (``data/benchmarks/hardware_map.csv``) and the
+device its ``device`` column names (``benchmarks.identify_device``: hardware_map.csv, else
+the catalog's names) and the
 framework and version its path names. They are calibration inputs: the wheel does not
 carry them, so the functions here take the folder to read.
 """
@@ -13,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .benchmarks import hardware_map
+from .benchmarks import identify_device
 from .errors import PlanError
 
 # Where a source checkout keeps the tables (relative to the repository root).
@@ -49,7 +50,7 @@ def comm_rows(root: str | os.PathLike[str] = KERNEL_DIR) -> list[dict[str, Any]]
     files = _tables(base, "comm", "nccl_perf.parquet") + _tables(base, "comm", "custom_allreduce_perf.parquet")
     if not files:
         raise PlanError(f"kernel tables: no comm tables under {str(base)!r}")
-    mapped = hardware_map()
+    mapped: dict[str, tuple[Any, ...]] = {}
     out: list[dict[str, Any]] = []
     for f in files:
         rel = f.relative_to(base).as_posix()
@@ -60,16 +61,18 @@ def comm_rows(root: str | os.PathLike[str] = KERNEL_DIR) -> list[dict[str, Any]]
         for i, r in enumerate(d.iter_rows(named=True)):
             op = COMM_OPS.get(r["op_name"])
             width = _DTYPE_BYTES.get(r[dtype_col])
-            hw = mapped.get(r["device"])
+            if r["device"] not in mapped:
+                mapped[r["device"]] = identify_device(r["device"])
+            hw, _, unnamed = mapped[r["device"]]
             why = None
             if op is None or width is None:
                 why = f"op {r['op_name']!r} / dtype {r[dtype_col]!r} not read"
             elif hw is None:
-                why = f"device {r['device']!r} is not in data/benchmarks/hardware_map.csv"
+                why = f"device {r['device']!r}: {unnamed}"
             elif variant and "eager" in str(r[variant]):
                 why = "eager launch (the runtimes replay CUDA graphs; the graph row of this size is fitted)"
             out.append({
-                "id": f"{rel}:{i}", "file": rel, "hardware": hw[0] if hw else None, "file_hardware": r["device"],
+                "id": f"{rel}:{i}", "file": rel, "hardware": hw, "file_hardware": r["device"],
                 "library": framework, "version": version, "op": op, "ranks": int(r["num_gpus"]),
                 "size_bytes": int(r["message_size"]) * (width or 0), "time_s": float(r["latency"]) * 1e-3,
                 "dtype": r[dtype_col], "excluded": why,
@@ -90,22 +93,19 @@ def gemm_tables(root: str | os.PathLike[str] = KERNEL_DIR) -> list[dict[str, Any
     import polars as pl
 
     base = Path(root)
-    mapped = hardware_map()
     out = []
     for f in _tables(base, "gemm", "gemm_perf.parquet"):
         d = pl.read_parquet(f)
         devices = d["device"].unique().to_list()
-        hw = mapped.get(devices[0]) if len(devices) == 1 else None
+        hw, _, unnamed = identify_device(devices[0]) if len(devices) == 1 else (None, None, "several devices")
         if hw is None:
-            raise PlanError(
-                f"kernel tables: {f}: device {devices} is not one device in data/benchmarks/hardware_map.csv"
-            )
+            raise PlanError(f"kernel tables: {f}: device {devices} does not name one catalog device ({unnamed})")
         for dtype in sorted(d["gemm_dtype"].unique().to_list()):
             if dtype not in GEMM_FORMATS:
                 continue
             g = d.filter(pl.col("gemm_dtype") == dtype).sort("m", "n", "k", "latency")
             out.append({
-                "hardware": hw[0], "runtime": f.parent.parent.name, "version": f.parent.name,
+                "hardware": hw, "runtime": f.parent.parent.name, "version": f.parent.name,
                 "format": GEMM_FORMATS[dtype], "file": f.relative_to(base).as_posix(),
                 **{c: g[c].to_numpy().astype(np.float64) for c in ("m", "n", "k")},
                 "latency_ms": g["latency"].to_numpy().astype(np.float64),

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from . import _data
+from . import _data, names
 from ._checks import MAX_EXACT
 from .errors import ModelConfigError, UnknownNameError
 
@@ -526,16 +526,46 @@ def read_json(text: str, origin: str) -> tuple[Any, str]:
 
 
 def _resolve_bundled(name: str, bundled: Mapping[str, str]) -> str:
+    return identify(name, bundled)[0]
+
+
+def identify(name: str, bundled: Optional[Mapping[str, str]] = None) -> tuple[str, Optional[str]]:
+    """The bundled model a name as people write it names, and the weight format its
+    quantisation suffix states (None: none): a bundled id, in any case, with or without its
+    organisation; else the one bundled model whose name is the same once version punctuation,
+    case, organisation words and instruct/chat/base and quantisation suffixes are set aside
+    (``names.parse_model``; the words are data/name_words.csv). A name several bundled models
+    fit is an UnknownNameError listing them; one none fits lists the closest.
+
+    >>> identify("LLaMA 3.1 70B")
+    ('meta-llama/Llama-3.1-70B', None)
+    >>> identify("Meta-Llama-3.1-8B-FP8")
+    ('meta-llama/Llama-3.1-8B', 'fp8')
+    """
+    bundled = _bundled() if bundled is None else bundled
     if name in bundled:
-        return name
+        return name, None
     low = {k.lower(): k for k in bundled}
     short = {k.split("/", 1)[1].lower(): k for k in bundled}
     for table in (low, short):
         if name.lower() in table:
-            return table[name.lower()]
+            return table[name.lower()], None
+    parsed = names.parse_model(name)
+    if parsed.conflict:
+        raise UnknownNameError(f"model '{name}': {parsed.conflict}; name one (see `ridgeline model list`)")
+    hit, candidates = names.match_model(parsed, bundled)
+    if hit is not None:
+        # a format the bundled checkpoint's own name states is its own (its quantization_config)
+        own = names.parse_model(hit).weight_format
+        return hit, None if parsed.weight_format == own else parsed.weight_format
+    if len(candidates) > 1:
+        raise UnknownNameError(
+            f"model '{name}' is ambiguous: it names {len(candidates)} bundled models: {', '.join(candidates)}; "
+            f"name one (see `ridgeline model list`)"
+        )
     close = difflib.get_close_matches(name.lower(), list(low) + list(short), n=3, cutoff=0.4)
-    names = [low.get(c) or short[c] for c in close]
-    hint = f"; closest: {', '.join(dict.fromkeys(names))}" if names else ""
+    closest = [*candidates, *(low.get(c) or short[c] for c in close)]
+    hint = f"; closest: {', '.join(dict.fromkeys(closest))}" if closest else ""
     raise UnknownNameError(
         f"unknown model '{name}': not a bundled model nor a path to a config.json{hint} (see `ridgeline model list`)"
     )

@@ -294,7 +294,7 @@ def serving_runs(
     ``step_overhead_us``: every run's per-step overhead (default: the shipped serving fits);
     ``modes``: agg and/or disagg runs."""
     from ._io import read_text
-    from .benchmarks import import_file, match_hardware
+    from .benchmarks import import_file
     from .decompose import _estimate_kwargs
     from .errors import CatalogError, RidgelineError
     from .models import Model
@@ -302,8 +302,7 @@ def serving_runs(
 
     cat = catalog or default_catalog()
     text = read_text(path, what="rows file", error=CatalogError)
-    rows = import_file(path, text)
-    match_hardware(rows, cat)
+    rows = import_file(path, text, cat)
     # the disaggregated runs' worker shapes, by the file's line (the rows keep the aggregated plan)
     raw = {i: x for i, x in enumerate(csv.DictReader(io.StringIO(text)), start=2)}
     runs: dict[str, list[dict[str, Any]]] = {}
