@@ -2,6 +2,7 @@
 
 import csv
 import io
+import json
 
 import pytest
 from ridgeline import CatalogError, _data
@@ -90,3 +91,49 @@ def test_priced_weights_match_the_gguf_sizes_llama_bench_lists():
         model, wq = priced[file_model]
         e = estimate(model=model, hardware="GB10", weight_dtype=wq, prompt=16, output=1, calibrated=False)
         assert abs(e.memory["weights_bytes"] / 2**30 / gib - 1) < 0.005, (file_model, wq, gib)
+
+
+def test_a_trtllm_serving_table_labels_each_metric_by_what_it_is():
+    head = _data.read_text("data/benchmarks/trtllm_latency_serving.csv").splitlines()[0]
+    src = "NVIDIA/TensorRT-LLM,docs/perf.md,abc"
+    lines = [  # concurrency, request rate, metric, value, unit
+        f"0.5,H100 80GB HBM3,1,1,FP8,LLaMA 3.1 70B,128,128,1,,ttft,26.0,ms,engine run,{src}",
+        f"0.5,H100 80GB HBM3,1,1,FP8,LLaMA 3.1 70B,128,128,1,,mean_itl,6.5,ms,closed loop,{src}",
+        f"0.5,H100 80GB HBM3,1,1,FP8,LLaMA 3.1 70B,128,128,8,,inter_token_latency,0.0071,s,closed loop,{src}",
+        f"0.5,H100 80GB HBM3,1,1,FP8,LLaMA 3.1 70B,128,128,8,,ttft,0.09,s,closed loop,{src}",
+        f"0.5,H100 80GB HBM3,1,1,FP8,LLaMA 3.1 70B,128,128,64,4.0,request_throughput,3.9,req/s,stream,{src}",
+        f"0.5,H100 80GB HBM3,1,1,FP8,LLaMA 3.1 70B,128,128,64,,output_token_throughput,2400,tokens/s,loop,{src}",
+        f"0.5,H100 80GB HBM3,1,1,FP8,LLaMA 3.1 70B,128,128,1,,p99_ttft,40,ms,engine run,{src}",
+        f"0.5,H100 80GB HBM3,1,1,FP8,LLaMA 3.1 70B,128,128,1,,goodput,40,req/s,engine run,{src}",
+    ]
+    rows = import_file("serving.csv", "\n".join([head, *lines]) + "\n")
+    got = [(r["metric"], r["value"], r["unit"], r["phase"]) for r in rows]
+    assert got == [("ttft_ms", 26.0, "ms", "prefill"), ("tpot_ms", 6.5, "ms", "decode"),
+                   ("tpot_ms", pytest.approx(7.1), "ms", "decode"), ("ttft_ms", pytest.approx(90.0), "ms", "prefill"),
+                   ("request_throughput_req_s", 3.9, "req/s", "e2e"), ("throughput_tok_s", 2400.0, "tokens/s", "e2e"),
+                   ("ttft_ms", 40.0, "ms", "prefill"), ("goodput", 40.0, "req/s", "e2e")]  # fmt: skip
+    assert {r["model"] for r in rows} == {"meta-llama/Llama-3.1-70B"} and {r["hardware"] for r in rows} == {"H100_SXM"}
+    why = [r["not_priced"] or "" for r in rows]
+    assert why[:3] == ["", "", ""] and rows[2]["batch"] == 8  # TTFT at 1, TPOT at its concurrency: priced
+    assert "TTFT under concurrency" in why[3] and "4.0 requests/s" in why[4] and "output token throughput" in why[5]
+    assert "p99 statistic" in why[6] and "unrecognised metric 'goodput'" in why[7]
+
+
+def test_validate_rows_prices_collectives_by_the_collective_model(tmp_path):
+    from cli_in_process import run_main
+    from ridgeline.validate import comm_report
+
+    for name in ("op_allreduce_busbw.csv", "op_memory_link_bandwidth.csv"):
+        p = tmp_path / name
+        p.write_text(_data.read_text(f"data/benchmarks/{name}"))
+        code, out, err = run_main("validate", "--rows", str(p), "--json")
+        assert code == 0, err
+        got = json.loads(out)
+        shipped = {r["id"]: r for r in comm_report()["per_row"]}
+        assert [x["id"] for x in got] == [r["id"] for r in import_file(f"data/benchmarks/{name}")]
+        assert not any("model" in str(x.get("reason")) for x in got)
+        priced = [x for x in got if x["predicted"] is not None]
+        assert len(priced) >= 0.8 * len(got)
+        for x in priced:  # the same figures as `validate --comm`
+            assert x["predicted"] == pytest.approx(shipped[x["id"]]["predicted"], rel=1e-12)
+            assert x["bound"] == pytest.approx(shipped[x["id"]]["bound"], rel=1e-12)

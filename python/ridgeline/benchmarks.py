@@ -168,16 +168,64 @@ def _trt_source(r: dict[str, str]) -> str:
     return f"{r['source_repo']} {r['source_path']} @ {r['source_commit']}"
 
 
+# The serving tables' metric names -> the unified metric and its phase (times in ms). A name may
+# carry its statistic ("mean_itl_ms"): the mean, median or p50 is the typical step a plan prices.
+_SERVING_METRICS = (
+    (("ttft", "time_to_first_token", "first_token_latency"), "ttft_ms", "prefill"),
+    (("tpot", "itl", "inter_token_latency", "time_per_output_token"), "tpot_ms", "decode"),
+    (("e2e_latency", "e2el", "total_latency", "request_latency", "latency"), "e2e_latency_ms", "e2e"),
+    (("request_throughput", "requests_per_second", "request_rate"), "request_throughput_req_s", "e2e"),
+    (("output_token_throughput", "output_throughput", "output_tokens_per_second", "token_throughput",
+      "throughput"), "throughput_tok_s", "e2e"),
+)  # fmt: skip
+_TYPICAL = ("mean", "median", "avg", "average", "p50")
+_TTFT_UNDER_LOAD = (
+    "TTFT under concurrency (staggered arrivals, chunked prefill among running decodes): needs the serving simulator"
+)
+_TO_MS = {"ms": 1.0, "s": 1e3, "us": 1e-3}
+
+
+def _serving_metric(name: str, unit: str, value: float) -> tuple[str, str, float, str, Optional[str]]:
+    """A serving table's metric as the unified (metric, phase, value, unit), and why it cannot be
+    priced where a static plan does not say it (None: it can, at the run's concurrency)."""
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    stat = words[0] if words and (words[0] in _TYPICAL or re.fullmatch(r"p\d+|max|min|std", words[0])) else None
+    base = "_".join(w for w in words[1 if stat else 0 :] if w not in _TO_MS)
+    metric, phase = next(((m, p) for spelled, m, p in _SERVING_METRICS if base in spelled), (name, "e2e"))
+    if metric == name:
+        return name, phase, value, unit, f"unrecognised metric '{name}'"
+    why = None if stat in (None, *_TYPICAL) else f"a {stat} statistic; a plan prices the typical request"
+    if metric.endswith("_ms"):
+        scale = _TO_MS.get(unit.strip().lower())
+        if scale is None:
+            return metric, phase, value, unit, f"{name} in '{unit}', not a time unit"
+        return metric, phase, value * scale, "ms", why
+    return metric, phase, value, unit, why
+
+
 def _trtllm_latency(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
-    """TensorRT-LLM v0.5 batch-1 first-token latency (an engine run with one output token)."""
+    """TensorRT-LLM serving and latency tables: each row's metric as what it is (TTFT, TPOT/ITL,
+    end-to-end latency, request or token throughput; ``_serving_metric``). The batch-1 first-token
+    latency (v0.5: an engine run with one output token) and a closed loop's TPOT (the steady decode
+    step at its concurrency) are priced; a request stream (a request rate), TTFT under
+    concurrency and a serving run's latency or throughput need the serving simulator."""
     for i, r in enumerate(rows, start=2):
+        metric, phase, value, unit, why = _serving_metric(r["metric"], r["unit"], float(r["value"]))
+        c = _int(r["batch_or_concurrency"]) or 1
+        rate = (r.get("request_rate_qps") or "").strip()
+        if why is None and rate and rate.lower() not in ("inf", "max"):
+            why = f"serving run at {rate} requests/s (arrivals, runtime-chosen batching): needs the serving simulator"
+        elif why is None and metric == "ttft_ms" and c > 1:
+            why = _TTFT_UNDER_LOAD
+        elif why is None and metric not in ("ttft_ms", "tpot_ms"):
+            why = f"a serving run's {r['metric'].replace('_', ' ')}: needs the serving simulator"
         yield _row(
             file, i, source=_trt_source(r), file_hardware=r["hardware"],
             file_model=r["model"], runtime="trtllm", runtime_version=r["trtllm_version"],
-            weight_quant=_QUANT.get(r["precision"]), tp=_int(r["tp"]) or 1, batch=_int(r["batch_or_concurrency"]) or 1,
+            weight_quant=_QUANT.get(r["precision"]), tp=_int(r["tp"]) or 1, batch=c,
             kv_dtype="fp8" if r["precision"] == "FP8" else None,
-            prompt_tokens=_int(r["input_tokens"]), output_tokens=_int(r["output_tokens"]), depth=0, phase="prefill",
-            metric="ttft_ms", value=float(r["value"]), unit=r["unit"], notes=r["scenario"],
+            prompt_tokens=_int(r["input_tokens"]), output_tokens=_int(r["output_tokens"]), depth=0, phase=phase,
+            metric=metric, value=value, unit=unit, notes=r["scenario"], not_priced=why,
         )  # fmt: skip
 
 
@@ -291,10 +339,7 @@ def _silicon(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
             if why is None and moe_split and out["model"] and _is_moe(out["model"]):
                 why_row: Optional[str] = moe_split
             elif why is None and metric == "ttft_ms" and (_int(r["batch_size"]) or 1) > 1:
-                why_row = (
-                    "TTFT under concurrency (staggered arrivals, chunked prefill among running decodes): "
-                    "needs the serving simulator"
-                )
+                why_row = _TTFT_UNDER_LOAD
             else:
                 why_row = why
             if why_row and not out["not_priced"]:

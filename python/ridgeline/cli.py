@@ -999,13 +999,17 @@ def _validate_models(as_json: bool, per_row: bool, plot_dir: Optional[str]) -> N
         sys.exit(1)
 
 
+#: How `validate --rows` prices a collective or link row (what `validate --comm` reports as "predicted").
+_COMM_LABEL = "protocol model (NCCL protocol table, the catalog's link and latency)"
+
+
 def _validate_rows(path: str, as_json: bool) -> None:
     from ._io import read_text
     from .benchmarks import import_file
     from .catalog import default_catalog
     from .decompose import decompose
     from .errors import CatalogError
-    from .validate import predict_shipped
+    from .validate import COMM_METRICS, comm_record, predict_shipped
 
     cat = default_catalog()
     rows = import_file(path, read_text(path, what="rows file", error=CatalogError), cat)
@@ -1015,6 +1019,11 @@ def _validate_rows(path: str, as_json: bool) -> None:
                    "metric": r["metric"], "observed": r["value"], "predicted": None, "unit": r["unit"]}  # fmt: skip
         if r["not_priced"]:
             out.append({**refused, "reason": str(r["not_priced"])})
+            continue
+        if r["metric"] in COMM_METRICS:  # a collective or a link: the protocol model, no model plan
+            c = comm_record(cat, r)
+            got = {"predicted": c["predicted"], "bound": c["bound"], "calibration": _COMM_LABEL}
+            out.append({**refused, **(got if c["predicted"] else {"reason": c["reason"]})})
             continue
         try:
             dec.append(decompose(r, cat))

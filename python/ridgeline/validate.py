@@ -124,37 +124,44 @@ def kernel_comm_rows(kernels: str, cat: Catalog) -> tuple[list[dict[str, Any]], 
     return out, left_out
 
 
+#: The metrics of communication and link rows (benchmarks._allreduce, _memory_link): priced by
+#: the collective model and the catalog's links, never by a model plan.
+COMM_METRICS = ("allreduce_busbw_gbs", "sendrecv_busbw_gbs", "copy_gbs", "host_link_gbs", "link_unidirectional_gbs",
+                "copy_bidirectional_gbs")  # fmt: skip
+
+
 def comm_rows(catalog: Optional[Catalog] = None) -> list[dict[str, Any]]:
     """Every communication and link row with its observed value and both predictions."""
     cat = catalog or default_catalog()
-    rows = cat.sql(
-        "SELECT * FROM benchmarks WHERE metric IN ('allreduce_busbw_gbs', 'sendrecv_busbw_gbs', 'copy_gbs', "
-        "'host_link_gbs', 'link_unidirectional_gbs', 'copy_bidirectional_gbs') ORDER BY id"
-    ).to_dicts()
-    out = []
-    for r in rows:
-        rec = {
-            "id": r["id"], "hardware": r["hardware"], "file_hardware": r["file_hardware"], "metric": r["metric"],
-            "op": r["op"], "ranks": r["ranks"], "nodes": r["nodes"], "size_bytes": r["size_bytes"],
-            "bucket": size_bucket(r["size_bytes"]), "observed": r["value"], "unit": r["unit"], "source": r["source"],
-            "bound": None, "predicted": None, "reason": r["not_priced"],
-        }  # fmt: skip
-        if r["not_priced"] is None:
-            price = _collective_bw if r["metric"] in ("allreduce_busbw_gbs", "sendrecv_busbw_gbs") else _link_bw
-            rec["bound"] = price(cat, r, True)
-            rec["predicted"] = price(cat, r, False)
-            if rec["bound"] is None:
-                rec["reason"] = f"{r['hardware']} has no catalog figure for this link"
-        if rec["bound"]:
-            rec["obs_over_bound"] = rec["observed"] / rec["bound"]
-            rec["obs_over_pred"] = rec["observed"] / rec["predicted"]
-            rec["beats_bound"] = rec["obs_over_bound"] > BOUND_TOLERANCE
-            notes = f"{r['notes'] or ''} {r['runtime'] or ''}".lower()
-            rec["in_switch_reduction"] = any(k in notes for k in _IN_SWITCH_MARKERS)
-        else:
-            rec.update(obs_over_bound=None, obs_over_pred=None, beats_bound=False, in_switch_reduction=False)
-        out.append(rec)
-    return out
+    marks = ", ".join("?" for _ in COMM_METRICS)
+    rows = cat.sql(f"SELECT * FROM benchmarks WHERE metric IN ({marks}) ORDER BY id", list(COMM_METRICS)).to_dicts()
+    return [comm_record(cat, r) for r in rows]
+
+
+def comm_record(cat: Catalog, r: Mapping[str, Any]) -> dict[str, Any]:
+    """A communication or link row (``COMM_METRICS``) with its observed value, the link-rate bound
+    and the protocol model's prediction (None with the reason where it is not priced)."""
+    rec = {
+        "id": r["id"], "hardware": r["hardware"], "file_hardware": r["file_hardware"], "metric": r["metric"],
+        "op": r["op"], "ranks": r["ranks"], "nodes": r["nodes"], "size_bytes": r["size_bytes"],
+        "bucket": size_bucket(r["size_bytes"]), "observed": r["value"], "unit": r["unit"], "source": r["source"],
+        "bound": None, "predicted": None, "reason": r["not_priced"],
+    }  # fmt: skip
+    if r["not_priced"] is None:
+        price = _collective_bw if r["metric"] in ("allreduce_busbw_gbs", "sendrecv_busbw_gbs") else _link_bw
+        rec["bound"] = price(cat, dict(r), True)
+        rec["predicted"] = price(cat, dict(r), False)
+        if rec["bound"] is None:
+            rec["reason"] = f"{r['hardware']} has no catalog figure for this link"
+    if rec["bound"]:
+        rec["obs_over_bound"] = rec["observed"] / rec["bound"]
+        rec["obs_over_pred"] = rec["observed"] / rec["predicted"]
+        rec["beats_bound"] = rec["obs_over_bound"] > BOUND_TOLERANCE
+        notes = f"{r['notes'] or ''} {r['runtime'] or ''}".lower()
+        rec["in_switch_reduction"] = any(k in notes for k in _IN_SWITCH_MARKERS)
+    else:
+        rec.update(obs_over_bound=None, obs_over_pred=None, beats_bound=False, in_switch_reduction=False)
+    return rec
 
 
 def _median(xs: list[float]) -> Optional[float]:
