@@ -93,6 +93,16 @@ def test_priced_weights_match_the_gguf_sizes_llama_bench_lists():
         assert abs(e.memory["weights_bytes"] / 2**30 / gib - 1) < 0.005, (file_model, wq, gib)
 
 
+def test_llamacpp_rows_of_a_backend_without_a_runtime_are_not_priced_as_cuda():
+    rows = [r for r in _rows() if r["file"].endswith("gpu_scoreboards.csv")]
+    raw = list(csv.DictReader(io.StringIO(_data.read_text("data/benchmarks/llamacpp_gpu_scoreboards.csv"))))
+    vulkan = [r for r, x in zip(rows, raw) if x["backend"] == "Vulkan"]
+    assert len(vulkan) == 2 and all(r["runtime"] is None for r in vulkan)
+    assert all(r["not_priced"].startswith("llama.cpp Vulkan backend: ridgeline has no runtime") for r in vulkan)
+    cuda = [r for r, x in zip(rows, raw) if x["backend"] == "CUDA"]
+    assert {r["runtime"] for r in cuda} == {"llamacpp-cuda"} and not any(r["not_priced"] for r in cuda)
+
+
 def test_a_trtllm_serving_table_labels_each_metric_by_what_it_is():
     head = _data.read_text("data/benchmarks/trtllm_latency_serving.csv").splitlines()[0]
     src = "NVIDIA/TensorRT-LLM,docs/perf.md,abc"

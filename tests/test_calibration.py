@@ -78,14 +78,16 @@ def test_fitted_constants_are_physical_and_labelled(fresh):
         group = groups[(f["hardware"], f["runtime"], f["memory"])]
         own = ("precision", "eta_compute_quant", "n_rows", "pinned", "source")
         assert {k: v for k, v in f.items() if k not in own} == {k: v for k, v in group.items() if k not in own}
-    # where the fit found Q4_0's MMQ kernels faster than Q4_K's (RTX 3090 holds both), a calibrated
-    # estimate prices each quantized GEMM at its format's efficiency and the Q6_K head at the group's
+    # where the fit found Q4_0's MMQ kernels faster than Q4_K's (the GDDR profile holds both; the
+    # RTX 4090 has no fit of its own), a calibrated estimate prices each quantized GEMM at its
+    # format's efficiency and the Q6_K head at the group's
     kw = dict(runtime="llamacpp-cuda", weight_dtype="q4_0", prompt=512, output=1)
-    _, row = lookup("RTX_3090", "llamacpp-cuda", cat)
+    label, row = lookup("RTX_4090", "llamacpp-cuda", cat)
+    assert label.startswith("runtime-profile (llamacpp-cuda, gddr")
     assert row is not None and set(formats_of(row)) >= {"q4_0", "q4_k"}
     assert formats_of(row)["q4_0"] > formats_of(row)["q4_k"]
-    cal = ridgeline.estimate("meta-llama/Llama-2-7b-hf", "RTX_3090", **kw).breakdown
-    unc = ridgeline.estimate("meta-llama/Llama-2-7b-hf", "RTX_3090", calibrated=False, **kw).breakdown
+    cal = ridgeline.estimate("meta-llama/Llama-2-7b-hf", "RTX_4090", **kw).breakdown
+    unc = ridgeline.estimate("meta-llama/Llama-2-7b-hf", "RTX_4090", calibrated=False, **kw).breakdown
     for a, b in zip(cal.iter_rows(named=True), unc.iter_rows(named=True)):
         if a["quantized"] and a["phase"] == "prefill":
             eta = formats_of(row).get(a["format"], float(row["eta_compute_quant"]))

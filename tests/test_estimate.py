@@ -265,7 +265,8 @@ def test_a_runtime_prices_only_the_devices_it_runs_on(tmp_path):
     # every runtime ridgeline has data for says where it runs, and every measured or fitted
     # device of a runtime is one it runs on
     assert set(known_runtimes(cat)) <= set(runtime_platforms())
-    q = "SELECT DISTINCT runtime, hardware FROM benchmarks WHERE model IS NOT NULL AND hardware IS NOT NULL"
+    q = ("SELECT DISTINCT runtime, hardware FROM benchmarks WHERE model IS NOT NULL AND hardware IS NOT NULL "
+         "AND runtime IS NOT NULL")  # fmt: skip
     measured = cat.sql(q)
     pairs = list(measured.iter_rows()) + [(f["runtime"], f["hardware"]) for f in shipped_fits() if f["hardware"] != "*"]
     assert len(pairs) > 50 and all(runs_on(rt, cat.get(hw)) for rt, hw in pairs)

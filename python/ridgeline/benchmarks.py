@@ -88,14 +88,27 @@ def _llamacpp_test(test: str) -> tuple[Optional[str], int]:
     return (None, 0) if not m else ("prefill" if m.group(1) == "pp" else "decode", int(m.group(2)))
 
 
+def _llamacpp_runtime(backend: str) -> tuple[Optional[str], Optional[str]]:
+    """The runtime of a llama.cpp row by its backend column, and why the row cannot be priced
+    where ridgeline has no runtime for that backend (data/calibration/runtime_platforms.csv lists
+    llama.cpp's CUDA and Metal backends): a Vulkan, ROCm or SYCL run is not a CUDA one, on any card."""
+    name = f"llamacpp-{backend.strip().lower()}"
+    if name in quant.runtime_platforms():
+        return name, None
+    known = ", ".join(sorted(r for r in quant.runtime_platforms() if r.startswith("llamacpp-")))
+    return None, (
+        f"llama.cpp {backend.strip() or '(no backend)'} backend: ridgeline has no runtime profile for it "
+        f"(it has {known}; data/calibration/runtime_platforms.csv)"
+    )
+
+
 def _llamacpp_bench(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
     """llama-bench ppN / tgN rows (Apple silicon discussion 4167, GPU scoreboards):
     ppN = a prefill of N tokens on the stated depth; tgN = N decode steps from it."""
     for i, r in enumerate(rows, start=2):
         phase, n = _llamacpp_test(r["test"])
-        backend = r.get("backend", "")
         hw = r["hardware"] + (f" ({r['gpu_cores']}-core GPU)" if r.get("gpu_cores") else "")
-        runtime = "llamacpp-metal" if backend.lower() == "metal" else "llamacpp-cuda"
+        runtime, why = _llamacpp_runtime(r["backend"])
         out = _row(
             file, i, source=r["source"], file_hardware=hw, file_model=r["model"], runtime=runtime,
             runtime_version=r.get("llamacpp_build") or None, weight_quant=_QUANT.get(r["quant"], r["quant"].lower()),
@@ -106,6 +119,7 @@ def _llamacpp_bench(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
         )  # fmt: skip
         if phase is None:
             out["not_priced"] = f"unrecognised llama-bench test '{r['test']}'"
+        out["not_priced"] = why or out["not_priced"]
         yield out
 
 
@@ -117,8 +131,9 @@ def _dgx_spark(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
         metric = r["metric"]
         pp, tg, b, d = _int(r["prompt_tokens"]) or 0, _int(r["gen_tokens"]) or 0, _int(r["batch"]) or 1, _int(
             r["kv_depth_tokens"]) or 0  # fmt: skip
+        runtime, why = _llamacpp_runtime(r["backend"])
         kw: dict[str, Any] = dict(
-            source=r["source"], file_hardware=r["hardware"], file_model=r["model"], runtime="llamacpp-cuda",
+            source=r["source"], file_hardware=r["hardware"], file_model=r["model"], runtime=runtime,
             weight_quant=_QUANT.get(r["quant"], r["quant"].lower()), batch=b, value=float(r["value"]), unit=r["unit"],
             flags=",".join(f for f, on in (("flash_attn", "fa=1" in r["tool"]), ("batched-bench", batched)) if on)
             or None,
@@ -139,7 +154,9 @@ def _dgx_spark(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
                 depth=d,
                 not_priced="a time row; its throughput twin is the priced row",
             )
-        yield _row(file, i, **kw)
+        out = _row(file, i, **kw)
+        out["not_priced"] = why or out["not_priced"]
+        yield out
 
 
 def _xiongjiedai(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
@@ -148,12 +165,12 @@ def _xiongjiedai(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
     for i, r in enumerate(rows, start=2):
         n_gpu = _int(r["num_gpus"]) or 1
         hw = r["hardware"]  # "3090 24GB * 2": the count is checked against the plan (import_file)
-        apple = hw.startswith("M")
+        runtime, why = _llamacpp_runtime(r["backend"])
         decode = r["metric"] == "decode_throughput"
         n = _int(r["gen_tokens"]) if decode else _int(r["prompt_tokens"])
         out = _row(
             file, i, source=r["source"], file_hardware=hw, file_model=r["model"],
-            runtime="llamacpp-metal" if apple else "llamacpp-cuda", weight_quant=_QUANT.get(r["quant"]),
+            runtime=runtime, weight_quant=_QUANT.get(r["quant"]),
             batch=1, tp=1, pp=n_gpu, depth=0, phase="decode" if decode else "prefill",
             prompt_tokens=0 if decode else n, output_tokens=n if decode else 0,
             metric="decode_tok_s" if decode else "prefill_tok_s", value=float(r["value"]) if r["value"] else 0.0,
@@ -161,6 +178,7 @@ def _xiongjiedai(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
         )  # fmt: skip
         if r["status"] != "ok":
             out["not_priced"] = f"status {r['status']} (the run failed)"
+        out["not_priced"] = why or out["not_priced"]
         yield out
 
 

@@ -312,6 +312,16 @@ def runtime_paths() -> dict[tuple[str, str], tuple[str, str]]:
     return {(r["runtime"], r["weights"]): (r["compute"], r["source"]) for r in csv.DictReader(text.splitlines())}
 
 
+@functools.lru_cache(maxsize=1)
+def runtime_platforms() -> dict[str, frozenset[tuple[str, str]]]:
+    """runtime -> the (vendor, kind) of devices it runs on, from data/calibration/runtime_platforms.csv
+    (here, beside the runtimes' GEMM paths, for the benchmark importers below the runtimes)."""
+    out: dict[str, set[tuple[str, str]]] = {}
+    for r in csv.DictReader(_data.read_text("data/calibration/runtime_platforms.csv").splitlines()):
+        out.setdefault(r["runtime"], set()).add((r["vendor"].lower(), r["kind"].lower()))
+    return {k: frozenset(v) for k, v in out.items()}
+
+
 def resolve(model: Any, act_dtype: str, override: Optional[str], runtime: Optional[str] = None) -> WeightPlan:
     """The weight formats of a plan: the user's override, else the checkpoint's
     quantization_config, else a hint in the model name, else the activation dtype;

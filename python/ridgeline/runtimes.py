@@ -15,6 +15,7 @@ from . import _checks, _data, _fits, quant
 from ._fits import shipped_fits
 from .catalog import Catalog, Device
 from .errors import PlanError
+from .quant import runtime_platforms
 
 #: The runtime name that asks for none: one prefill step, exact KV reads, every kernel launched,
 #: priced at the efficiency-1 bound.
@@ -170,15 +171,6 @@ def known_runtimes(cat: Catalog) -> list[str]:
     measured = set(cat.measured_runtimes())  # the export's: no DuckDB on an estimate's path
     paths = {rt for rt, _ in quant.runtime_paths()}
     return sorted(measured | paths | set(runtime_platforms()) | {f["runtime"] for f in shipped_fits()})
-
-
-@functools.lru_cache(maxsize=1)
-def runtime_platforms() -> dict[str, frozenset[tuple[str, str]]]:
-    """runtime -> the (vendor, kind) of devices it runs on, from data/calibration/runtime_platforms.csv."""
-    out: dict[str, set[tuple[str, str]]] = {}
-    for r in csv.DictReader(_data.read_text("data/calibration/runtime_platforms.csv").splitlines()):
-        out.setdefault(r["runtime"], set()).add((r["vendor"].lower(), r["kind"].lower()))
-    return {k: frozenset(v) for k, v in out.items()}
 
 
 def runs_on(runtime: str, dev: Device) -> bool:
