@@ -32,9 +32,19 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
 
 @cli.command()
 @click.option(
-    "--model", "-m", required=True, help="Bundled Hugging Face id, or a path to config.json / a model folder."
+    "--model",
+    "-m",
+    required=True,
+    help="Bundled model: its Hugging Face id or a name as written ('LLaMA 3.1 70B'; a suffix such as -FP8 sets "
+    "the weights), or a path to config.json / a model folder.",
 )
-@click.option("--hardware", "-H", required=True, help="Catalog device name or alias (see `ridgeline catalog list`).")
+@click.option(
+    "--hardware",
+    "-H",
+    required=True,
+    help="Catalog device name or alias, or a name as written ('NVIDIA H100 SXM5 80GB') that names one device "
+    "(see `ridgeline catalog list`).",
+)
 @click.option("--batch", type=int, default=1, show_default=True, help="Concurrent sequences.")
 @click.option("--prompt", type=int, default=1024, show_default=True, help="Prompt tokens per sequence.")
 @click.option("--output", type=int, default=256, show_default=True, help="Output tokens per sequence.")

@@ -329,6 +329,7 @@ class ModelName:
     text: str
     key: tuple[str, ...]
     weight_format: Optional[str] = None
+    quant_word: Optional[str] = None  # the suffix that states it, as name_words.csv spells it
     conflict: Optional[str] = None
 
 
@@ -374,7 +375,8 @@ def parse_model(text: str) -> ModelName:
         key.extend(m.groups() if m else (t,))
     conflict = f"it states two weight formats ({', '.join(sorted(formats))})" if len(formats) > 1 else None
     fmt = next(iter(formats)) if len(formats) == 1 else None
-    return ModelName(text=text, key=tuple(key), weight_format=fmt, conflict=conflict)
+    word = next((w for w, f in found.items() if f == fmt), None) if fmt else None
+    return ModelName(text=text, key=tuple(key), weight_format=fmt, quant_word=word, conflict=conflict)
 
 
 def match_model(given: ModelName, bundled: Iterable[str]) -> tuple[Optional[str], list[str]]:

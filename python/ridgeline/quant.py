@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from . import _data
+from . import _data, names
 from .errors import ModelConfigError, PlanError
 from .models import _flag
 
@@ -43,22 +43,6 @@ ALIASES = {
     "awq": "awq_int4_g128",
     "nf4": "bnb_nf4",
 }
-# Model-name hints, tried in order when a checkpoint has no quantization_config.
-NAME_HINTS = (
-    ("q4_k_m", "q4_k_m"),
-    ("q5_k_m", "q5_k_m"),
-    ("q8_0", "q8_0"),
-    ("q4_0", "q4_0"),
-    ("q6_k", "q6_k"),
-    ("mxfp4", "mxfp4"),
-    ("nvfp4", "nvfp4"),
-    ("w4a16", "int4_g128"),
-    ("awq", "awq_int4_g128"),
-    ("gptq", "gptq_int4_g128"),
-    ("int4", "int4_g128"),
-    ("w8a8", "int8"),
-    ("fp8", "fp8"),
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -351,9 +335,12 @@ def _resolve(model: Any, act_dtype: str, override: Optional[str]) -> WeightPlan:
                 raise
             raise ModelConfigError(f"model config key 'quantization_config': malformed ({e!r})") from None
         return WeightPlan(label, "checkpoint quantization_config", formats)
-    low = str(model.name).lower().rsplit("/", 1)[-1]
-    for hint, fmt in NAME_HINTS:
-        if re.search(rf"(^|[^a-z0-9]){hint}($|[^a-z0-9])", low):
-            return WeightPlan(fmt, f"model-name hint '{hint}'", from_name(fmt, act_dtype, n))
+    # a checkpoint without a quantization_config whose name says its format (the quantisation
+    # suffixes of data/name_words.csv, as the model-name resolver reads them)
+    hint = names.parse_model(str(model.name))
+    if hint.weight_format:
+        return WeightPlan(
+            hint.weight_format, f"model-name hint '{hint.quant_word}'", from_name(hint.weight_format, act_dtype, n)
+        )
     act = act_dtype if act_dtype in FLOAT_DTYPES else "fp32"
     return WeightPlan(act, "activation dtype", from_name(act, act_dtype, n))
