@@ -43,7 +43,7 @@ def model_map() -> dict[str, tuple[str, str, str]]:
 def _row(file: str, i: int, **kw: Any) -> Row:
     """A row of the unified schema; its model resolved (model_map.csv, else the name as people
     write it: ``models.identify``), its device left to ``import_file`` (which has the catalog)."""
-    from .models import identify
+    from .models import Model, identify
 
     out: Row = {c: None for c in COLUMNS}
     file_model = kw.pop(FILE_MODEL, None)
@@ -56,6 +56,7 @@ def _row(file: str, i: int, **kw: Any) -> Row:
         if mapped is None:
             try:
                 found, named = identify(str(file_model))
+                named = quant.named_format(Model.from_config(found), named)
                 mapped = (found, "", "")
             except UnknownNameError as e:
                 why = str(e)

@@ -627,6 +627,7 @@ def _prepare(
     weight_dtype = None if weight_dtype is None else _text("weight_dtype", weight_dtype)
     # a name with a quantisation suffix ("Meta-Llama-3.1-8B-FP8") states its weights
     named = identify(model)[1] if not isinstance(model, Model) and m.source.startswith("bundled") else None
+    named = quant.named_format(m, named)
     if named is not None:
         if weight_dtype is None:
             weight_dtype = named

@@ -52,7 +52,7 @@ def _kind(applies: str, kind: str) -> dict[str, str]:
 _COUNT_LEAD = re.compile(r"^\s*(\d+)\s*[x×]\s+(?=\S)", re.I)
 _COUNT_TAIL = re.compile(r"(?:\s*[*×]|\s+x)\s*(\d+)\s*$", re.I)
 # "32-Core GPU", "(8-core GPU)", "40 cores"; a catalog bin's own suffix: M1_MAX_24C
-_CORES = re.compile(r"\b(\d+)[- ]?cores?\b(?:\s*GPU)?", re.I)
+_CORES = re.compile(r"\b(\d+)[-\u2010-\u2015\u2212\s]?cores?\b(?:\s*GPU)?", re.I)  # any dash (U+2011 too)
 _BIN = re.compile(r"^(\d+)C$")
 # "80GB", "80 GB" (not GB10, GB200: the digits come first)
 _MEMORY = re.compile(r"\b(\d+(?:\.\d+)?)\s*GB\b", re.I)

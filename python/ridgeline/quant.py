@@ -306,6 +306,17 @@ def runtime_platforms() -> dict[str, frozenset[tuple[str, str]]]:
     return {k: frozenset(v) for k, v in out.items()}
 
 
+def named_format(model: Any, named: Optional[str]) -> Optional[str]:
+    """The weight format a model name's quantisation suffix states (``models.identify``), or None
+    where it is the checkpoint's own: a quantised checkpoint whose name says its own format
+    ("gpt-oss-20b MXFP4", an fp8 block checkpoint's "FP8") is priced by its quantization_config,
+    not by the word (which would put gpt-oss's bf16 attention in MXFP4 too)."""
+    if named is None or not model.quantization:
+        return named
+    own = _resolve(model, "bf16", None).format_names().values()
+    return None if any(f == named or f.startswith(f"{named}_") for f in own) else named
+
+
 def resolve(model: Any, act_dtype: str, override: Optional[str], runtime: Optional[str] = None) -> WeightPlan:
     """The weight formats of a plan: the user's override, else the checkpoint's
     quantization_config, else a hint in the model name, else the activation dtype;
