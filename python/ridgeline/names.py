@@ -6,8 +6,9 @@ Never a guess: a name two rows fit is refused with the candidates listed, and a 
 refused with what the row holds. The words (brands, form factors, memory technologies,
 architecture names, tune and quantisation suffixes) are data, data/name_words.csv, each with
 its source; the grammar (a device count, a memory size, a core bin, version punctuation) is
-here. ``catalog.Catalog.identify`` and ``models.identify`` match against their own rows through
-``match_device`` and ``match_model``; this module sits below both and reads neither.
+here. ``DeviceIndex`` holds a catalog's names (``catalog.Catalog.name_index``; the shipped one,
+``shipped_devices``, for the benchmark importers below the catalog); ``models.identify`` matches
+the bundled configs through ``match_model``. This module sits below both and imports neither.
 """
 
 from __future__ import annotations
