@@ -39,6 +39,12 @@ class Recommendation:
     plans: list[dict[str, Any]]
     refused: list[dict[str, Any]]
 
+    def __repr__(self) -> str:
+        best = self.plans[0] if self.plans else None
+        first = (f", best={best['hardware']} TP{best['tp']} x{best['replicas']} "
+                 f"${best['usd_per_million_output_tokens']:.3g}/M out" if best else "")  # fmt: skip
+        return f"Recommendation(model={self.model!r}, plans={len(self.plans)}, refused={len(self.refused)}{first})"
+
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "workload": self.workload, "plans": self.plans, "refused": self.refused}
 
