@@ -62,3 +62,21 @@ def test_every_price_row_is_dated_sourced_and_names_a_catalog_device():
     for r in rows:
         assert r["name"] in names and r["as_of"] is not None and r["source"].startswith("http"), r
         assert r["tier"] in ("on-demand", "spot", "reserved-1y", "reserved-3y") and r["usd_per_device_hour"] > 0
+
+
+def test_a_simulated_fleet_costs_its_devices_over_its_output_rate():
+    s = ridgeline.simulate("meta-llama/Llama-3.1-70B", "H100_SXM", tp=4, instances=2, rate=4, requests=100,
+                           prompt=512, output=64, max_model_len=576)  # fmt: skip
+    c = s.cost
+    price = ridgeline.Catalog().prices("H100_SXM", "on-demand")[0]["usd_per_device_hour"]
+    assert s.devices == c["devices"] == 8 and c["usd_per_hour"] == pytest.approx(8 * price)
+    assert c["usd_per_million_output_tokens"] == pytest.approx(8 * price / (s.output_tok_s * 3600) * 1e6)
+    assert s.to_dict()["cost"] == json.loads(json.dumps(c)) and "offers" not in s.to_dict()
+    assert "cost         $" in s.summary()
+    mine = ridgeline.simulate(
+        LLAMA, "RTX_4090", rate=1, requests=20, prompt=128, output=16, runtime="vllm", max_model_len=144
+    )
+    assert "no published price" in mine.cost["missing"]
+    given = ridgeline.simulate(LLAMA, "RTX_4090", rate=1, requests=20, prompt=128, output=16, runtime="vllm",
+                               max_model_len=144, price_per_hour=0.3)  # fmt: skip
+    assert given.cost["usd_per_hour"] == pytest.approx(0.3) and given.cost["offer"] is None

@@ -269,7 +269,7 @@ _SIM_KEYS = (
     "kv_dtype", "rate", "burstiness", "concurrency", "ramp_s", "trace", "requests", "prompt", "output",
     "declare_output", "prefix_groups", "prefix_tokens", "prefix_caching", "seed", "max_model_len", "kv_blocks",
     "slo_ttft_ms", "slo_tpot_ms", "horizon_s", "max_num_batched_tokens", "max_num_seqs", "block_size",
-    "chunked_prefill", "mixed", "reserve_full", "memory_fraction", "fraction_of_free",
+    "chunked_prefill", "mixed", "reserve_full", "memory_fraction", "fraction_of_free", "price_per_hour",
 )  # fmt: skip
 
 
@@ -364,6 +364,8 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
 @click.option(
     "--out", type=click.Path(file_okay=False), default=None, help="Folder for requests.parquet and series.parquet."
 )
+@click.option("--price-per-hour", type=float, default=None,
+              help="USD per device-hour for the cost (default: the cheapest published on-demand offer).")  # fmt: skip
 @click.option("--sample-ms", type=float, default=100.0, show_default=True, help="Time-series interval with --out.")
 @click.option("--force", is_flag=True, help="Overwrite files in --out.")
 @click.option(

@@ -64,10 +64,10 @@ class Recommendation:
         else:
             q = w["shown_quantile"]
             head = ["", "hardware", "TP", "replicas", "devices", "$/M out", "$/hour", f"{q} TTFT", f"{q} TPOT",
-                    "within SLO", "offer"]  # fmt: skip
+                    "within SLO", "calibration", "offer"]  # fmt: skip
             cells = [["*" if r["frontier"] else "", r["hardware"], str(r["tp"]), str(r["replicas"]), str(r["devices"]),
                       f"${sig(r['usd_per_million_output_tokens'])}", f"${sig(r['usd_per_hour'])}",
-                      ms(r["ttft_q_s"]), ms(r["tpot_q_s"]), f"{r['within_slo']:.0%}",
+                      ms(r["ttft_q_s"]), ms(r["tpot_q_s"]), f"{r['within_slo']:.0%}", r["calibration"].split(" (")[0],
                       f"{r['offer']['provider']}, {r['offer']['as_of']}"] for r in self.plans[:top]]  # fmt: skip
             widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
             lines += [("  " + "  ".join(c.ljust(wd) for c, wd in zip(row, widths))).rstrip() for row in [head, *cells]]
@@ -206,5 +206,5 @@ def _candidate(model: str, hw: str, tp: int, cat: Catalog, w: dict[str, Any], pl
         "usd_per_million_output_tokens": price * devices / (s.output_tok_s * 3600) * 1e6,
         "per_instance_rate": per_instance, "within_slo": s.good_requests / s.finished,
         "ttft_q_s": float(s.ttft_s[q]), "tpot_q_s": float(s.tpot_s[q]),
-        "output_tok_s": s.output_tok_s, "runtime": s.runtime, "frontier": False,
+        "output_tok_s": s.output_tok_s, "runtime": s.runtime, "calibration": e.calibration, "frontier": False,
     }  # fmt: skip

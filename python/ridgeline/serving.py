@@ -213,6 +213,33 @@ class Simulation:
     series: Any = field(default=None, repr=False)
     #: The inter-token latencies as a histogram (Polars: itl_s, tokens), for a CDF.
     itl_hist: Any = field(default=None, repr=False)
+    #: The device's published on-demand offers (cheapest first), or the price given per device-hour.
+    offers: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
+    price_per_hour: Optional[float] = None
+
+    @property
+    def devices(self) -> int:
+        """Devices of every instance of every pool."""
+        return sum(int(p["instances"]) * int(p["tp"]) for p in self.cluster.get("pools", ()))
+
+    @property
+    def cost(self) -> dict[str, Any]:
+        """What the fleet costs to rent over the run (spec 60): the price per device-hour (given, else
+        the cheapest published on-demand offer), per hour for all devices, and per million output
+        tokens at the run's output rate; ``{"missing": why}`` without a price."""
+        if self.price_per_hour is not None:
+            price, offer = float(self.price_per_hour), None
+        elif self.offers:
+            offer = dict(self.offers[0])
+            price = float(offer["usd_per_device_hour"])
+        else:
+            return {"missing": f"no published price for {self.hardware} (data/hardware/hardware_cost.csv); "
+                               "price_per_hour= gives one"}  # fmt: skip
+        out: dict[str, Any] = {"usd_per_device_hour": price, "devices": self.devices,
+                               "usd_per_hour": price * self.devices, "offer": offer}  # fmt: skip
+        if self.output_tok_s > 0:
+            out["usd_per_million_output_tokens"] = price * self.devices / (self.output_tok_s * 3600) * 1e6
+        return out
 
     @property
     def finished(self) -> int:
@@ -239,7 +266,8 @@ class Simulation:
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k not in ("requests", "series", "itl_hist")}
         out.update(request_rate_req_s=self.request_rate_req_s, output_tok_s=self.output_tok_s,
-                   total_tok_s=self.total_tok_s, goodput_req_s=self.goodput_req_s)  # fmt: skip
+                   total_tok_s=self.total_tok_s, goodput_req_s=self.goodput_req_s, cost=self.cost)  # fmt: skip
+        out.pop("offers", None)
         result: dict[str, Any] = json.loads(json.dumps(out, default=list))
         return result
 
@@ -279,12 +307,24 @@ class Simulation:
              + ("chunked prefill" if s["chunked_prefill"] else "whole prompts")
              + (", mixed steps" if s["mixed"] else ", prefill before decode")
              + (", whole-sequence KV reserved" if s["reserve_full"] else "")),
+            ("cost", _cost_line(self.cost)),
             ("runtime", self.runtime_note if self.runtime else "none"),
             ("calibration", f"{self.calibration}: {self.calibration_note}"),
         ]  # fmt: skip
         lines = [f"{self.model} on {self.hardware}", *table, _table(rows)]
         lines += [f"  warning: {x}" for x in self.warnings]
         return "\n".join(lines)
+
+
+def _cost_line(c: Mapping[str, Any]) -> str:
+    if "missing" in c:
+        return f"missing: {c['missing']}"
+    o = c["offer"]
+    where = f"{o['provider']} {o['sku']}, {o['as_of']}" if o else "the price given"
+    m = c.get("usd_per_million_output_tokens")
+    per_m = "" if m is None else f"${sig(m)} per million output tokens, "
+    hour, device = sig(c["usd_per_hour"]), sig(c["usd_per_device_hour"])
+    return f"{per_m}${hour} an hour: {c['devices']} devices at ${device} ({where})"
 
 
 def _describe(workload: Mapping[str, Any]) -> str:
@@ -410,6 +450,7 @@ def simulate(
     progress: Optional[Callable[[int, int], Any]] = None,
     calibrated: bool = True,
     catalog: Optional[Catalog] = None,
+    price_per_hour: Optional[float] = None,
     **scheduler: Any,
 ) -> Simulation:
     """Simulates one serving instance under a workload.
@@ -417,6 +458,8 @@ def simulate(
     Args:
         model, hardware, tp, ep, runtime, dtype, weight_dtype, kv_dtype, calibrated, catalog: as
             ``estimate``; the runtime also gives the scheduler's defaults.
+        price_per_hour: USD per device-hour for ``cost`` (default: the cheapest published on-demand
+            offer for the device; none published: cost is missing).
         instances: identical instances (each ``tp`` devices) behind one router.
         router: round_robin, least_outstanding (fewest requests waiting or running) or least_kv
             (smallest share of KV blocks in use).
@@ -455,6 +498,7 @@ def simulate(
     >>> s.counts["completed"]
     8
     """
+    price = None if price_per_hour is None else _checks.number("price_per_hour", price_per_hour, positive=True)
     unknown = sorted(set(scheduler) - set(SCHEDULER_FIELDS))
     if unknown:
         raise PlanError(f"{unknown[0]}: not a simulate argument (scheduler fields: {', '.join(SCHEDULER_FIELDS)})")
@@ -576,6 +620,7 @@ def simulate(
         slo=slo, cluster=_cluster_labels(cluster), transfers=int(r["transfers"]), transfer_s=float(r["transfer_s"]),
         cached_tokens=int(r["cached_tokens"]),
         warnings=tuple(dict.fromkeys(warnings)), requests=requests_df, series=series_df, itl_hist=itl_df,
+        offers=p.offers, price_per_hour=price,
     )  # fmt: skip
 
 
