@@ -717,6 +717,24 @@ def _prepare(
     )  # fmt: skip
 
 
+def price_of(
+    price_per_hour: Optional[float], offers: Sequence[Mapping[str, Any]]
+) -> Optional[tuple[float, Optional[dict[str, Any]]]]:
+    """The price per device-hour a cost is reckoned at, and the offer it came from: the one given
+    (no offer), else the cheapest published on-demand offer; None where there is neither."""
+    if price_per_hour is not None:
+        return float(price_per_hour), None
+    if offers:
+        return float(offers[0]["usd_per_device_hour"]), dict(offers[0])
+    return None
+
+
+def usd_per_million(usd_per_hour: Any, tok_s: Any) -> Any:
+    """USD per million tokens produced at ``tok_s`` tokens/s by devices costing ``usd_per_hour``
+    together (numbers or Polars expressions alike)."""
+    return usd_per_hour / (tok_s * 3600) * 1e6
+
+
 def cost_of(
     plan: Mapping[str, Any],
     parallel: Mapping[str, Any],
@@ -726,15 +744,12 @@ def cost_of(
 ) -> dict[str, Any]:
     """A plan's cost from its round (``parallel.round_s``: a replica serves ``batch x attention_dp``
     requests in it) at a price per device-hour: the one given, else the cheapest on-demand offer."""
-    if price_per_hour is not None:
-        price, basis, offer = price_per_hour, "given (price_per_hour)", None
-    elif offers:
-        offer = offers[0]
-        price = float(offer["usd_per_device_hour"])
-        basis = "the cheapest published on-demand offer"
-    else:
+    priced = price_of(price_per_hour, offers)
+    if priced is None:
         return {"missing": f"no published price for {device} (data/hardware/hardware_cost.csv); "
                            "--price-per-hour (CLI) or price_per_hour= (Python) gives one"}  # fmt: skip
+    price, offer = priced
+    basis = "given (price_per_hour)" if offer is None else "the cheapest published on-demand offer"
     devices = int(parallel["devices"])
     replica = devices // int(plan["dp"])
     requests = int(plan["batch"]) * int(plan.get("attention_dp", 1))
@@ -746,7 +761,7 @@ def cost_of(
         "usd_per_million_tokens": per_request / (int(plan["prompt"]) + int(plan["output"])) * 1e6,
     }  # fmt: skip
     if offer is not None:
-        out["offer"] = dict(offer)
+        out["offer"] = offer
     if offers:
         usd = [float(o["usd_per_device_hour"]) for o in offers]
         out["on_demand_usd_per_device_hour"] = {"offers": len(usd), "min": min(usd), "max": max(usd)}

@@ -23,6 +23,7 @@ from ._fmt import ms, sig
 from ._fmt import table as _table
 from .catalog import Catalog, default_catalog
 from .errors import PlanError, RidgelineError
+from .estimate import price_of, usd_per_million
 
 #: Replicas added after the sized fleet misses the SLOs in its confirming simulation, at most.
 _CONFIRM_STEPS = 3
@@ -197,13 +198,13 @@ def _candidate(model: str, hw: str, tp: int, cat: Catalog, w: dict[str, Any], pl
             return f"the sized fleet misses the SLOs in simulation after {_CONFIRM_STEPS} added replicas", None
     except RidgelineError as err:
         return str(err).splitlines()[0], None
-    price = float(offers[0]["usd_per_device_hour"])
+    price, offer = price_of(None, offers) or (0.0, None)  # offers is not empty: checked above
     devices = replicas * tp
     q = w["shown_quantile"]
     return None, {
         "hardware": hw, "tp": tp, "replicas": replicas, "devices": devices,
-        "usd_per_device_hour": price, "usd_per_hour": price * devices, "offer": dict(offers[0]),
-        "usd_per_million_output_tokens": price * devices / (s.output_tok_s * 3600) * 1e6,
+        "usd_per_device_hour": price, "usd_per_hour": price * devices, "offer": offer,
+        "usd_per_million_output_tokens": usd_per_million(price * devices, s.output_tok_s),
         "per_instance_rate": per_instance, "within_slo": s.good_requests / s.finished,
         "ttft_q_s": float(s.ttft_s[q]), "tpot_q_s": float(s.tpot_s[q]),
         "output_tok_s": s.output_tok_s, "runtime": s.runtime, "calibration": e.calibration, "frontier": False,

@@ -21,7 +21,7 @@ from ._fmt import sig
 from ._fmt import table as _table
 from .catalog import Catalog, Device
 from .errors import PlanError
-from .estimate import _prepare
+from .estimate import _prepare, price_of, usd_per_million
 
 _SCHEDULERS = "data/calibration/runtime_schedulers.csv"
 #: Scheduler fields a user may give, with their types.
@@ -227,18 +227,15 @@ class Simulation:
         """What the fleet costs to rent over the run (spec 60): the price per device-hour (given, else
         the cheapest published on-demand offer), per hour for all devices, and per million output
         tokens at the run's output rate; ``{"missing": why}`` without a price."""
-        if self.price_per_hour is not None:
-            price, offer = float(self.price_per_hour), None
-        elif self.offers:
-            offer = dict(self.offers[0])
-            price = float(offer["usd_per_device_hour"])
-        else:
+        priced = price_of(self.price_per_hour, self.offers)
+        if priced is None:
             return {"missing": f"no published price for {self.hardware} (data/hardware/hardware_cost.csv); "
                                "price_per_hour= gives one"}  # fmt: skip
+        price, offer = priced
         out: dict[str, Any] = {"usd_per_device_hour": price, "devices": self.devices,
                                "usd_per_hour": price * self.devices, "offer": offer}  # fmt: skip
         if self.output_tok_s > 0:
-            out["usd_per_million_output_tokens"] = price * self.devices / (self.output_tok_s * 3600) * 1e6
+            out["usd_per_million_output_tokens"] = usd_per_million(price * self.devices, self.output_tok_s)
         return out
 
     @property

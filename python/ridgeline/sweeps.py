@@ -234,7 +234,7 @@ def iter_sweep(
     its n_ubatch, padded KV reads, one-token decode steps replayed from a CUDA graph)."""
     import numpy as np
 
-    from .estimate import _prepare
+    from .estimate import _prepare, price_of
     from .runtimes import runtime_execution
 
     whole("threads", threads, 0)
@@ -272,7 +272,8 @@ def iter_sweep(
             r = _core.sweep_grid(p.core, tp, pp, ep, dp, chunks, batch, prompt, output, threads, start, stop, extra)
             if progress:
                 progress(stop - start)
-            price = p.offers[0]["usd_per_device_hour"] if p.offers else None
+            priced = price_of(None, p.offers)
+            price = None if priced is None else priced[0]
             yield _frame(r, consts, estimated=not p.dev.verified, price=price)
 
 
@@ -290,6 +291,8 @@ def _frame(
     cannot be priced has no numbers: nulls, never NaN."""
     import polars as pl
 
+    from .estimate import usd_per_million
+
     def text(name: str) -> Any:
         return pl.lit(consts[name], dtype=pl.String).alias(name)
 
@@ -298,7 +301,7 @@ def _frame(
     numeric = {k: r[k] for k in (*NUMERIC_AXES, "devices", *_FLOATS, "fits", "mfu_prefill", "mbu_decode", *_POWER)}
     df = pl.DataFrame({**numeric, "memory_gb": r["memory_bytes"] / 1e9, "error": error})
     # at the cheapest published on-demand price per device-hour (Estimate.cost's default); none: null
-    usd = (pl.lit(price, dtype=pl.Float64) * pl.col("devices") / (pl.col("throughput_tok_s") * 3600) * 1e6).alias(
+    usd = usd_per_million(pl.lit(price, dtype=pl.Float64) * pl.col("devices"), pl.col("throughput_tok_s")).alias(
         "usd_per_million_output_tokens"
     )
     return df.select(
