@@ -68,13 +68,13 @@ fn bench_step(c: &mut Criterion) {
         samples: false,
     }];
     let mut segs = Vec::new();
-    p.decode_step_s(&contexts);
-    p.mixed_step_s(&prefill, &contexts, &mut segs);
+    p.decode_step(&contexts);
+    p.mixed_step(&prefill, &contexts, &mut segs);
     c.bench_function("serving step: decode of 64 (llama-3.1-8b)", |b| {
-        b.iter(|| p.decode_step_s(black_box(&contexts)))
+        b.iter(|| p.decode_step(black_box(&contexts)))
     });
     c.bench_function("serving step: 2048-token chunk + 64 decodes", |b| {
-        b.iter(|| p.mixed_step_s(black_box(&prefill), black_box(&contexts), &mut segs))
+        b.iter(|| p.mixed_step(black_box(&prefill), black_box(&contexts), &mut segs))
     });
 }
 

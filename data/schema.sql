@@ -122,6 +122,17 @@ CREATE TABLE hardware_cost (
     source              VARCHAR NOT NULL
 );
 
+-- Published purchase prices (one device; a system with one accelerator is priced as that
+-- device), amortised over the years a user sets (``--amortise-years``) into a price per hour.
+CREATE TABLE hardware_purchase (
+    name           VARCHAR NOT NULL,
+    vendor         VARCHAR NOT NULL,
+    kind           VARCHAR NOT NULL CHECK (kind IN ('list price', 'launch list price', 'street price', 'analyst estimate')),
+    usd_per_device DOUBLE NOT NULL CHECK (isfinite(usd_per_device) AND usd_per_device > 0),
+    as_of          DATE NOT NULL,
+    source         VARCHAR NOT NULL
+);
+
 CREATE TABLE constants (
     name   VARCHAR PRIMARY KEY,
     value  DOUBLE NOT NULL CHECK (isfinite(value)),

@@ -72,6 +72,35 @@ def test_missing_power_is_said_never_defaulted(tmp_path):
     assert d["power"]["decode"]["watts"] > d["power"]["idle_w"]
 
 
+def test_simulated_energy_is_the_static_estimates_for_lone_requests_and_idle_power_between():
+    # one client, requests back to back (no prefix shared): the fleet's energy per output token is
+    # the static estimate's for one request (each step's busy fraction is its phase's)
+    from ridgeline._fits import lookup
+
+    kw = {"prompt": 1000, "output": 200, "runtime": "vllm"}
+    t_step = float(lookup("H100_SXM", "vllm")[1]["t_step_us"])  # the estimate's step overhead
+    sim = ridgeline.simulate(LLAMA, "H100_SXM", concurrency=1, requests=3, step_overhead_us=t_step, **kw)
+    e = ridgeline.estimate(LLAMA, "H100_SXM", batch=1, chunk=sim.scheduler["max_num_batched_tokens"], **kw)
+    en = sim.energy
+    assert sim.ttft_s["mean"] == pytest.approx(e.ttft_s, rel=1e-9)
+    assert en["j_per_output_token"] == pytest.approx(e.power["energy_per_output_token_j"], rel=1e-9)
+    assert en["j_per_request"] == pytest.approx(e.power["energy_j"], rel=1e-9)
+    assert en["energy_j"] == pytest.approx(en["mean_w"] * sim.duration_s, rel=1e-12)
+    assert en["source"].startswith("spec 60")
+    # a slow trickle: the device idles between requests, the mean draw nears idle power
+    slow = ridgeline.simulate(LLAMA, "H100_SXM", rate=0.05, requests=20, **kw).energy
+    pool = slow["pools"][0]
+    assert pool["busy_s"] < 0.2 * slow["duration_s"] and 69.0 < slow["mean_w"] < 69.0 + 0.2 * (700 - 69.0)
+    assert slow["energy_j"] == pytest.approx(
+        69.0 * slow["duration_s"] + (700 - 69.0) * pool["utilisation"] * pool["busy_s"], rel=1e-12
+    )
+    # more load, more watts; a device without sourced idle power says so
+    busy = ridgeline.simulate(LLAMA, "H100_SXM", rate=8, requests=100, **kw).energy
+    assert busy["mean_w"] > slow["mean_w"]
+    rtx = ridgeline.simulate(LLAMA, "RTX_4090", rate=1, requests=5, max_model_len=2048, **kw)
+    assert "RTX_4090 has no sourced idle_w" in rtx.energy["missing"]
+
+
 def test_the_shipped_share_is_the_fresh_fit_of_the_shipped_runs(runs):
     rho, rms = fit(runs)
     shipped = next(
@@ -99,3 +128,29 @@ def test_power_against_the_measured_runs_in_sample_and_held_out(runs):
     assert v["held_out"]["all"]["medape"] == pytest.approx(0.158, abs=0.005)
     small, large = v["in_sample"]["max_num_seqs=16"], v["in_sample"]["max_num_seqs=512"]
     assert small["median_obs_over_pred"] < 1.0 < 1.2 < large["median_obs_over_pred"]
+
+
+def test_the_gb10_anchors():
+    # measured on a GB10 (background/remediation-plan.txt, audit section 7): GPU idle 7.2 W, a
+    # GEMM at 96% busy 67-73 W, 35% busy 44 W. NVIDIA publishes no GPU-only power limit for it
+    # (catalog: idle_w sourced, tdp_w empty), so ridgeline reports GB10 power as missing ...
+    from ridgeline import _core
+
+    dev = ridgeline.Catalog().get("GB10")
+    assert (dev.idle_w, dev.tdp_w) == (7.2, None)
+    assert "GB10 has no sourced tdp_w" in ridgeline.estimate(LLAMA, "GB10").power["missing"]
+
+    # ... and the linear model, given the measured full-load draw (about 70 W) as its ceiling,
+    # puts idle at idle and the 96%-busy GEMM inside its measured 67-73 W
+    def watts(busy: float, ceiling: float) -> float:
+        one = np.ones(1)
+        return float(_core.phase_power(busy * one, 0 * one, one, dev.idle_w * one, ceiling * one, 0.0)[0])
+
+    assert watts(0.0, 70.0) == pytest.approx(7.2, rel=1e-12)
+    assert 67.0 <= watts(0.96, 70.0) <= 73.0
+    # the 35%-busy anchor is the finding: it is not on the line through the other two, and no
+    # ceiling puts both busy anchors within 10% (the linear model gives 29 W at 35% busy)
+    assert watts(0.35, 70.0) == pytest.approx(29.2, abs=0.1)
+    ceilings = np.linspace(10.0, 300.0, 2901)
+    both = [c for c in ceilings if abs(watts(0.96, c) / 70 - 1) <= 0.1 and abs(watts(0.35, c) / 44 - 1) <= 0.1]
+    assert both == []

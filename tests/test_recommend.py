@@ -7,7 +7,7 @@ import ridgeline
 from ridgeline import PlanError
 
 LLAMA70 = "meta-llama/Llama-3.1-70B"
-SEARCH = {"rate": 5, "slo_ttft_ms": 1000, "slo_tpot_ms": 50, "hardware": ["H100_SXM", "A100_SXM_80GB", "RTX_4090"],
+SEARCH = {"rate": 5, "slo_ttft_ms": 1000, "slo_tpot_ms": 50, "hardware": ["H100_SXM", "A100_SXM_80GB", "A30"],
           "tp": (1, 2, 4, 8), "requests": 200}  # fmt: skip
 
 
@@ -42,7 +42,7 @@ def test_the_frontier_holds_no_dominated_plan_and_refusals_say_why(rec):
         assert not any(q["usd_per_million_output_tokens"] < p["usd_per_million_output_tokens"]
                        and q["ttft_q_s"] <= p["ttft_q_s"] for q in rec.plans)  # fmt: skip
     why = {(r["hardware"], r["tp"]): r["reason"] for r in rec.refused}
-    assert "does not fit" in why[("H100_SXM", 1)] and "no published on-demand price" in why[("RTX_4090", 1)]
+    assert "does not fit" in why[("H100_SXM", 1)] and "no published price for A30" in why[("A30", 1)]
     assert "a lone request misses the TPOT objective" in why[("A100_SXM_80GB", 2)]
 
 
@@ -59,14 +59,14 @@ def test_cli_recommend_prints_the_ranked_plans_and_json(tmp_path):
     from test_cli import run
 
     args = ["recommend", "-m", LLAMA70, "--rate", "5", "--slo-ttft-ms", "1000", "--slo-tpot-ms", "50",
-            "-H", "H100_SXM", "-H", "RTX_4090", "--requests", "200", "--tp", "4,8"]  # fmt: skip
+            "-H", "H100_SXM", "-H", "A30", "--requests", "200", "--tp", "4,8"]  # fmt: skip
     r = run(*args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith(f"{LLAMA70}: 5 req/s") and "p90 TTFT" in lines[1]
     assert lines[-1] == "2 candidates refused (--verbose lists each with its reason)"
     v = run(*args, "--verbose", cwd=tmp_path).stdout
-    assert "RTX_4090 TP 4  no published on-demand price" in v
+    assert "A30 TP 4  no published price for A30" in v
     d = json.loads(run(*args, "--json", cwd=tmp_path).stdout)
     assert [p["tp"] for p in d["plans"]] and all(p["hardware"] == "H100_SXM" for p in d["plans"])
     bad = run("recommend", "-m", LLAMA70, "--rate", "5", cwd=tmp_path)

@@ -51,6 +51,7 @@ _OPTIONAL_FILES = (
     ("hardware_sources", "data/hardware/hardware_sources.csv"),
     ("hardware_bins", "data/hardware/hardware_bins.csv"),
     ("hardware_cost", "data/hardware/hardware_cost.csv"),
+    ("hardware_purchase", "data/hardware/hardware_purchase.csv"),
     ("link_measurements", "data/hardware/link_measurements.csv"),
     ("link_collectives", "data/hardware/link_collectives.csv"),
     # the benchmark-row fits and the production runtimes' kernel fits: one calibration table
@@ -63,6 +64,8 @@ _TABLES = frozenset({*_TABLE_FILES, *(t for t, _ in _OPTIONAL_FILES), "benchmark
 _EXPORT_KEYS: dict[str, type] = {
     "devices": list, "aliases": dict, "constants": dict, "overridden": dict, "runtimes": list,
 }  # fmt: skip
+#: Hours in a year (365.25 days), the unit a purchase price is amortised over.
+HOURS_PER_YEAR = 365.25 * 24
 #: The shipped data's export, compiled into the extension (``ridgeline catalog export`` writes it).
 EXPORT_FILE = "data/hardware/engine_export.json"
 EXPORT_COMMAND = "ridgeline catalog export --force"
@@ -412,6 +415,25 @@ class Catalog:
         prices = self._export.get("prices", {})
         rows: list[dict[str, Any]] = prices.get(self.find(name) or name, [])  # a device of one's own has none
         return [r for r in rows if tier is None or r["tier"] == tier]
+
+    def purchases(self, name: str) -> list[dict[str, Any]]:
+        """A device's published purchase prices (``hardware_purchase``), cheapest first: vendor,
+        kind (list price, launch list price, street price or analyst estimate), usd_per_device,
+        as_of and source; empty where none is known."""
+        rows: list[dict[str, Any]] = self._export.get("purchases", {}).get(self.find(name) or name, [])
+        return rows
+
+    def offers(self, name: str, amortise_years: Optional[float] = None) -> list[dict[str, Any]]:
+        """The offers a cost is reckoned from, cheapest first: the published on-demand rentals, or
+        with ``amortise_years`` the published purchase prices spread evenly over that many years
+        of hours (tier ``purchase``, the price per device-hour ``usd_per_device / (years x 8766)``)."""
+        if amortise_years is None:
+            return self.prices(name, "on-demand")
+        hours = amortise_years * HOURS_PER_YEAR
+        return [{"provider": r["vendor"],
+                 "sku": f"{r['kind']} ${r['usd_per_device']:,.0f} over {amortise_years:g} years", "tier": "purchase",
+                 "devices_per_sku": 1, "usd_per_device_hour": r["usd_per_device"] / hours,
+                 "region": None, "as_of": r["as_of"], "source": r["source"]} for r in self.purchases(name)]  # fmt: skip
 
     def measured_runtimes(self) -> list[str]:
         """The runtimes of the measured model rows (the ``benchmarks`` table), from the export.
@@ -807,7 +829,19 @@ def _fill(
         "overridden": claims.overridden,
         "runtimes": [r for (r,) in con.execute(_data.query("measured_runtimes")).fetchall()],
         "prices": _prices(con),
+        "purchases": _purchases(con),
     }
+
+
+def _purchases(con: Any) -> dict[str, list[dict[str, Any]]]:
+    """Each device's purchase prices (``hardware_purchase``), cheapest first, its source's address kept."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    q = ("SELECT name, vendor, kind, usd_per_device, CAST(as_of AS VARCHAR), split_part(source, ' | ', 1) "
+         "FROM hardware_purchase ORDER BY name, usd_per_device, as_of DESC, vendor")  # fmt: skip
+    for name, vendor, kind, usd, as_of, url in con.execute(q).fetchall():
+        out.setdefault(name, []).append({"vendor": vendor, "kind": kind, "usd_per_device": usd, "as_of": as_of,
+                                         "source": url})  # fmt: skip
+    return out
 
 
 def _prices(con: Any) -> dict[str, list[dict[str, Any]]]:

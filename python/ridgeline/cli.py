@@ -122,6 +122,9 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
     "--price-per-hour", type=float, default=None,
     help="USD per device-hour for the cost (default: the cheapest published on-demand offer for the device).",
 )  # fmt: skip
+@click.option("--amortise-years", type=float, default=None,
+              help="Reckon the cost from the device's cheapest published purchase price spread over these years "
+                   "(data/hardware/hardware_purchase.csv), instead of a rental.")  # fmt: skip
 @click.option("--breakdown", is_flag=True, help="Print the per-operator breakdown.")
 @click.option(
     "--verbose", "-v", is_flag=True, help="Also print utilisation, the memory parts and the fitted parameters."
@@ -161,6 +164,7 @@ def estimate(
     kv_skip_masked_tail: Optional[bool],
     decode_graphs: Optional[bool],
     price_per_hour: Optional[float],
+    amortise_years: Optional[float],
     breakdown: bool,
     verbose: bool,
     as_json: bool,
@@ -201,6 +205,7 @@ def estimate(
         calibrated=not uncalibrated,
         breakdown=breakdown,
         price_per_hour=price_per_hour,
+        amortise_years=amortise_years,
     )
     if as_json:
         click.echo(json.dumps(e.to_dict(breakdown=breakdown), indent=2))
@@ -270,6 +275,7 @@ _SIM_KEYS = (
     "declare_output", "prefix_groups", "prefix_tokens", "prefix_caching", "seed", "max_model_len", "kv_blocks",
     "slo_ttft_ms", "slo_tpot_ms", "horizon_s", "max_num_batched_tokens", "max_num_seqs", "block_size",
     "chunked_prefill", "mixed", "reserve_full", "memory_fraction", "fraction_of_free", "price_per_hour",
+    "amortise_years",
 )  # fmt: skip
 
 
@@ -366,6 +372,9 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
 )
 @click.option("--price-per-hour", type=float, default=None,
               help="USD per device-hour for the cost (default: the cheapest published on-demand offer).")  # fmt: skip
+@click.option("--amortise-years", type=float, default=None,
+              help="Reckon the cost from the device's cheapest published purchase price spread over these years "
+                   "(data/hardware/hardware_purchase.csv), instead of a rental.")  # fmt: skip
 @click.option("--sample-ms", type=float, default=100.0, show_default=True, help="Time-series interval with --out.")
 @click.option("--force", is_flag=True, help="Overwrite files in --out.")
 @click.option(
@@ -524,7 +533,7 @@ def _power_text(pw: Any) -> str:
         return f"missing: {pw['missing']}"
     return (f"{sig(pw['prefill']['watts'])} W prefill, {sig(pw['decode']['watts'])} W decode per device "
             f"(idle {sig(pw['idle_w'])}, TDP {sig(pw['tdp_w'])}); {sig(pw['energy_per_output_token_j'])} J per "
-            "output token")  # fmt: skip
+            "output token; `ridgeline validate --power` for its error")  # fmt: skip
 
 
 def _held_out_text(held: Any) -> str:
@@ -669,6 +678,9 @@ def collective(
 @click.option("--columns", "show_columns", is_flag=True, help="Print the output columns with their units and exit.")
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True,
               help="Without --out: the best plans the summary lists per ranking.")  # fmt: skip
+@click.option("--amortise-years", type=float, default=None,
+              help="Reckon the cost from the device's cheapest published purchase price spread over these years "
+                   "(data/hardware/hardware_purchase.csv), instead of a rental.")  # fmt: skip
 def sweep(
     models: tuple[str, ...],
     hardware: tuple[str, ...],
@@ -692,6 +704,7 @@ def sweep(
     chunk_size: int,
     show_columns: bool,
     top: int,
+    amortise_years: Optional[float],
 ) -> None:
     """Evaluate a grid of plans in the Rust core across all cores."""
     import resource
@@ -721,7 +734,7 @@ def sweep(
         bar.__enter__()
     try:
         frames = iter_sweep(grid, threads=threads, chunk_size=chunk_size, progress=bar.update if bar else None,
-                            calibrated=not uncalibrated)  # fmt: skip
+                            calibrated=not uncalibrated, amortise_years=amortise_years)  # fmt: skip
         if out is not None:
             rows = write(frames, out, force=force)
             df = None
@@ -1394,10 +1407,14 @@ def model_show(name: str, as_json: bool) -> None:
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Plans to list.")
 @click.option("--verbose", "-v", is_flag=True, help="List each refused candidate with its reason.")
 @click.option("--json", "as_json", is_flag=True, help="Every plan and refusal as JSON.")
+@click.option("--amortise-years", type=float, default=None,
+              help="Reckon the cost from the device's cheapest published purchase price spread over these years "
+                   "(data/hardware/hardware_purchase.csv), instead of a rental.")  # fmt: skip
 def recommend(
     model: str, rate: float, slo_ttft_ms: Optional[float], slo_tpot_ms: Optional[float], percentile: float,
     prompt: int, output: int, hardware: tuple[str, ...], tp: str, weight_dtype: Optional[str],
     runtime: Optional[str], requests: int, max_devices: int, top: int, verbose: bool, as_json: bool,
+    amortise_years: Optional[float],
 ) -> None:  # fmt: skip
     """The cheapest plans (device, TP, replicas) that serve a rate within TTFT and TPOT objectives."""
     from .recommend import recommend as run
@@ -1412,7 +1429,8 @@ def recommend(
 
     r = run(model, rate=rate, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, percentile=percentile, prompt=prompt,
             output=output, hardware=list(hardware) or None, tp=parse_axis("tp", tp), weight_dtype=weight_dtype,
-            runtime=runtime, requests=requests, max_devices=max_devices, progress=progress)  # fmt: skip
+            runtime=runtime, requests=requests, max_devices=max_devices, progress=progress,
+            amortise_years=amortise_years)  # fmt: skip
     if bar is not None:
         bar.render_finish()
     click.echo(json.dumps(r.to_dict(), indent=2) if as_json else r.summary(top, refused=verbose))

@@ -54,6 +54,14 @@ BREAKDOWN_COLUMNS = {
 _whole, _flag, _number, _text = _checks.whole, _checks.flag, _checks.number, _checks.text
 
 
+#: Where a power or energy figure comes from, said with every one (estimate, simulate).
+POWER_SOURCE = (
+    "spec 60: P = P_idle + u (TDP - P_idle), u = max(u_c, rho u_m) from the engine's compute- and memory-roof "
+    "times; idle_w and tdp_w from the catalog (data/hardware/hardware_sources.csv); rho = power_memory_rho "
+    "(data/constants.csv), fitted by `ridgeline calibrate --power`, its error in `ridgeline validate --power`"
+)
+
+
 def _count(name: str, v: Any) -> int:
     """A whole number >= 0."""
     return _whole(name, v, 0)
@@ -91,7 +99,8 @@ class _Prepared(NamedTuple):
     note: str
     #: The fitted parameters in physical units, (name, value) each (``fitted_parameters``).
     fitted: tuple[tuple[str, str], ...]
-    #: The device's published on-demand rental offers, cheapest first (``Catalog.prices``).
+    #: The offers a cost is reckoned from, cheapest first (``Catalog.offers``): the published
+    #: on-demand rentals, or the purchase prices amortised over ``amortise_years``.
     offers: tuple[Mapping[str, Any], ...]
     runtime_note: str
     held_runtime: Optional[str]
@@ -102,6 +111,7 @@ class _Prepared(NamedTuple):
     #: as a Model): a warm call with the same path prepares again when the file changed (a
     #: timestamp can miss a rewrite within its tick).
     stamp: Optional[bytes]
+    amortise_years: Optional[float] = None
 
 
 #: The numbers of a plan, in ``estimate_prepared``'s order.
@@ -207,7 +217,7 @@ class Estimate:
         ``{"missing": why}`` where the device has no sourced idle or TDP power or the memory-bound
         power share is not fitted."""
         out: Mapping[str, Any] = self._dict["power"]
-        return out
+        return out if "missing" in out else {**out, "source": POWER_SOURCE}
 
     @property
     def cost(self) -> Mapping[str, Any]:
@@ -216,7 +226,7 @@ class Estimate:
         date and source, and the range of all on-demand offers), per hour for the plan's devices,
         per request, per million output tokens and per million tokens (prompt and output); or
         ``{"missing": why}`` where no price is given or published."""
-        return cost_of(self.plan, self.parallel, self._p.offers, self._price, self._p.dev.name)
+        return cost_of(self.plan, self.parallel, self._p.offers, self._price, self._p.dev.name, self._p.amortise_years)
 
     @property
     def parallel(self) -> Mapping[str, Any]:
@@ -439,6 +449,7 @@ def estimate(
     breakdown: bool = True,
     catalog: Optional[Catalog] = None,
     price_per_hour: Optional[float] = None,
+    amortise_years: Optional[float] = None,
 ) -> Estimate:
     """Estimates TTFT, TPOT, throughput and memory of one plan.
 
@@ -504,6 +515,8 @@ def estimate(
         catalog: a ``Catalog`` other than the default one.
         price_per_hour: USD per device-hour for ``cost`` (default: the cheapest published
             on-demand offer for the device; none published: cost is missing).
+        amortise_years: reckon ``cost`` from the device's cheapest published purchase price
+            spread evenly over this many years of hours, instead of a rental.
 
     Raises:
         PlanError, ModelConfigError, UnknownNameError, DoesNotFitError.
@@ -582,7 +595,7 @@ def estimate(
             f"short by {mem['shortfall_bytes'] / GB:.1f} GB; use more TP, a smaller batch or a shorter context "
             "(or --allow-no-fit to see the numbers)"
         )
-    price = None if price_per_hour is None else _number("price_per_hour", price_per_hour, positive=True)
+    p, price = pricing(p, price_per_hour, amortise_years, catalog)
     return Estimate(p, r, n, price)
 
 
@@ -717,6 +730,23 @@ def _prepare(
     )  # fmt: skip
 
 
+def pricing(
+    p: _Prepared, price_per_hour: Optional[float], amortise_years: Optional[float], catalog: Optional[Catalog]
+) -> tuple[_Prepared, Optional[float]]:
+    """The price per device-hour given (checked), and the prepared plan with the offers its cost
+    is reckoned from: the published on-demand rentals, or with ``amortise_years`` the published
+    purchase prices spread over that many years (``Catalog.offers``)."""
+    if price_per_hour is not None and amortise_years is not None:
+        raise PlanError("price_per_hour and amortise_years: give one (a price per device-hour, or the years a "
+                        "published purchase price is spread over)")  # fmt: skip
+    price = None if price_per_hour is None else _number("price_per_hour", price_per_hour, positive=True)
+    if amortise_years is None:
+        return p, price
+    years = _number("amortise_years", amortise_years, positive=True)
+    offers = (catalog or default_catalog()).offers(p.dev.name, years)
+    return p._replace(offers=tuple(offers), amortise_years=years), price
+
+
 def price_of(
     price_per_hour: Optional[float], offers: Sequence[Mapping[str, Any]]
 ) -> Optional[tuple[float, Optional[dict[str, Any]]]]:
@@ -741,15 +771,18 @@ def cost_of(
     offers: Sequence[Mapping[str, Any]],
     price_per_hour: Optional[float],
     device: str,
+    amortise_years: Optional[float] = None,
 ) -> dict[str, Any]:
     """A plan's cost from its round (``parallel.round_s``: a replica serves ``batch x attention_dp``
-    requests in it) at a price per device-hour: the one given, else the cheapest on-demand offer."""
+    requests in it) at a price per device-hour: the one given, else the cheapest offer (on-demand,
+    or a purchase price amortised over ``amortise_years``)."""
     priced = price_of(price_per_hour, offers)
     if priced is None:
-        return {"missing": f"no published price for {device} (data/hardware/hardware_cost.csv); "
-                           "--price-per-hour (CLI) or price_per_hour= (Python) gives one"}  # fmt: skip
+        return {"missing": missing_price(device, amortise_years)}
     price, offer = priced
-    basis = "given (price_per_hour)" if offer is None else "the cheapest published on-demand offer"
+    basis = ("given (price_per_hour)" if offer is None else "the cheapest published on-demand offer"
+             if amortise_years is None
+             else f"the cheapest published purchase price over {amortise_years:g} years")  # fmt: skip
     devices = int(parallel["devices"])
     replica = devices // int(plan["dp"])
     requests = int(plan["batch"]) * int(plan.get("attention_dp", 1))
@@ -764,8 +797,18 @@ def cost_of(
         out["offer"] = offer
     if offers:
         usd = [float(o["usd_per_device_hour"]) for o in offers]
-        out["on_demand_usd_per_device_hour"] = {"offers": len(usd), "min": min(usd), "max": max(usd)}
+        key = "on_demand" if amortise_years is None else "purchase"
+        out[f"{key}_usd_per_device_hour"] = {"offers": len(usd), "min": min(usd), "max": max(usd)}
     return out
+
+
+def missing_price(device: str, amortise_years: Optional[float]) -> str:
+    """Why a cost is missing: no published price of the kind asked for."""
+    if amortise_years is None:
+        return (f"no published price for {device} (data/hardware/hardware_cost.csv); --price-per-hour (CLI) or "
+                "price_per_hour= (Python) gives one")  # fmt: skip
+    return (f"no published purchase price for {device} (data/hardware/hardware_purchase.csv); --price-per-hour "
+            "(CLI) or price_per_hour= (Python) gives a price per device-hour")  # fmt: skip
 
 
 def _fitted(fit_row: Optional[Mapping[str, Any]], step: Optional[tuple[float, str]]) -> tuple[tuple[str, str], ...]:

@@ -2,7 +2,8 @@
 
 The search runs over devices x tensor-parallel degree; each candidate is pruned by the static
 engine first (the model must fit, and a lone request must meet the TTFT and TPOT objectives),
-priced at the device's cheapest published on-demand offer (``Catalog.prices``; a device without
+priced at the device's cheapest published offer (``Catalog.offers``: on-demand, or a purchase price
+amortised over the years given; a device without
 one cannot be ranked by cost and is listed as refused), then sized by the simulator: the highest
 Poisson rate one instance serves with ``percentile`` % of requests within the SLOs
 (``serving.max_rate``) gives the replicas the target rate needs, and a simulation of that many
@@ -23,7 +24,7 @@ from ._fmt import ms, sig
 from ._fmt import table as _table
 from .catalog import Catalog, default_catalog
 from .errors import PlanError, RidgelineError
-from .estimate import price_of, usd_per_million
+from .estimate import missing_price, price_of, usd_per_million
 
 #: Replicas added after the sized fleet misses the SLOs in its confirming simulation, at most.
 _CONFIRM_STEPS = 3
@@ -98,6 +99,7 @@ def recommend(
     max_devices: int = 64,
     progress: Optional[Callable[[int, int], Any]] = None,
     catalog: Optional[Catalog] = None,
+    amortise_years: Optional[float] = None,
 ) -> Recommendation:
     """The plans that serve ``rate`` requests/s of ``prompt`` + ``output`` tokens with
     ``percentile`` % of requests within ``slo_ttft_ms`` and ``slo_tpot_ms``, cheapest first.
@@ -110,6 +112,8 @@ def recommend(
         requests: requests per simulated run (more: steadier percentiles, slower search).
         max_devices: the most devices a plan may take.
         progress: called with (candidates done, candidates) as the search goes.
+        amortise_years: rank by the devices' cheapest published purchase prices spread over this
+            many years, instead of their on-demand rentals (``Catalog.offers``).
     """
     from .estimate import estimate
     from .serving import max_rate, simulate
@@ -126,7 +130,8 @@ def recommend(
     prompt, output = _checks.whole("prompt", prompt, 1), _checks.whole("output", output, 2)
     requests, max_devices = _checks.whole("requests", requests, 10), _checks.whole("max_devices", max_devices, 1)
     tps = sorted({_checks.whole("tp", t, 1) for t in tp})
-    names = [cat.resolve(h) for h in hardware] if hardware else [n for n in cat.names() if cat.prices(n, "on-demand")]
+    years = None if amortise_years is None else _checks.number("amortise_years", amortise_years, positive=True)
+    names = [cat.resolve(h) for h in hardware] if hardware else [n for n in cat.names() if cat.offers(n, years)]
     if not names:
         raise PlanError("hardware: no device to search")
     # a serving question: vLLM unless told otherwise (llama.cpp, the default on some parts, has no
@@ -135,7 +140,7 @@ def recommend(
     # the simulator streams p50, p90 and p99: the plans show the nearest at or above the percentile
     shown = "p50" if pct <= 50 else "p90" if pct <= 90 else "p99"
     workload = {"rate": rate, "prompt": prompt, "output": output, "percentile": pct, **slo, "requests": requests,
-                "shown_quantile": shown}  # fmt: skip
+                "shown_quantile": shown, "amortise_years": years}  # fmt: skip
     candidates = [(h, t) for h in names for t in tps]
     plans, refused = [], []
     for i, (hw, t) in enumerate(candidates):
@@ -162,9 +167,9 @@ Refusal = tuple[Optional[str], Optional[dict[str, Any]]]
 def _candidate(model: str, hw: str, tp: int, cat: Catalog, w: dict[str, Any], plan_kw: dict[str, Any],
                max_devices: int, estimate: Any, max_rate: Any, simulate: Any) -> Refusal:  # fmt: skip
     """One device and TP degree: (why it is refused, None) or (None, its plan)."""
-    offers = cat.prices(hw, "on-demand")
+    offers = cat.offers(hw, w["amortise_years"])
     if not offers:
-        return "no published on-demand price (data/hardware/hardware_cost.csv): cannot be ranked by cost", None
+        return f"{missing_price(hw, w['amortise_years']).split(';')[0]}: cannot be ranked by cost", None
     slo = {k: w[k] for k in ("slo_ttft_ms", "slo_tpot_ms")}
     try:
         e = estimate(model, hw, tp=tp, prompt=w["prompt"], output=w["output"], allow_no_fit=True, **plan_kw)

@@ -21,7 +21,7 @@ from ._fmt import sig
 from ._fmt import table as _table
 from .catalog import Catalog, Device
 from .errors import PlanError
-from .estimate import _prepare, price_of, usd_per_million
+from .estimate import POWER_SOURCE, _prepare, missing_price, price_of, pricing, usd_per_million
 
 _SCHEDULERS = "data/calibration/runtime_schedulers.csv"
 #: Scheduler fields a user may give, with their types.
@@ -213,9 +213,31 @@ class Simulation:
     series: Any = field(default=None, repr=False)
     #: The inter-token latencies as a histogram (Polars: itl_s, tokens), for a CDF.
     itl_hist: Any = field(default=None, repr=False)
-    #: The device's published on-demand offers (cheapest first), or the price given per device-hour.
+    #: The offers a cost is reckoned from (cheapest first: on-demand rentals, or purchase prices
+    #: amortised over ``amortise_years``), or the price given per device-hour.
     offers: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
     price_per_hour: Optional[float] = None
+    amortise_years: Optional[float] = None
+    #: The engine's energy over the run (joules, mean watts, per pool), or why there is none.
+    energy_run: Any = field(default=None, repr=False)
+
+    @property
+    def energy(self) -> dict[str, Any]:
+        """The fleet's energy over the run (spec 60): every device draws its idle power from the first
+        arrival to the end of the last step, and over each step ``u (TDP - idle)`` more, ``u`` the
+        step's busy fraction from its operators' compute- and memory-roof times. Joules in all,
+        mean watts, joules per output token and per finished request, per pool its busy seconds
+        and mean busy fraction; ``{"missing": why}`` where the device has no sourced idle or TDP
+        power or the memory-bound share is not fitted."""
+        e = self.energy_run
+        if e is None or isinstance(e, str):
+            return {"missing": e or "not simulated with the power model"}
+        out: dict[str, Any] = {**e, "pools": [dict(p) for p in e["pools"]], "source": POWER_SOURCE}
+        if self.output_tokens:
+            out["j_per_output_token"] = e["energy_j"] / self.output_tokens
+        if self.finished:
+            out["j_per_request"] = e["energy_j"] / self.finished
+        return out
 
     @property
     def devices(self) -> int:
@@ -229,8 +251,7 @@ class Simulation:
         tokens at the run's output rate; ``{"missing": why}`` without a price."""
         priced = price_of(self.price_per_hour, self.offers)
         if priced is None:
-            return {"missing": f"no published price for {self.hardware} (data/hardware/hardware_cost.csv); "
-                               "price_per_hour= gives one"}  # fmt: skip
+            return {"missing": missing_price(self.hardware, self.amortise_years)}
         price, offer = priced
         out: dict[str, Any] = {"usd_per_device_hour": price, "devices": self.devices,
                                "usd_per_hour": price * self.devices, "offer": offer}  # fmt: skip
@@ -263,8 +284,10 @@ class Simulation:
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k not in ("requests", "series", "itl_hist")}
         out.update(request_rate_req_s=self.request_rate_req_s, output_tok_s=self.output_tok_s,
-                   total_tok_s=self.total_tok_s, goodput_req_s=self.goodput_req_s, cost=self.cost)  # fmt: skip
+                   total_tok_s=self.total_tok_s, goodput_req_s=self.goodput_req_s, cost=self.cost,
+                   energy=self.energy)  # fmt: skip
         out.pop("offers", None)
+        out.pop("energy_run", None)
         result: dict[str, Any] = json.loads(json.dumps(out, default=list))
         return result
 
@@ -304,6 +327,7 @@ class Simulation:
              + ("chunked prefill" if s["chunked_prefill"] else "whole prompts")
              + (", mixed steps" if s["mixed"] else ", prefill before decode")
              + (", whole-sequence KV reserved" if s["reserve_full"] else "")),
+            ("energy", _energy_line(self.energy)),
             ("cost", _cost_line(self.cost)),
             ("runtime", self.runtime_note if self.runtime else "none"),
             ("calibration", f"{self.calibration}: {self.calibration_note}"),
@@ -311,6 +335,20 @@ class Simulation:
         lines = [f"{self.model} on {self.hardware}", *table, _table(rows)]
         lines += [f"  warning: {x}" for x in self.warnings]
         return "\n".join(lines)
+
+
+def _energy_line(e: Mapping[str, Any]) -> str:
+    if "missing" in e:
+        return f"missing: {e['missing']}"
+    per = [f"{sig(e[k])} J per {what}" for k, what in (("j_per_output_token", "output token"),
+                                                       ("j_per_request", "request")) if k in e]  # fmt: skip
+    span = e["duration_s"] or 1.0
+    busy = ", ".join(f"{sig(p['busy_s'] / (p['instances'] * span) * 100)}% busy at u {sig(p['utilisation'])}"
+                     for p in e["pools"])  # fmt: skip
+    return (
+        f"{', '.join(per)}; mean {sig(e['mean_w'])} W for the fleet ({busy}; idle {sig(e['idle_w'])}, "
+        f"TDP {sig(e['tdp_w'])} W a device)"
+    )
 
 
 def _cost_line(c: Mapping[str, Any]) -> str:
@@ -448,6 +486,7 @@ def simulate(
     calibrated: bool = True,
     catalog: Optional[Catalog] = None,
     price_per_hour: Optional[float] = None,
+    amortise_years: Optional[float] = None,
     **scheduler: Any,
 ) -> Simulation:
     """Simulates one serving instance under a workload.
@@ -457,6 +496,8 @@ def simulate(
             ``estimate``; the runtime also gives the scheduler's defaults.
         price_per_hour: USD per device-hour for ``cost`` (default: the cheapest published on-demand
             offer for the device; none published: cost is missing).
+        amortise_years: reckon ``cost`` from the cheapest published purchase price spread over
+            this many years, instead of a rental.
         instances: identical instances (each ``tp`` devices) behind one router.
         router: round_robin, least_outstanding (fewest requests waiting or running) or least_kv
             (smallest share of KV blocks in use).
@@ -495,7 +536,6 @@ def simulate(
     >>> s.counts["completed"]
     8
     """
-    price = None if price_per_hour is None else _checks.number("price_per_hour", price_per_hour, positive=True)
     unknown = sorted(set(scheduler) - set(SCHEDULER_FIELDS))
     if unknown:
         raise PlanError(f"{unknown[0]}: not a simulate argument (scheduler fields: {', '.join(SCHEDULER_FIELDS)})")
@@ -504,6 +544,7 @@ def simulate(
                  kv_dtype=kv_dtype, calibrated=calibrated, serving_step=True,
                  t_step_us=None if step_overhead_us is None else _checks.number("step_overhead_us",
                                                                                   step_overhead_us))  # fmt: skip
+    p, price = pricing(p, price_per_hour, amortise_years, catalog)
     runtime_name = p.plan_labels["runtime"]
     sched = scheduler_defaults(runtime_name, p.dev)
     given = {k: v for k, v in scheduler.items() if v is not None}
@@ -617,7 +658,9 @@ def simulate(
         slo=slo, cluster=_cluster_labels(cluster), transfers=int(r["transfers"]), transfer_s=float(r["transfer_s"]),
         cached_tokens=int(r["cached_tokens"]),
         warnings=tuple(dict.fromkeys(warnings)), requests=requests_df, series=series_df, itl_hist=itl_df,
-        offers=p.offers, price_per_hour=price,
+        offers=p.offers, price_per_hour=price, amortise_years=p.amortise_years,
+        energy_run=r["energy"] if isinstance(r["energy"], str)
+        else {**r["energy"], "duration_s": float(r["duration_s"])},
     )  # fmt: skip
 
 

@@ -68,7 +68,8 @@ SWEEP_COLUMNS = {
     "energy_per_token_j": "joules per output token over a request round, prefill included, all of a replica's devices",
     "usd_per_million_output_tokens": (
         "USD per million output tokens at the device's cheapest published on-demand price per device-hour "
-        "(data/hardware/hardware_cost.csv; null where none is published)"
+        "(data/hardware/hardware_cost.csv), or with amortise_years its cheapest purchase price spread over them "
+        "(data/hardware/hardware_purchase.csv); null where none is published"
     ),
     "calibration": (
         "calibration label: the device's own fit, the runtime's profile, or uncalibrated (an optimistic bound)"
@@ -222,6 +223,7 @@ def iter_sweep(
     catalog: Optional[Catalog] = None,
     progress: Optional[Callable[[int], None]] = None,
     calibrated: bool = True,
+    amortise_years: Optional[float] = None,
 ) -> Iterator[Any]:
     """Yields the sweep as Polars DataFrames of at most ``chunk_size`` rows, in grid order.
 
@@ -234,7 +236,7 @@ def iter_sweep(
     its n_ubatch, padded KV reads, one-token decode steps replayed from a CUDA graph)."""
     import numpy as np
 
-    from .estimate import _prepare, price_of
+    from .estimate import _prepare, price_of, pricing
     from .runtimes import runtime_execution
 
     whole("threads", threads, 0)
@@ -255,6 +257,7 @@ def iter_sweep(
                      weight_dtype=None if wdt in (None, "None") else wdt,
                      kv_dtype=None if kvdt in (None, "None") else kvdt)  # fmt: skip
         rt = p.plan_labels["runtime"]
+        p, _ = pricing(p, None, amortise_years, cat)
         # the runtime's own prompt step where the grid does not sweep one
         own = p.plan_tail["chunk"]
         chunks = chunk if own is None or grid.get("chunk") is not None else np.asarray([own], dtype=np.int64)
@@ -339,6 +342,7 @@ def sweep(
     catalog: Optional[Catalog] = None,
     calibrated: bool = True,
     lazy: bool = False,
+    amortise_years: Optional[float] = None,
 ) -> Any:
     """Evaluates a grid of plans and returns a Polars DataFrame (columns in ``SWEEP_COLUMNS``).
 
@@ -347,7 +351,8 @@ def sweep(
     prices the same plans at the efficiency-1 bound. ``lazy=True`` returns a Polars LazyFrame
     instead, computed in parts as it is consumed: ``sweep(g, lazy=True).sink_parquet(path)``
     streams a grid of any size to a file in bounded memory (the grid is checked first; a
-    ``collect()`` computes the plans again each time).
+    ``collect()`` computes the plans again each time). ``amortise_years`` prices the cost
+    column from each device's cheapest published purchase price spread over that many years.
 
     >>> df = sweep({"model": "meta-llama/Llama-3.1-8B", "hardware": "H100_SXM", "batch": [1, 8], "tp": [1, 2]})
     >>> df.height
@@ -355,12 +360,14 @@ def sweep(
     """
     import polars as pl
 
+    kw: dict[str, Any] = {"threads": threads, "catalog": catalog, "calibrated": calibrated,
+                          "amortise_years": amortise_years}  # fmt: skip
     if not flag("lazy", lazy):
-        frames = list(iter_sweep(grid, threads=threads, catalog=catalog, calibrated=calibrated))
+        frames = list(iter_sweep(grid, **kw))
         return pl.concat(frames) if frames else pl.DataFrame()
     # the first part is priced now, so a grid that cannot run fails here, not inside Polars
-    first = next(iter_sweep(grid, threads=threads, catalog=catalog, calibrated=calibrated, chunk_size=1))
-    return _lazy(lambda: iter_sweep(grid, threads=threads, catalog=catalog, calibrated=calibrated), first.schema)
+    first = next(iter_sweep(grid, chunk_size=1, **kw))
+    return _lazy(lambda: iter_sweep(grid, **kw), first.schema)
 
 
 #: The plan columns a summary shows when they vary over the grid, in order.

@@ -42,14 +42,21 @@ pub struct Power {
     pub rho: f64,
 }
 
+/// The compute and memory occupancies of `time_s` seconds of which `compute_s` are at the
+/// compute roof and `memory_s` at the memory roof, and the busy fraction `max(u_c, rho u_m)`
+/// (at most 1); no time is no occupancy.
+pub fn occupancy(compute_s: f64, memory_s: f64, time_s: f64, rho: f64) -> (f64, f64, f64) {
+    if time_s > 0.0 {
+        let (c, m) = (compute_s / time_s, memory_s / time_s);
+        (c, m, c.max(rho * m).clamp(0.0, 1.0))
+    } else {
+        (0.0, 0.0, 0.0)
+    }
+}
+
 /// The busy fraction and power of one phase (a phase of no time draws idle power).
 pub fn phase(t: &PhaseTotals, idle_w: f64, tdp_w: f64, rho: f64) -> PhasePower {
-    let (u_compute, u_memory) = if t.time_s > 0.0 {
-        (t.compute_s / t.time_s, t.memory_s / t.time_s)
-    } else {
-        (0.0, 0.0)
-    };
-    let utilisation = u_compute.max(rho * u_memory).clamp(0.0, 1.0);
+    let (u_compute, u_memory, utilisation) = occupancy(t.compute_s, t.memory_s, t.time_s, rho);
     PhasePower {
         u_compute,
         u_memory,

@@ -517,6 +517,15 @@ fn sim_dict(py: Python<'_>, r: SimResult) -> PyResult<Bound<'_, PyDict>> {
         out.set_item(name, v)?;
     }
     out.set_item("warnings", PyList::new(py, r.warnings)?)?;
+    match &r.energy {
+        Ok(e) => {
+            let d = flat_dict(py, e)?;
+            let pools: Vec<_> = e.pools.iter().map(|p| flat_dict(py, p)).collect::<PyResult<_>>()?;
+            d.set_item("pools", PyList::new(py, pools)?)?;
+            out.set_item("energy", d)?;
+        }
+        Err(why) => out.set_item("energy", why)?,
+    }
     let q = &r.requests;
     let req = PyDict::new(py);
     req.set_item("id", PyArray1::from_iter(py, q.iter().map(|x| x.id)))?;

@@ -18,11 +18,12 @@ use crate::error::{Error, Result};
 use crate::graph::Segment;
 use crate::model::Model;
 use crate::plan::{Efficiency, Plan};
+use crate::power;
 use metrics::{LogHist, Stats};
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use step::StepPricer;
+use step::{StepCost, StepPricer};
 use workload::{Arrival, Source, Workload};
 
 /// How a runtime's scheduler forms steps (data per runtime: data/calibration/runtime_schedulers.csv).
@@ -192,6 +193,32 @@ impl Counts {
     }
 }
 
+/// One pool's energy over a run (spec 60): each device draws `P_idle` throughout and, over each
+/// step, `u (TDP - P_idle)` more, `u` the step's busy fraction.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct PoolEnergy {
+    pub instances: u64,
+    /// Devices of one instance.
+    pub devices: u64,
+    /// Seconds the pool's instances spent in steps, summed over instances.
+    pub busy_s: f64,
+    /// The steps' busy fraction, weighted by their seconds.
+    pub utilisation: f64,
+    pub energy_j: f64,
+}
+
+/// A run's energy: every device of every pool from the first arrival to the end of the last step.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SimEnergy {
+    pub energy_j: f64,
+    /// Joules over the run's seconds: the fleet's mean draw.
+    pub mean_w: f64,
+    pub idle_w: f64,
+    pub tdp_w: f64,
+    pub rho: f64,
+    pub pools: Vec<PoolEnergy>,
+}
+
 /// A run's results.
 #[derive(Clone, Debug)]
 pub struct SimResult {
@@ -223,6 +250,8 @@ pub struct SimResult {
     pub transfer_s: f64,
     /// Distinct step shapes the pricer built (each a pass over the graph).
     pub shapes_built: u64,
+    /// The fleet's energy, or why there is none (`power::missing`).
+    pub energy: std::result::Result<SimEnergy, String>,
     pub requests: Vec<RequestRecord>,
     pub series: Vec<Sample>,
     pub warnings: Vec<String>,
@@ -499,6 +528,9 @@ pub fn simulate_cluster(
             first: instances.len() - p.instances as usize,
             count: p.instances as usize,
             next_rr: 0,
+            devices: pp.moe_group(),
+            busy_s: 0.0,
+            busy_u_s: 0.0,
         });
     }
     if m.layer_groups
@@ -530,19 +562,22 @@ pub fn simulate_cluster(
         hold: None,
         progress,
         next_report: 0,
+        rho: plan.power_rho.unwrap_or(0.0),
     };
     w.run(&mut src);
     let shapes_built = w.pools.iter().map(|p| p.pricer.shapes_built).sum();
     let mt = w.metrics;
     debug_assert!(mt.counts.conserved(), "{:?}", mt.counts);
+    let duration_s = (mt.now - mt.first_arrival.unwrap_or(mt.now)).max(0.0);
     Ok(SimResult {
+        energy: energy(dev, plan, &w.pools, duration_s),
         counts: mt.counts,
         ttft: mt.ttft.stats(),
         tpot: mt.tpot.stats(),
         itl: mt.itl.stats(),
         e2e: mt.e2e.stats(),
         itl_bins: mt.itl.bins(),
-        duration_s: (mt.now - mt.first_arrival.unwrap_or(mt.now)).max(0.0),
+        duration_s,
         output_tokens: mt.output_tokens,
         prompt_tokens: mt.prompt_tokens,
         steps: mt.steps,
@@ -558,6 +593,37 @@ pub fn simulate_cluster(
         requests: mt.requests,
         series: mt.series,
         warnings,
+    })
+}
+
+/// The fleet's energy over `duration_s`: each pool's devices at idle power throughout, plus the
+/// dynamic range times each step's busy fraction over its seconds.
+fn energy(dev: &Device, plan: &Plan, pools: &[PoolState], duration_s: f64) -> std::result::Result<SimEnergy, String> {
+    let why = power::missing(dev, plan);
+    let (None, Some(idle_w), Some(tdp_w), Some(rho)) = (why.clone(), dev.idle_w, dev.tdp_w, plan.power_rho) else {
+        return Err(why.unwrap_or_default());
+    };
+    let pools: Vec<PoolEnergy> = pools
+        .iter()
+        .map(|p| {
+            let (n, d) = (p.count as f64, p.devices as f64);
+            PoolEnergy {
+                instances: p.count as u64,
+                devices: p.devices,
+                busy_s: p.busy_s,
+                utilisation: if p.busy_s > 0.0 { p.busy_u_s / p.busy_s } else { 0.0 },
+                energy_j: d * (idle_w * n * duration_s + (tdp_w - idle_w) * p.busy_u_s),
+            }
+        })
+        .collect();
+    let energy_j: f64 = pools.iter().map(|p| p.energy_j).sum();
+    Ok(SimEnergy {
+        energy_j,
+        mean_w: if duration_s > 0.0 { energy_j / duration_s } else { 0.0 },
+        idle_w,
+        tdp_w,
+        rho,
+        pools,
     })
 }
 
@@ -765,8 +831,9 @@ struct Instance {
     waiting: VecDeque<usize>,
     /// In scheduling order: the last is preempted first.
     running: Vec<usize>,
-    /// The step in progress: (slot, tokens).
+    /// The step in progress: (slot, tokens), and its price.
     step: Vec<(usize, u64)>,
+    step_cost: StepCost,
     busy: bool,
     /// Cached prefixes by id: their blocks (taken from `free_blocks`), the requests reading
     /// them and when they were last used (a counter: least recently used is evicted first).
@@ -796,6 +863,7 @@ impl Instance {
             waiting: VecDeque::new(),
             running: Vec::new(),
             step: Vec::new(),
+            step_cost: StepCost::default(),
             busy: false,
             cache: HashMap::new(),
             uses: 0,
@@ -1105,6 +1173,12 @@ struct PoolState<'a> {
     first: usize,
     count: usize,
     next_rr: usize,
+    /// Devices of one instance.
+    devices: u64,
+    /// Seconds its instances spent in steps that ended, and those seconds weighted by each
+    /// step's busy fraction (`power::occupancy`).
+    busy_s: f64,
+    busy_u_s: f64,
 }
 
 /// Every instance, the event queue and the metrics.
@@ -1127,6 +1201,8 @@ struct World<'a, 'p> {
     hold: Option<usize>,
     progress: Option<&'p mut dyn FnMut(u64, u64)>,
     next_report: u64,
+    /// The memory-bound power share (0 when not fitted: the run then reports no energy).
+    rho: f64,
 }
 
 impl World<'_, '_> {
@@ -1215,14 +1291,15 @@ impl World<'_, '_> {
             }
         }
         let pricer = &mut self.pools[inst.pool].pricer;
-        let dt = if self.prefill.is_empty() {
-            pricer.decode_step_s(&self.contexts)
+        let cost = if self.prefill.is_empty() {
+            pricer.decode_step(&self.contexts)
         } else {
-            pricer.mixed_step_s(&self.prefill, &self.contexts, &mut self.segs)
+            pricer.mixed_step(&self.prefill, &self.contexts, &mut self.segs)
         };
         inst.busy = true;
+        inst.step_cost = cost;
         self.metrics.max_running = self.metrics.max_running.max(inst.running.len() as u64);
-        let t = self.metrics.now + dt;
+        let t = self.metrics.now + cost.time_s;
         self.push(t, EventKind::StepEnd(i));
     }
 
@@ -1237,6 +1314,9 @@ impl World<'_, '_> {
         {
             let inst = &mut self.instances[i];
             inst.busy = false;
+            let (c, pool) = (inst.step_cost, &mut self.pools[inst.pool]);
+            pool.busy_s += c.time_s;
+            pool.busy_u_s += power::occupancy(c.compute_s, c.memory_s, c.time_s, self.rho).2 * c.time_s;
             std::mem::swap(&mut step, &mut inst.step);
             for &(slot, n) in &step {
                 inst.slots[slot].computed += n;

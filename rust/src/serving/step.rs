@@ -15,16 +15,59 @@ use crate::attention::DecodeKeys;
 use crate::engine::{decode_ops, Layout};
 use crate::graph::{build_kernels, build_step, step_shape, Geometry, Op, OpKind, Segment, StepShape};
 use crate::plan::{Efficiency, Plan};
-use crate::roofline::price;
+use crate::roofline::{price, Cost};
 use std::collections::HashMap;
+use std::ops::{Add, AddAssign};
+
+/// A step's seconds, and the seconds of it its operators spend at the compute and at the memory
+/// roof (what the power model's busy fractions are made of: `power::utilisation`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepCost {
+    pub time_s: f64,
+    pub compute_s: f64,
+    pub memory_s: f64,
+}
+
+impl From<Cost> for StepCost {
+    fn from(c: Cost) -> StepCost {
+        StepCost {
+            time_s: c.time_s,
+            compute_s: c.compute_s,
+            memory_s: c.memory_s,
+        }
+    }
+}
+
+impl Add for StepCost {
+    type Output = StepCost;
+    fn add(self, o: StepCost) -> StepCost {
+        StepCost {
+            time_s: self.time_s + o.time_s,
+            compute_s: self.compute_s + o.compute_s,
+            memory_s: self.memory_s + o.memory_s,
+        }
+    }
+}
+
+impl AddAssign for StepCost {
+    fn add_assign(&mut self, o: StepCost) {
+        *self = *self + o;
+    }
+}
+
+impl std::iter::Sum for StepCost {
+    fn sum<I: Iterator<Item = StepCost>>(it: I) -> StepCost {
+        it.fold(StepCost::default(), Add::add)
+    }
+}
 
 /// A decode batch's operators, split for pricing.
 struct DecodeForm {
     /// Every operator whose cost does not move with the contexts, summed (decode-only steps).
-    fixed_s: f64,
+    fixed: StepCost,
     /// The decode form's own attention-side GEMMs (MLA's absorb/unabsorb), summed: what a
     /// mixed step adds for its decodes besides the attention kernels.
-    absorb_s: f64,
+    absorb: StepCost,
     /// The attention kernels (cost affine in the keys read).
     kernels: Vec<Op>,
 }
@@ -36,9 +79,9 @@ pub struct StepPricer<'a> {
     eff: Efficiency,
     bw: f64,
     /// Per-step overhead: layers x t_layer + t_step (as the engine charges every step).
-    overhead_s: f64,
+    overhead: StepCost,
     decode: Vec<Option<DecodeForm>>,
-    shapes: HashMap<StepShape, f64>,
+    shapes: HashMap<StepShape, StepCost>,
     scratch: Vec<Op>,
     keys: Vec<(DecodeKeys, f64)>,
     pub shapes_built: u64,
@@ -52,7 +95,10 @@ impl<'a> StepPricer<'a> {
             plan: plan.clone(),
             eff: *eff,
             bw,
-            overhead_s: layers as f64 * eff.t_layer_s + eff.t_step_s,
+            overhead: StepCost {
+                time_s: layers as f64 * eff.t_layer_s + eff.t_step_s,
+                ..StepCost::default()
+            },
             decode: Vec::new(),
             shapes: HashMap::new(),
             scratch: Vec::with_capacity(16),
@@ -86,23 +132,19 @@ impl<'a> StepPricer<'a> {
         }
         if self.decode[i].is_none() {
             let ops = decode_ops(&self.layout, &self.plan, batch);
-            let (mut fixed_s, mut absorb_s, mut kernels) = (0.0, 0.0, Vec::new());
+            let (mut fixed, mut absorb, mut kernels) = (StepCost::default(), StepCost::default(), Vec::new());
             for op in ops {
                 if op.kind.reads_context() {
                     kernels.push(op);
                     continue;
                 }
-                let t = price(&op, 0.0, self.bw, &self.eff).time_s;
-                fixed_s += t;
+                let c = StepCost::from(price(&op, 0.0, self.bw, &self.eff));
+                fixed += c;
                 if matches!(op.kind, OpKind::QAbsorb | OpKind::VUnabsorb) {
-                    absorb_s += t;
+                    absorb += c;
                 }
             }
-            self.decode[i] = Some(DecodeForm {
-                fixed_s,
-                absorb_s,
-                kernels,
-            });
+            self.decode[i] = Some(DecodeForm { fixed, absorb, kernels });
             self.shapes_built += 1;
         }
         self.decode[i].as_ref().expect("built above")
@@ -110,13 +152,13 @@ impl<'a> StepPricer<'a> {
 
     /// The attention kernels of `contexts.len()` decodes, each at its context (tokens in the
     /// cache with its new one): every kernel priced at the batch's mean keys read.
-    fn decode_kernels_s(&mut self, contexts: &[u64]) -> f64 {
+    fn decode_kernels(&mut self, contexts: &[u64]) -> StepCost {
         let batch = contexts.len() as u64;
         self.form(batch);
         let (bw, eff) = (self.bw, self.eff);
         let form = self.decode[batch as usize].as_ref().expect("built above");
         self.keys.clear();
-        let mut total = 0.0;
+        let mut total = StepCost::default();
         for op in &form.kernels {
             let k = match self.keys.iter().find(|(d, _)| *d == op.keys) {
                 Some((_, k)) => *k,
@@ -127,20 +169,20 @@ impl<'a> StepPricer<'a> {
                     k
                 }
             };
-            total += price(op, k, bw, &eff).time_s;
+            total += price(op, k, bw, &eff).into();
         }
         total
     }
 
     /// A step of decodes only, at `contexts` (each >= 1), overhead included.
-    pub fn decode_step_s(&mut self, contexts: &[u64]) -> f64 {
-        let fixed = self.form(contexts.len() as u64).fixed_s;
-        fixed + self.decode_kernels_s(contexts) + self.overhead_s
+    pub fn decode_step(&mut self, contexts: &[u64]) -> StepCost {
+        let fixed = self.form(contexts.len() as u64).fixed;
+        fixed + self.decode_kernels(contexts) + self.overhead
     }
 
     /// A step with prefill chunks `prefill` (non-empty) and decodes at `contexts`, overhead
     /// included. `segs` is scratch space the caller keeps (cleared here).
-    pub fn mixed_step_s(&mut self, prefill: &[Segment], contexts: &[u64], segs: &mut Vec<Segment>) -> f64 {
+    pub fn mixed_step(&mut self, prefill: &[Segment], contexts: &[u64], segs: &mut Vec<Segment>) -> StepCost {
         // the shape counts every token: a decode is one new token that samples
         segs.clear();
         segs.extend_from_slice(prefill);
@@ -161,7 +203,7 @@ impl<'a> StepPricer<'a> {
                 let s = ops
                     .iter()
                     .filter(|o| !o.kind.varies_with_segments())
-                    .map(|o| price(o, 0.0, self.bw, &self.eff).time_s)
+                    .map(|o| StepCost::from(price(o, 0.0, self.bw, &self.eff)))
                     .sum();
                 self.shapes.insert(shape, s);
                 self.shapes_built += 1;
@@ -169,17 +211,17 @@ impl<'a> StepPricer<'a> {
             }
         };
         build_kernels(self.layout.ctx(), prefill, &mut self.scratch);
-        let kernels: f64 = self
+        let kernels: StepCost = self
             .scratch
             .iter()
-            .map(|o| price(o, 0.0, self.bw, &self.eff).time_s)
+            .map(|o| StepCost::from(price(o, 0.0, self.bw, &self.eff)))
             .sum();
         let decodes = if contexts.is_empty() {
-            0.0
+            StepCost::default()
         } else {
-            let kernels = self.decode_kernels_s(contexts);
-            self.form(contexts.len() as u64).absorb_s + kernels
+            let kernels = self.decode_kernels(contexts);
+            self.form(contexts.len() as u64).absorb + kernels
         };
-        fixed + kernels + decodes + self.overhead_s
+        fixed + kernels + decodes + self.overhead
     }
 }

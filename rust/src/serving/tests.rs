@@ -110,6 +110,71 @@ fn a_lone_request_takes_the_static_estimate() {
 }
 
 #[test]
+fn a_lone_request_draws_the_static_estimates_energy_and_idle_time_draws_idle_power() {
+    // one client, requests back to back: the fleet's energy is the static estimate's per
+    // request round (each step's busy fraction is its phase's: chunks compute-bound, decodes
+    // memory-bound), test values for idle power and rho
+    let mut dev = h100();
+    dev.idle_w = Some(70.0);
+    let base = Plan {
+        power_rho: Some(0.6),
+        ..plan()
+    };
+    for (prompt, output, budget) in [(1000u64, 200u64, 8192u64), (5000, 64, 2048)] {
+        let s = Scheduler {
+            max_num_batched_tokens: budget,
+            ..vllm()
+        };
+        let w = closed(1, 3, fixed(prompt), fixed(output), 0);
+        let r = simulate(&llama31_8b(), &dev, &base, &eff(), proto(), &s, &w, &opts()).unwrap();
+        let p = Plan {
+            prompt,
+            output,
+            chunk: Some(budget),
+            ..base.clone()
+        };
+        let e = estimate(&llama31_8b(), &dev, &p, &eff(), proto(), false).unwrap();
+        let (sim_e, static_e) = (r.energy.clone().unwrap(), e.power.unwrap());
+        assert!(
+            close(sim_e.energy_j, 3.0 * static_e.energy_j, 1e-9),
+            "{} vs 3 x {}",
+            sim_e.energy_j,
+            static_e.energy_j
+        );
+        assert!(close(sim_e.pools[0].busy_s, r.duration_s, 1e-12));
+    }
+    // requests far apart: between them the device idles at idle power
+    let w = Workload {
+        arrivals: Arrivals::Trace {
+            rows: [0.0, 100.0]
+                .iter()
+                .map(|&t| TraceRow {
+                    arrival_s: t,
+                    prompt_tokens: 500,
+                    output_tokens: 50,
+                    max_tokens: None,
+                    prefix_id: None,
+                    prefix_tokens: 0,
+                })
+                .collect(),
+        },
+        ..closed(1, 2, fixed(500), fixed(50), 0)
+    };
+    let r = simulate(&llama31_8b(), &dev, &base, &eff(), proto(), &vllm(), &w, &opts()).unwrap();
+    let en = r.energy.unwrap();
+    let pool = en.pools[0];
+    let idle_s = r.duration_s - pool.busy_s;
+    assert!(idle_s > 99.0 && idle_s < 100.0, "{idle_s}");
+    let dynamic = (en.tdp_w - en.idle_w) * pool.utilisation * pool.busy_s;
+    assert!(close(en.energy_j, en.idle_w * r.duration_s + dynamic, 1e-12));
+    let most = en.idle_w + (en.tdp_w - en.idle_w) * pool.busy_s / r.duration_s;
+    assert!(en.mean_w > en.idle_w && en.mean_w < most, "{} W", en.mean_w);
+    // a device without a sourced idle power reports why there is no energy
+    let r = simulate(&llama31_8b(), &h100(), &base, &eff(), proto(), &vllm(), &w, &opts()).unwrap();
+    assert!(r.energy.unwrap_err().contains("idle_w"));
+}
+
+#[test]
 fn saturation_throughput_is_the_static_throughput_at_the_settled_batch() {
     // 64 clients, short prompts and long outputs: the server settles at a decode batch of 64;
     // its output rate is the static estimate's at batch 64 (within the share of prefill steps)
