@@ -7,6 +7,7 @@ import ridgeline
 from ridgeline import PlanError
 
 LLAMA70 = "meta-llama/Llama-3.1-70B"
+LLAMA8 = "meta-llama/Llama-3.1-8B"
 SEARCH = {"rate": 5, "slo_ttft_ms": 1000, "slo_tpot_ms": 50, "hardware": ["H100_SXM", "A100_SXM_80GB", "A30"],
           "tp": (1, 2, 4, 8), "requests": 200}  # fmt: skip
 
@@ -66,8 +67,64 @@ def test_cli_recommend_prints_the_ranked_plans_and_json(tmp_path):
     assert lines[0].startswith(f"{LLAMA70}: 5 req/s") and "p90 TTFT" in lines[1]
     assert lines[-1] == "2 candidates refused (--verbose lists each with its reason)"
     v = run(*args, "--verbose", cwd=tmp_path).stdout
-    assert "A30 TP 4  no published price for A30" in v
+    assert "A30 TP4  no published price for A30" in v
     d = json.loads(run(*args, "--json", cwd=tmp_path).stdout)
     assert [p["tp"] for p in d["plans"]] and all(p["hardware"] == "H100_SXM" for p in d["plans"])
     bad = run("recommend", "-m", LLAMA70, "--rate", "5", cwd=tmp_path)
     assert bad.returncode == 2 and "needs an SLO" in bad.stderr
+
+
+def test_runtimes_weights_and_disaggregation_are_searched_and_each_plan_holds_in_simulation():
+    search = {"rate": 10, "slo_ttft_ms": 500, "slo_tpot_ms": 40, "hardware": ["H100_SXM"], "tp": (1,),
+              "requests": 150}  # fmt: skip
+    # the KV link a disaggregated prompt crosses is given (test values): the catalog has no H100 scale-out latency
+    link = {"kv_link_gbs": 50, "kv_link_latency_us": 10}
+    r = ridgeline.recommend(LLAMA8, runtime="vllm,sglang", weight_dtype=["bf16", "fp8"], disaggregate=True, **link,
+                            **search)  # fmt: skip
+    agg = [p for p in r.plans if p["prefill_instances"] is None]
+    assert sorted((p["runtime"], p["weights"].split()[0]) for p in agg) == [
+        ("sglang", "bf16"), ("sglang", "fp8"), ("vllm", "bf16"), ("vllm", "fp8")]  # fmt: skip
+    split = [p for p in r.plans if p["prefill_instances"] is not None]
+    assert split, r.refused
+    for p in split:
+        # a split of at most one instance more than the aggregated fleet of the same candidate
+        assert p["prefill_instances"] + p["decode_instances"] == p["replicas"] >= 2
+        twin = next(a for a in agg if (a["runtime"], a["weights"]) == (p["runtime"], p["weights"]))
+        assert p["replicas"] <= twin["replicas"] + 1
+        wd = p["weights"].split()[0]
+        sim = ridgeline.simulate(LLAMA8, "H100_SXM", runtime=p["runtime"], weight_dtype=wd, tp=1, rate=10,
+                                 prefill_instances=p["prefill_instances"], decode_instances=p["decode_instances"],
+                                 router="least_outstanding", requests=150 * p["replicas"], prompt=1024, output=256,
+                                 max_model_len=1280, slo_ttft_ms=500, slo_tpot_ms=40, **link)  # fmt: skip
+        assert sim.good_requests / sim.finished == pytest.approx(p["within_slo"]) and p["within_slo"] >= 0.9
+    # the frontier: cheapest first, each faster than every cheaper plan; the energy is the simulation's
+    front = r.frontier()
+    assert front and all(a["ttft_q_s"] > b["ttft_q_s"] for a, b in zip(front, front[1:]))
+    assert all(p["j_per_output_token"] > 0 for p in r.plans)
+
+
+def test_an_moe_model_also_tries_its_experts_spread_over_the_tp_group():
+    r = ridgeline.recommend("Qwen/Qwen3-30B-A3B", rate=8, slo_ttft_ms=500, slo_tpot_ms=30, hardware=["H100_SXM"],
+                            tp=(2,), requests=300)  # fmt: skip
+    tried = {(p["tp"], p["ep"]) for p in r.plans} | {(x["tp"], x["ep"]) for x in r.refused}
+    assert tried == {(2, 1), (2, 2)}
+    assert any(p["ep"] == 2 for p in r.plans) and "EP2" in r.summary()
+
+
+def test_the_frontier_plot_and_purchase_prices(tmp_path):
+    pytest.importorskip("matplotlib")
+    from ridgeline import plot
+
+    r = ridgeline.recommend(LLAMA8, rate=10, slo_ttft_ms=500, slo_tpot_ms=40, hardware=["H100_SXM", "RTX_4090"],
+                            tp=(1, 2), requests=100, amortise_years=3)  # fmt: skip
+    # ranked by each device's purchase price over 3 years of hours
+    for p in r.plans:
+        buy = ridgeline.Catalog().purchases(p["hardware"])[0]["usd_per_device"]
+        assert p["usd_per_device_hour"] == pytest.approx(buy / (3 * 8766)) and p["offer"]["tier"] == "purchase"
+    fig = plot.frontier(r)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "p90 TTFT (ms)" and ax.get_ylabel() == "USD per million output tokens"
+    (line,) = [ln for ln in ax.get_lines() if ln.get_label() == "Pareto frontier"]
+    xs = sorted(p["ttft_q_s"] * 1e3 for p in r.frontier())
+    assert list(line.get_xdata()) == pytest.approx(xs)
+    assert plot.save(fig, str(tmp_path / "f.png")) and (tmp_path / "f.png").stat().st_size > 0

@@ -1400,23 +1400,42 @@ def model_show(name: str, as_json: bool) -> None:
     help="Devices to search (repeatable; default: every device with a published on-demand price).",
 )  # fmt: skip
 @click.option("--tp", default="1,2,4,8", show_default=True, help="Tensor-parallel degrees to try.")
-@click.option("--weight-dtype", default=None, help="Weight format (as estimate).")
-@click.option("--runtime", default=None, help="vllm, sglang or trtllm: its calibration and scheduler (default vllm).")
+@click.option("--weight-dtype", default=None, help="Weight format(s) to try, comma-separated (as estimate).")
+@click.option("--runtime", default=None,
+              help="vllm, sglang and/or trtllm (comma-separated): each with its calibration and scheduler "
+                   "(default vllm).")  # fmt: skip
+@click.option("--disaggregate", is_flag=True, help="Also try each sized fleet split into prefill and decode pools.")
+@click.option(
+    "--kv-link-gbs",
+    type=float,
+    default=None,
+    help="With --disaggregate: the KV link's GB/s per rank (default: the device's scale-out link).",
+)
+@click.option(
+    "--kv-link-latency-us",
+    type=float,
+    default=None,
+    help="With --disaggregate: the KV link's latency (default: the device's scale-out link).",
+)
 @click.option("--requests", type=int, default=500, show_default=True, help="Requests per simulated run.")
 @click.option("--max-devices", type=int, default=64, show_default=True, help="The most devices a plan may take.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Plans to list.")
 @click.option("--verbose", "-v", is_flag=True, help="List each refused candidate with its reason.")
 @click.option("--json", "as_json", is_flag=True, help="Every plan and refusal as JSON.")
+@click.option("--plot", "plot_path", default=None, help="Write the cost-TTFT frontier here (.png or .svg).")
+@click.option("--force", is_flag=True, help="Replace an existing --plot file.")
 @click.option("--amortise-years", type=float, default=None,
               help="Reckon the cost from the device's cheapest published purchase price spread over these years "
                    "(data/hardware/hardware_purchase.csv), instead of a rental.")  # fmt: skip
 def recommend(
     model: str, rate: float, slo_ttft_ms: Optional[float], slo_tpot_ms: Optional[float], percentile: float,
     prompt: int, output: int, hardware: tuple[str, ...], tp: str, weight_dtype: Optional[str],
-    runtime: Optional[str], requests: int, max_devices: int, top: int, verbose: bool, as_json: bool,
-    amortise_years: Optional[float],
+    runtime: Optional[str], disaggregate: bool, kv_link_gbs: Optional[float], kv_link_latency_us: Optional[float],
+    requests: int, max_devices: int, top: int, verbose: bool,
+    as_json: bool, plot_path: Optional[str], force: bool, amortise_years: Optional[float],
 ) -> None:  # fmt: skip
-    """The cheapest plans (device, TP, replicas) that serve a rate within TTFT and TPOT objectives."""
+    """The cheapest plans (device, runtime, weights, TP/EP, replicas, prefill/decode split) that serve a rate
+    within TTFT and TPOT objectives, with the cost-TTFT Pareto frontier."""
     from .recommend import recommend as run
     from .sweeps import parse_axis
 
@@ -1429,11 +1448,16 @@ def recommend(
 
     r = run(model, rate=rate, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, percentile=percentile, prompt=prompt,
             output=output, hardware=list(hardware) or None, tp=parse_axis("tp", tp), weight_dtype=weight_dtype,
-            runtime=runtime, requests=requests, max_devices=max_devices, progress=progress,
-            amortise_years=amortise_years)  # fmt: skip
+            runtime=runtime, disaggregate=disaggregate, kv_link_gbs=kv_link_gbs,
+            kv_link_latency_us=kv_link_latency_us, requests=requests, max_devices=max_devices,
+            progress=progress, amortise_years=amortise_years)  # fmt: skip
     if bar is not None:
         bar.render_finish()
     click.echo(json.dumps(r.to_dict(), indent=2) if as_json else r.summary(top, refused=verbose))
+    if plot_path is not None:
+        from . import plot
+
+        click.echo(f"frontier: {plot.save(plot.frontier(r), plot_path, force=force)}", err=as_json)
 
 
 def _plot_plan_options(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -3,7 +3,8 @@
 Of plans: ``roofline`` (each operator's intensity and achieved FLOP/s under the device's roofs),
 ``waterfall`` (a decode step's time by operator class, communication and overheads included),
 ``scaling`` (TTFT, TPOT and throughput over batch, context or TP for one or more devices) and
-``compare`` (plans side by side); each returns a matplotlib Figure, ``save`` writes one. Of
+``compare`` (plans side by side), and of a recommendation ``frontier`` (cost against TTFT, the
+Pareto plans joined); each returns a matplotlib Figure, ``save`` writes one. Of
 serving simulations: TTFT and ITL CDFs, the queue and KV use over time, and the
 throughput-latency curve of a rate sweep (``simulation``, ``rate_curve``: written to a folder)."""
 
@@ -317,6 +318,39 @@ def compare(estimates: Sequence[Any], labels: Optional[Sequence[str]] = None) ->
     fig.text(0.01, 0.01, "   ".join(f"plan {chr(65 + i)}: {n}" for i, n in enumerate(names))
              + "   (black line: usable memory)", fontsize=7)  # fmt: skip
     fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return fig
+
+
+def frontier(rec: Any) -> Any:
+    """A recommendation's plans as cost per million output tokens against TTFT at its percentile,
+    the Pareto frontier joined as a step line and each frontier plan labelled (device, plan,
+    replicas). Returns the Figure."""
+    from .recommend import plan_label
+
+    if not rec.plans:
+        raise PlanError("frontier: the recommendation has no plan that meets the SLOs")
+    plt = _pyplot("png")
+    q = rec.workload["shown_quantile"]
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    devices = sorted({p["hardware"] for p in rec.plans})
+    for i, d in enumerate(devices):
+        pts = [p for p in rec.plans if p["hardware"] == d]
+        ax.scatter([p["ttft_q_s"] * 1e3 for p in pts], [p["usd_per_million_output_tokens"] for p in pts],
+                   color=f"C{i % 10}", marker="osD^v"[i // 10 % 5], label=d, s=28, alpha=0.8)  # fmt: skip
+    front = sorted(rec.frontier(), key=lambda p: p["ttft_q_s"])
+    xs, ys = [p["ttft_q_s"] * 1e3 for p in front], [p["usd_per_million_output_tokens"] for p in front]
+    ax.step(xs, ys, where="post", color="black", lw=1, label="Pareto frontier")
+    for p, x, y in zip(front, xs, ys):
+        ax.annotate(f"{p['hardware']} {plan_label(p)} x{p['replicas']}", (x, y), textcoords="offset points",
+                    xytext=(4, 4), fontsize=7)  # fmt: skip
+    ax.set_xlabel(f"{q} TTFT (ms)")
+    ax.set_ylabel("USD per million output tokens")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    w = rec.workload
+    slo = ", ".join(f"{k} {w[f'slo_{k.lower()}_ms']:g} ms" for k in ("TTFT", "TPOT") if w[f"slo_{k.lower()}_ms"])
+    ax.set_title(f"{rec.model}: {w['rate']:g} req/s, p{w['percentile']:g} within {slo}", fontsize=9)
+    fig.tight_layout()
     return fig
 
 

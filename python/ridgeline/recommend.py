@@ -1,15 +1,19 @@
 """``ridgeline recommend``: the cheapest plans that serve a workload within its SLOs (spec 70, 60).
 
-The search runs over devices x tensor-parallel degree; each candidate is pruned by the static
-engine first (the model must fit, and a lone request must meet the TTFT and TPOT objectives),
-priced at the device's cheapest published offer (``Catalog.offers``: on-demand, or a purchase price
-amortised over the years given; a device without
-one cannot be ranked by cost and is listed as refused), then sized by the simulator: the highest
-Poisson rate one instance serves with ``percentile`` % of requests within the SLOs
-(``serving.max_rate``) gives the replicas the target rate needs, and a simulation of that many
-replicas behind a least-outstanding router at the target rate confirms it (a replica is added
-while it does not). Plans are ranked by cost per million output tokens; the Pareto frontier of
-cost against the percentile's TTFT is marked.
+The search runs over devices x runtime x weight format x tensor-parallel degree x expert-parallel
+degree (MoE models: 1 and the TP degree) and, asked, prefill/decode disaggregation. Each candidate
+is pruned by the static engine first (the model must fit, and a lone request must meet the TTFT
+and TPOT objectives), priced at the device's cheapest published offer (``Catalog.offers``:
+on-demand, or a purchase price amortised over the years given; a device without one cannot be
+ranked by cost and is listed as refused), then sized by the simulator: the highest Poisson rate
+one instance serves with ``percentile`` % of requests within the SLOs (``serving.max_rate``)
+gives the replicas the target rate needs, and a simulation of that many replicas behind a
+least-outstanding router at the target rate confirms it (a replica is added while it does not).
+Disaggregated, the same instances split into a prefill and a decode pool (every split of two to
+that many instances, the KV crossing the device's scale-out link) are simulated at the target
+rate, and the smallest split that meets the SLOs is kept. Plans are ranked by cost per million
+output tokens; the Pareto frontier of cost against the percentile's TTFT is marked. Pipeline
+and attention data parallelism are not searched: the simulator runs instances without them.
 """
 
 from __future__ import annotations
@@ -30,6 +34,14 @@ from .estimate import missing_price, price_of, usd_per_million
 _CONFIRM_STEPS = 3
 
 
+def plan_label(p: dict[str, Any]) -> str:
+    """A plan's parallel layout in a few characters: TP, EP where > 1, the disaggregated split."""
+    out = f"TP{p['tp']}" + (f" EP{p['ep']}" if p.get("ep", 1) > 1 else "")
+    if p.get("prefill_instances"):
+        out += f" {p['prefill_instances']}P+{p['decode_instances']}D"
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class Recommendation:
     """The ranked plans (``plans``: a list of dicts, cheapest first, ``frontier`` marking the
@@ -43,7 +55,7 @@ class Recommendation:
 
     def __repr__(self) -> str:
         best = self.plans[0] if self.plans else None
-        first = (f", best={best['hardware']} TP{best['tp']} x{best['replicas']} "
+        first = (f", best={best['hardware']} {plan_label(best)} x{best['replicas']} "
                  f"${best['usd_per_million_output_tokens']:.3g}/M out" if best else "")  # fmt: skip
         return f"Recommendation(model={self.model!r}, plans={len(self.plans)}, refused={len(self.refused)}{first})"
 
@@ -51,10 +63,16 @@ class Recommendation:
         return {"model": self.model, "workload": self.workload, "plans": self.plans, "refused": self.refused}
 
     def frame(self) -> Any:
-        """The plans as a Polars DataFrame."""
+        """The plans as a Polars DataFrame (the offer as its provider and date)."""
         import polars as pl
 
-        return pl.DataFrame(self.plans)
+        rows = [{**{k: v for k, v in r.items() if k != "offer"}, "plan": plan_label(r),
+                 "offer": f"{r['offer']['provider']}, {r['offer']['as_of']}"} for r in self.plans]  # fmt: skip
+        return pl.DataFrame(rows)
+
+    def frontier(self) -> list[dict[str, Any]]:
+        """The Pareto plans, cheapest first: no other plan is cheaper and at least as fast."""
+        return [r for r in self.plans if r["frontier"]]
 
     def summary(self, top: int = 10, refused: bool = False) -> str:
         w = self.workload
@@ -65,18 +83,28 @@ class Recommendation:
             lines.append("no plan meets the SLOs" + (": see the refused candidates below" if self.refused else ""))
         else:
             q = w["shown_quantile"]
-            head = ["", "hardware", "TP", "replicas", "devices", "$/M out", "$/hour", f"{q} TTFT", f"{q} TPOT",
-                    "within SLO", "calibration", "offer"]  # fmt: skip
-            cells = [["*" if r["frontier"] else "", r["hardware"], str(r["tp"]), str(r["replicas"]), str(r["devices"]),
-                      f"${sig(r['usd_per_million_output_tokens'])}", f"${sig(r['usd_per_hour'])}",
-                      ms(r["ttft_q_s"]), ms(r["tpot_q_s"]), f"{r['within_slo']:.0%}", r["calibration"].split(" (")[0],
-                      f"{r['offer']['provider']}, {r['offer']['as_of']}"] for r in self.plans[:top]]  # fmt: skip
+            shown = self.plans[:top]
+            front = [r for r in self.plans if r["frontier"] and r not in shown]
+            # the runtime and weight columns where the search varied them
+            varied = [k for k in ("runtime", "weights") if len({r[k] for r in self.plans}) > 1]
+            head = ["", "hardware", "plan", "replicas", "devices", *varied, "$/M out", "$/hour", f"{q} TTFT",
+                    f"{q} TPOT", "within SLO", "J/token", "calibration", "offer"]  # fmt: skip
+            cells = [["*" if r["frontier"] else "", r["hardware"], plan_label(r), str(r["replicas"]), str(r["devices"]),
+                      *(str(r[k]) for k in varied), f"${sig(r['usd_per_million_output_tokens'])}",
+                      f"${sig(r['usd_per_hour'])}", ms(r["ttft_q_s"]), ms(r["tpot_q_s"]), f"{r['within_slo']:.0%}",
+                      "-" if r["j_per_output_token"] is None else sig(r["j_per_output_token"]),
+                      r["calibration"].split(" (")[0], f"{r['offer']['provider']}, {r['offer']['as_of']}"]
+                     for r in (*shown, *front)]  # fmt: skip
             widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
-            lines += [("  " + "  ".join(c.ljust(wd) for c, wd in zip(row, widths))).rstrip() for row in [head, *cells]]
-            lines.append(f"  * on the Pareto frontier of cost and {q} TTFT; {len(self.plans)} plans meet the SLOs")
+            rows = [head, *cells]
+            lines += [("  " + "  ".join(c.ljust(wd) for c, wd in zip(row, widths))).rstrip() for row in rows]
+            more = f" (the {len(front)} below the top {top} listed after it)" if front else ""
+            lines.append(
+                f"  * on the Pareto frontier of cost and {q} TTFT{more}; {len(self.plans)} plans meet the SLOs"
+            )
         if self.refused and refused:
             lines.append("refused:")
-            lines.append(_table([(f"{r['hardware']} TP {r['tp']}", r["reason"]) for r in self.refused]))
+            lines.append(_table([(r["candidate"], r["reason"]) for r in self.refused]))
         elif self.refused:
             lines.append(f"{len(self.refused)} candidates refused (--verbose lists each with its reason)")
         return "\n".join(lines)
@@ -93,8 +121,11 @@ def recommend(
     output: int = 256,
     hardware: Optional[Sequence[str]] = None,
     tp: Sequence[int] = (1, 2, 4, 8),
-    weight_dtype: Optional[str] = None,
-    runtime: Optional[str] = None,
+    weight_dtype: Optional[str | Sequence[Optional[str]]] = None,
+    runtime: Optional[str | Sequence[str]] = None,
+    disaggregate: bool = False,
+    kv_link_gbs: Optional[float] = None,
+    kv_link_latency_us: Optional[float] = None,
     requests: int = 500,
     max_devices: int = 64,
     progress: Optional[Callable[[int, int], Any]] = None,
@@ -105,10 +136,16 @@ def recommend(
     ``percentile`` % of requests within ``slo_ttft_ms`` and ``slo_tpot_ms``, cheapest first.
 
     Args:
-        hardware: the devices to search (default: every catalog device with a published
-            on-demand price).
+        hardware: the devices to search (default: every catalog device with a published offer).
         tp: the tensor-parallel degrees to try (over the device's scale-up link, or its host link
-            where it has none, as ``estimate`` prices them).
+            where it has none, as ``estimate`` prices them). An MoE model also tries each with
+            its experts spread over the TP group (EP = TP).
+        weight_dtype: the weight formats to try (one or several; default: the model's own).
+        runtime: the runtimes to try, each with its calibration and scheduler (one or several of
+            vllm, sglang, trtllm; default vllm).
+        disaggregate: also try each sized fleet split into a prefill and a decode pool.
+        kv_link_gbs, kv_link_latency_us: the link a disaggregated prompt's KV crosses, per rank
+            (default: the device's scale-out link, where the catalog has its bandwidth and latency).
         requests: requests per simulated run (more: steadier percentiles, slower search).
         max_devices: the most devices a plan may take.
         progress: called with (candidates done, candidates) as the search goes.
@@ -116,7 +153,7 @@ def recommend(
             many years, instead of their on-demand rentals (``Catalog.offers``).
     """
     from .estimate import estimate
-    from .serving import max_rate, simulate
+    from .models import Model
 
     cat = catalog or default_catalog()
     rate = _checks.number("rate", rate, positive=True)
@@ -136,81 +173,131 @@ def recommend(
         raise PlanError("hardware: no device to search")
     # a serving question: vLLM unless told otherwise (llama.cpp, the default on some parts, has no
     # continuous-batching scheduler in the simulator)
-    plan_kw = {"weight_dtype": weight_dtype, "runtime": runtime or "vllm", "catalog": cat}
+    runtimes = _listed("runtime", runtime) or ["vllm"]
+    dtypes = _listed("weight_dtype", weight_dtype) or [None]
+    moe = Model.from_config(model).is_moe if isinstance(model, str) else bool(getattr(model, "is_moe", False))
     # the simulator streams p50, p90 and p99: the plans show the nearest at or above the percentile
     shown = "p50" if pct <= 50 else "p90" if pct <= 90 else "p99"
     workload = {"rate": rate, "prompt": prompt, "output": output, "percentile": pct, **slo, "requests": requests,
-                "shown_quantile": shown, "amortise_years": years}  # fmt: skip
-    candidates = [(h, t) for h in names for t in tps]
+                "shown_quantile": shown, "amortise_years": years,
+                "disaggregate": _checks.flag("disaggregate", disaggregate),
+                "kv_link": {"kv_link_gbs": kv_link_gbs, "kv_link_latency_us": kv_link_latency_us}}  # fmt: skip
+    candidates = [(h, t, e, rt, wd) for h in names for rt in runtimes for wd in dtypes for t in tps
+                  for e in sorted({1, t} if moe else {1})]  # fmt: skip
     plans, refused = [], []
-    for i, (hw, t) in enumerate(candidates):
+    for i, (hw, t, ep, rt, wd) in enumerate(candidates):
         if progress is not None:
             progress(i, len(candidates))
-        why, plan = _candidate(model, hw, t, cat, workload, plan_kw, max_devices, estimate, max_rate, simulate)
-        if why is not None:
-            refused.append({"hardware": hw, "tp": t, "reason": why})
-        elif plan is not None:
-            plans.append(plan)
+        label = (
+            f"{hw} {plan_label({'tp': t, 'ep': ep})}"
+            + (f" {rt}" if len(runtimes) > 1 else "")
+            + (f" {wd}" if len(dtypes) > 1 else "")
+        )
+        plan_kw = {"weight_dtype": wd, "runtime": rt, "catalog": cat}
+        found, why = _candidate(model, hw, t, ep, cat, workload, plan_kw, max_devices, estimate)
+        plans += found
+        refused += [{"candidate": label, "hardware": hw, "tp": t, "ep": ep, "runtime": rt, "weight_dtype": wd,
+                     "reason": r} for r in why]  # fmt: skip
     if progress is not None:
         progress(len(candidates), len(candidates))
     plans.sort(key=lambda r: (r["usd_per_million_output_tokens"], r["ttft_q_s"]))
     best_ttft = math.inf
-    for r in plans:  # cheapest first: a plan is on the frontier when no cheaper one is faster
+    for r in plans:  # cheapest first: a plan is on the frontier when no cheaper one is as fast
         r["frontier"] = r["ttft_q_s"] < best_ttft
         best_ttft = min(best_ttft, r["ttft_q_s"])
     return Recommendation(model=str(model), workload=workload, plans=plans, refused=refused)
 
 
-Refusal = tuple[Optional[str], Optional[dict[str, Any]]]
+def _listed(name: str, v: Any) -> list[Any]:
+    """One value or several (a list, or comma-separated text) as a list; none: empty."""
+    if v is None:
+        return []
+    if isinstance(v, str):
+        return [x.strip() for x in v.split(",") if x.strip()]
+    if isinstance(v, Sequence):
+        return list(v)
+    raise PlanError(f"{name}: expected a name or a list of names, got {v!r}")
 
 
-def _candidate(model: str, hw: str, tp: int, cat: Catalog, w: dict[str, Any], plan_kw: dict[str, Any],
-               max_devices: int, estimate: Any, max_rate: Any, simulate: Any) -> Refusal:  # fmt: skip
-    """One device and TP degree: (why it is refused, None) or (None, its plan)."""
+def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str, Any], plan_kw: dict[str, Any],
+               max_devices: int, estimate: Any) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """One device, TP and EP degree, runtime and weight format: its plans (aggregated, and with
+    ``disaggregate`` the cheapest prefill/decode split) and the reasons any were refused."""
+    from .serving import max_rate, simulate
+
     offers = cat.offers(hw, w["amortise_years"])
     if not offers:
-        return f"{missing_price(hw, w['amortise_years']).split(';')[0]}: cannot be ranked by cost", None
+        return [], [f"{missing_price(hw, w['amortise_years']).split(';')[0]}: cannot be ranked by cost"]
     slo = {k: w[k] for k in ("slo_ttft_ms", "slo_tpot_ms")}
     try:
-        e = estimate(model, hw, tp=tp, prompt=w["prompt"], output=w["output"], allow_no_fit=True, **plan_kw)
+        e = estimate(model, hw, tp=tp, ep=ep, prompt=w["prompt"], output=w["output"], allow_no_fit=True, **plan_kw)
     except RidgelineError as err:
-        return str(err).splitlines()[0], None
+        return [], [str(err).splitlines()[0]]
     if not e.fits:
         used, usable = (e.memory[k] / 1e9 for k in ("total_bytes", "budget_bytes"))
-        return f"does not fit ({used:.1f} GB a device, {usable:.1f} usable)", None
+        return [], [f"does not fit ({used:.1f} GB a device, {usable:.1f} usable)"]
     for key, got in (("slo_ttft_ms", e.ttft_s), ("slo_tpot_ms", e.tpot_s)):
         if slo[key] is not None and got is not None and got * 1e3 > slo[key]:
-            return f"a lone request misses the {key[4:8].upper()} objective ({sig(got * 1e3)} ms)", None
+            return [], [f"a lone request misses the {key[4:8].upper()} objective ({sig(got * 1e3)} ms)"]
     # the workload's own length bounds a sequence: the fleet is sized for it, not the model's maximum
-    sim_kw = {"tp": tp, "prompt": w["prompt"], "output": w["output"], "requests": w["requests"],
+    sim_kw = {"tp": tp, "ep": ep, "prompt": w["prompt"], "output": w["output"], "requests": w["requests"],
               "max_model_len": w["prompt"] + w["output"], **slo, **plan_kw}  # fmt: skip
     share = w["percentile"] / 100
+
+    def meets(s: Any) -> bool:
+        return bool(s.finished and s.good_requests >= share * s.finished)
+
+    def run(n: int, **kw: Any) -> Any:
+        return simulate(model, hw, rate=w["rate"], **{**sim_kw, "requests": max(w["requests"], w["requests"] * n)},
+                        **kw)  # fmt: skip
+
+    price, offer = price_of(None, offers) or (0.0, None)  # offers is not empty: checked above
+
+    def plan(s: Any, replicas: int, per_instance: float, split: Optional[tuple[int, int]] = None) -> dict[str, Any]:
+        devices = replicas * tp
+        q, en = w["shown_quantile"], s.energy
+        return {
+            "hardware": hw, "tp": tp, "ep": ep, "replicas": replicas, "devices": devices,
+            "prefill_instances": split[0] if split else None, "decode_instances": split[1] if split else None,
+            "runtime": s.runtime, "weights": s.plan["weights"],
+            "usd_per_device_hour": price, "usd_per_hour": price * devices, "offer": offer,
+            "usd_per_million_output_tokens": usd_per_million(price * devices, s.output_tok_s),
+            "per_instance_rate": per_instance, "within_slo": s.good_requests / s.finished,
+            "ttft_q_s": float(s.ttft_s[q]), "tpot_q_s": float(s.tpot_s[q]), "output_tok_s": s.output_tok_s,
+            "j_per_output_token": en.get("j_per_output_token"), "calibration": e.calibration, "frontier": False,
+        }  # fmt: skip
+
     try:
         per_instance, _ = max_rate(model, hw, share=share, **sim_kw)
         if per_instance <= 0:
-            return "one instance cannot serve 1 req/s within the SLOs", None
+            return [], ["one instance cannot serve 1 req/s within the SLOs"]
         replicas = math.ceil(w["rate"] / per_instance)
         for _ in range(_CONFIRM_STEPS + 1):
             if replicas * tp > max_devices:
-                return f"needs {replicas} replicas: {replicas * tp} devices, more than max_devices {max_devices}", None
-            n = max(w["requests"], w["requests"] * replicas)
-            s = simulate(model, hw, instances=replicas, router="least_outstanding", rate=w["rate"],
-                         **{**sim_kw, "requests": n})  # fmt: skip
-            if s.finished and s.good_requests >= share * s.finished:
+                return [], [f"needs {replicas} replicas: {replicas * tp} devices, more than max_devices {max_devices}"]
+            s = run(replicas, instances=replicas, router="least_outstanding")
+            if meets(s):
                 break
             replicas += 1
         else:
-            return f"the sized fleet misses the SLOs in simulation after {_CONFIRM_STEPS} added replicas", None
+            return [], [f"the sized fleet misses the SLOs in simulation after {_CONFIRM_STEPS} added replicas"]
     except RidgelineError as err:
-        return str(err).splitlines()[0], None
-    price, offer = price_of(None, offers) or (0.0, None)  # offers is not empty: checked above
-    devices = replicas * tp
-    q = w["shown_quantile"]
-    return None, {
-        "hardware": hw, "tp": tp, "replicas": replicas, "devices": devices,
-        "usd_per_device_hour": price, "usd_per_hour": price * devices, "offer": offer,
-        "usd_per_million_output_tokens": usd_per_million(price * devices, s.output_tok_s),
-        "per_instance_rate": per_instance, "within_slo": s.good_requests / s.finished,
-        "ttft_q_s": float(s.ttft_s[q]), "tpot_q_s": float(s.tpot_s[q]),
-        "output_tok_s": s.output_tok_s, "runtime": s.runtime, "calibration": e.calibration, "frontier": False,
-    }  # fmt: skip
+        return [], [str(err).splitlines()[0]]
+    out = [plan(s, replicas, per_instance)]
+    if not w["disaggregate"]:
+        return out, []
+    # split into a prefill and a decode pool: the smallest fleet (two instances up to one more than
+    # the aggregated fleet's) whose best split meets the SLOs
+    for n in range(2, replicas + 2):
+        tried = []
+        for p in range(1, n):
+            try:
+                d = run(n, prefill_instances=p, decode_instances=n - p, router="least_outstanding", **w["kv_link"])
+            except RidgelineError as err:
+                return out, [f"disaggregated: {str(err).splitlines()[0]}"]
+            if meets(d):
+                tried.append((d.good_requests / d.finished, -d.ttft_s[w["shown_quantile"]], p, d))
+        if tried:
+            _, _, p, d = max(tried, key=lambda x: x[:3])
+            return [*out, plan(d, n, per_instance, (p, n - p))], []
+    return out, [f"disaggregated: no split of {replicas + 1} instances or fewer meets the SLOs"]

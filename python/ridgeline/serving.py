@@ -708,7 +708,9 @@ def max_rate(
             break
         lo, best, hi = hi, s, hi * 2
         if hi > 2.0**40:
-            raise PlanError("max_rate: the SLOs hold at every rate tried (up to 2^40 req/s); check the workload")
+            raise PlanError(f"max_rate: the SLOs hold at every rate tried (up to 2^40 req/s): the workload's "
+                            f"{kw.get('requests') or 'requests'} requests all at once meet them; simulate more "
+                            "requests")  # fmt: skip
     while hi - lo > tol * hi:
         mid = (lo + hi) / 2 if lo > 0 else hi / 2
         s = run(mid)
