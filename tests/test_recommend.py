@@ -128,3 +128,19 @@ def test_the_frontier_plot_and_purchase_prices(tmp_path):
     xs = sorted(p["ttft_q_s"] * 1e3 for p in r.frontier())
     assert list(line.get_xdata()) == pytest.approx(xs)
     assert plot.save(fig, str(tmp_path / "f.png")) and (tmp_path / "f.png").stat().st_size > 0
+
+
+def test_length_distributions_are_drawn_by_the_simulator_and_bound_its_sequences():
+    lengths = {"prompt": "lognormal:1500:0.8:16:8000", "output": "uniform:64:512"}
+    r = ridgeline.recommend(LLAMA8, rate=6, slo_ttft_ms=800, slo_tpot_ms=40, hardware=["H100_SXM"], tp=(1,),
+                            requests=200, **lengths)  # fmt: skip
+    w = r.workload
+    assert w["mean_lengths"] == (1500, 288) and w["max_model_len"] == 8000 + 512
+    assert "prompt lognormal(mean 1500, sigma 0.8, lo 16, hi 8000), output uniform(lo 64, hi 512)" in r.summary()
+    (p,) = r.plans
+    sim = ridgeline.simulate(LLAMA8, "H100_SXM", tp=1, instances=p["replicas"], router="least_outstanding", rate=6,
+                             requests=200 * p["replicas"], max_model_len=8512, slo_ttft_ms=800, slo_tpot_ms=40,
+                             **lengths)  # fmt: skip
+    assert sim.good_requests / sim.finished == pytest.approx(p["within_slo"]) and p["within_slo"] >= 0.9
+    with pytest.raises(PlanError, match="prompt"):
+        ridgeline.recommend(LLAMA8, rate=6, slo_tpot_ms=40, prompt="zipf:3")

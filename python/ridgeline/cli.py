@@ -1393,8 +1393,13 @@ def model_show(name: str, as_json: bool) -> None:
 @click.option("--slo-tpot-ms", type=float, default=None, help="TPOT objective (ms).")
 @click.option("--percentile", type=float, default=90, show_default=True,
               help="The share of requests (%) that must meet the objectives.")  # fmt: skip
-@click.option("--prompt", type=int, default=1024, show_default=True, help="Prompt tokens per request.")
-@click.option("--output", type=int, default=256, show_default=True, help="Output tokens per request.")
+@click.option(
+    "--prompt",
+    default="1024",
+    show_default=True,
+    help="Prompt lengths, as simulate: N, uniform:LO:HI, normal:MEAN:STD[:LO:HI], lognormal:MEAN:SIGMA[:LO:HI].",
+)
+@click.option("--output", default="256", show_default=True, help="Output lengths, as --prompt.")
 @click.option(
     "--hardware", "-H", multiple=True,
     help="Devices to search (repeatable; default: every device with a published on-demand price).",
@@ -1429,7 +1434,7 @@ def model_show(name: str, as_json: bool) -> None:
                    "(data/hardware/hardware_purchase.csv), instead of a rental.")  # fmt: skip
 def recommend(
     model: str, rate: float, slo_ttft_ms: Optional[float], slo_tpot_ms: Optional[float], percentile: float,
-    prompt: int, output: int, hardware: tuple[str, ...], tp: str, weight_dtype: Optional[str],
+    prompt: str, output: str, hardware: tuple[str, ...], tp: str, weight_dtype: Optional[str],
     runtime: Optional[str], disaggregate: bool, kv_link_gbs: Optional[float], kv_link_latency_us: Optional[float],
     requests: int, max_devices: int, top: int, verbose: bool,
     as_json: bool, plot_path: Optional[str], force: bool, amortise_years: Optional[float],

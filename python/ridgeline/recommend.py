@@ -77,8 +77,10 @@ class Recommendation:
     def summary(self, top: int = 10, refused: bool = False) -> str:
         w = self.workload
         slo = ", ".join(f"{k} {w[f'slo_{k.lower()}_ms']:g} ms" for k in ("TTFT", "TPOT") if w[f"slo_{k.lower()}_ms"])
-        lines = [f"{self.model}: {w['rate']:g} req/s, prompt {w['prompt']}, output {w['output']} tokens; "
-                 f"p{w['percentile']:g} within {slo}"]  # fmt: skip
+        from .serving import length_text
+
+        lines = [f"{self.model}: {w['rate']:g} req/s, prompt {length_text(w['prompt'])}, output "
+                 f"{length_text(w['output'])} tokens; p{w['percentile']:g} within {slo}"]  # fmt: skip
         if not self.plans:
             lines.append("no plan meets the SLOs" + (": see the refused candidates below" if self.refused else ""))
         else:
@@ -117,8 +119,8 @@ def recommend(
     slo_ttft_ms: Optional[float] = None,
     slo_tpot_ms: Optional[float] = None,
     percentile: float = 90,
-    prompt: int = 1024,
-    output: int = 256,
+    prompt: Any = 1024,
+    output: Any = 256,
     hardware: Optional[Sequence[str]] = None,
     tp: Sequence[int] = (1, 2, 4, 8),
     weight_dtype: Optional[str | Sequence[Optional[str]]] = None,
@@ -136,6 +138,10 @@ def recommend(
     ``percentile`` % of requests within ``slo_ttft_ms`` and ``slo_tpot_ms``, cheapest first.
 
     Args:
+        prompt, output: lengths as ``simulate`` takes them: a whole number, or a distribution
+            (``"lognormal:1500:0.8:16:16000"``, ``"uniform:LO:HI"``, ``"normal:..."``, a mapping).
+            The static prune prices a lone request of the mean lengths; the simulator draws them,
+            its sequences bounded by the longest prompt plus the longest output.
         hardware: the devices to search (default: every catalog device with a published offer).
         tp: the tensor-parallel degrees to try (over the device's scale-up link, or its host link
             where it has none, as ``estimate`` prices them). An MoE model also tries each with
@@ -154,6 +160,7 @@ def recommend(
     """
     from .estimate import estimate
     from .models import Model
+    from .serving import length_bounds, parse_lengths
 
     cat = catalog or default_catalog()
     rate = _checks.number("rate", rate, positive=True)
@@ -164,7 +171,11 @@ def recommend(
         raise PlanError("recommend needs an SLO: --slo-ttft-ms and/or --slo-tpot-ms")
     slo = {k: None if v is None else _checks.number(k, v, positive=True)
            for k, v in (("slo_ttft_ms", slo_ttft_ms), ("slo_tpot_ms", slo_tpot_ms))}  # fmt: skip
-    prompt, output = _checks.whole("prompt", prompt, 1), _checks.whole("output", output, 2)
+    m = Model.from_config(model) if isinstance(model, str) else model
+    lengths = {k: parse_lengths(k, v, int(m.max_model_len)) for k, v in (("prompt", prompt), ("output", output))}
+    if lengths["output"]["kind"] == "fixed":
+        _checks.whole("output", lengths["output"]["value"], 2)
+    (p_mean, p_max), (o_mean, o_max) = (length_bounds(lengths[k]) for k in ("prompt", "output"))
     requests, max_devices = _checks.whole("requests", requests, 10), _checks.whole("max_devices", max_devices, 1)
     tps = sorted({_checks.whole("tp", t, 1) for t in tp})
     years = None if amortise_years is None else _checks.number("amortise_years", amortise_years, positive=True)
@@ -175,10 +186,13 @@ def recommend(
     # continuous-batching scheduler in the simulator)
     runtimes = _listed("runtime", runtime) or ["vllm"]
     dtypes = _listed("weight_dtype", weight_dtype) or [None]
-    moe = Model.from_config(model).is_moe if isinstance(model, str) else bool(getattr(model, "is_moe", False))
+    moe = bool(m.is_moe)
     # the simulator streams p50, p90 and p99: the plans show the nearest at or above the percentile
     shown = "p50" if pct <= 50 else "p90" if pct <= 90 else "p99"
-    workload = {"rate": rate, "prompt": prompt, "output": output, "percentile": pct, **slo, "requests": requests,
+    workload = {"rate": rate, "prompt": lengths["prompt"], "output": lengths["output"],
+                "mean_lengths": (max(1, round(p_mean)), max(2, round(o_mean))),
+                "max_model_len": min(int(m.max_model_len), p_max + o_max), "percentile": pct, **slo,
+                "requests": requests,
                 "shown_quantile": shown, "amortise_years": years,
                 "disaggregate": _checks.flag("disaggregate", disaggregate),
                 "kv_link": {"kv_link_gbs": kv_link_gbs, "kv_link_latency_us": kv_link_latency_us}}  # fmt: skip
@@ -230,7 +244,8 @@ def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str,
         return [], [f"{missing_price(hw, w['amortise_years']).split(';')[0]}: cannot be ranked by cost"]
     slo = {k: w[k] for k in ("slo_ttft_ms", "slo_tpot_ms")}
     try:
-        e = estimate(model, hw, tp=tp, ep=ep, prompt=w["prompt"], output=w["output"], allow_no_fit=True, **plan_kw)
+        prompt, output = w["mean_lengths"]
+        e = estimate(model, hw, tp=tp, ep=ep, prompt=prompt, output=output, allow_no_fit=True, **plan_kw)
     except RidgelineError as err:
         return [], [str(err).splitlines()[0]]
     if not e.fits:
@@ -238,10 +253,13 @@ def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str,
         return [], [f"does not fit ({used:.1f} GB a device, {usable:.1f} usable)"]
     for key, got in (("slo_ttft_ms", e.ttft_s), ("slo_tpot_ms", e.tpot_s)):
         if slo[key] is not None and got is not None and got * 1e3 > slo[key]:
-            return [], [f"a lone request misses the {key[4:8].upper()} objective ({sig(got * 1e3)} ms)"]
+            what = "a lone request" + (
+                "" if w["prompt"]["kind"] == w["output"]["kind"] == "fixed" else " of the mean lengths"
+            )
+            return [], [f"{what} misses the {key[4:8].upper()} objective ({sig(got * 1e3)} ms)"]
     # the workload's own length bounds a sequence: the fleet is sized for it, not the model's maximum
     sim_kw = {"tp": tp, "ep": ep, "prompt": w["prompt"], "output": w["output"], "requests": w["requests"],
-              "max_model_len": w["prompt"] + w["output"], **slo, **plan_kw}  # fmt: skip
+              "max_model_len": w["max_model_len"], **slo, **plan_kw}  # fmt: skip
     share = w["percentile"] / 100
 
     def meets(s: Any) -> bool:

@@ -362,14 +362,25 @@ def _cost_line(c: Mapping[str, Any]) -> str:
     return f"{per_m}${hour} an hour: {c['devices']} devices at ${device} ({where})"
 
 
+def length_text(d: Mapping[str, Any]) -> str:
+    """A length distribution (``parse_lengths``) in words: ``1024``, ``lognormal(mean 300, ...)``."""
+    if d["kind"] == "fixed":
+        return str(d["value"])
+    args = ", ".join(f"{k} {v:g}" for k, v in d.items() if k != "kind")
+    return f"{d['kind']}({args})"
+
+
+def length_bounds(d: Mapping[str, Any]) -> tuple[float, int]:
+    """A length distribution's mean (before its clamps) and its longest length (its upper clamp)."""
+    if d["kind"] == "fixed":
+        return float(d["value"]), int(d["value"])
+    mean = (d["lo"] + d["hi"]) / 2 if d["kind"] == "uniform" else float(d["mean"])
+    return mean, int(d["hi"])
+
+
 def _describe(workload: Mapping[str, Any]) -> str:
     a = workload["arrivals"]
-
-    def lengths(d: Mapping[str, Any]) -> str:
-        if d["kind"] == "fixed":
-            return str(d["value"])
-        args = ", ".join(f"{k} {v:g}" for k, v in d.items() if k != "kind")
-        return f"{d['kind']}({args})"
+    lengths = length_text
 
     if a["kind"] == "trace":
         return f"trace of {len(a['rows']):,} requests"
