@@ -158,7 +158,6 @@ def recommend(
         amortise_years: rank by the devices' cheapest published purchase prices spread over this
             many years, instead of their on-demand rentals (``Catalog.offers``).
     """
-    from .estimate import estimate
     from .models import Model
     from .serving import length_bounds, parse_lengths
 
@@ -208,7 +207,7 @@ def recommend(
             + (f" {wd}" if len(dtypes) > 1 else "")
         )
         plan_kw = {"weight_dtype": wd, "runtime": rt, "catalog": cat}
-        found, why = _candidate(model, hw, t, ep, cat, workload, plan_kw, max_devices, estimate)
+        found, why = _candidate(model, hw, t, ep, cat, workload, plan_kw, max_devices)
         plans += found
         refused += [{"candidate": label, "hardware": hw, "tp": t, "ep": ep, "runtime": rt, "weight_dtype": wd,
                      "reason": r} for r in why]  # fmt: skip
@@ -234,9 +233,10 @@ def _listed(name: str, v: Any) -> list[Any]:
 
 
 def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str, Any], plan_kw: dict[str, Any],
-               max_devices: int, estimate: Any) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+               max_devices: int) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
     """One device, TP and EP degree, runtime and weight format: its plans (aggregated, and with
-    ``disaggregate`` the cheapest prefill/decode split) and the reasons any were refused."""
+    ``disaggregate`` the smallest prefill/decode split meeting the SLOs) and why any was refused."""
+    from .estimate import estimate
     from .serving import max_rate, simulate
 
     offers = cat.offers(hw, w["amortise_years"])
@@ -266,12 +266,13 @@ def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str,
         return bool(s.finished and s.good_requests >= share * s.finished)
 
     def run(n: int, **kw: Any) -> Any:
-        return simulate(model, hw, rate=w["rate"], **{**sim_kw, "requests": max(w["requests"], w["requests"] * n)},
-                        **kw)  # fmt: skip
+        return simulate(model, hw, rate=w["rate"], **{**sim_kw, "requests": w["requests"] * n}, **kw)
 
     price, offer = price_of(None, offers) or (0.0, None)  # offers is not empty: checked above
 
-    def plan(s: Any, replicas: int, per_instance: float, split: Optional[tuple[int, int]] = None) -> dict[str, Any]:
+    def plan(
+        s: Any, replicas: int, per_instance: Optional[float], split: Optional[tuple[int, int]] = None
+    ) -> dict[str, Any]:
         devices = replicas * tp
         q, en = w["shown_quantile"], s.energy
         return {
@@ -317,5 +318,5 @@ def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str,
                 tried.append((d.good_requests / d.finished, -d.ttft_s[w["shown_quantile"]], p, d))
         if tried:
             _, _, p, d = max(tried, key=lambda x: x[:3])
-            return [*out, plan(d, n, per_instance, (p, n - p))], []
+            return [*out, plan(d, n, None, (p, n - p))], []
     return out, [f"disaggregated: no split of {replicas + 1} instances or fewer meets the SLOs"]
