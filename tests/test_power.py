@@ -79,7 +79,8 @@ def test_simulated_energy_is_the_static_estimates_for_lone_requests_and_idle_pow
 
     kw = {"prompt": 1000, "output": 200, "runtime": "vllm"}
     t_step = float(lookup("H100_SXM", "vllm")[1]["t_step_us"])  # the estimate's step overhead
-    sim = ridgeline.simulate(LLAMA, "H100_SXM", concurrency=1, requests=3, step_overhead_us=t_step, **kw)
+    sim = ridgeline.simulate(LLAMA, "H100_SXM", concurrency=1, requests=3, step_overhead_us=t_step,
+                             request_overhead_us=0, **kw)  # fmt: skip
     e = ridgeline.estimate(LLAMA, "H100_SXM", batch=1, chunk=sim.scheduler["max_num_batched_tokens"], **kw)
     en = sim.energy
     assert sim.ttft_s["mean"] == pytest.approx(e.ttft_s, rel=1e-9)

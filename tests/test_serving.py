@@ -21,12 +21,13 @@ LLAMA = "meta-llama/Llama-3.1-8B"
 def test_one_client_gets_the_static_estimate_of_its_runtime(runtime):
     # one request at a time: TTFT is the estimate's prefill in the scheduler's token-budget
     # chunks, TPOT its decode at batch 1, both under the runtime's shipped calibration (with its
-    # t_step: by default the simulator takes the overhead fitted on replayed runs instead)
+    # t_step: by default the simulator takes the overhead fitted on replayed runs instead; and no
+    # front-end time, which the static estimate does not price)
     from ridgeline._fits import lookup
 
     t_step = float(lookup("H100_SXM", runtime)[1]["t_step_us"])
     s = ridgeline.simulate(LLAMA, "H100_SXM", concurrency=1, requests=3, prompt=3000, output=40, runtime=runtime,
-                           step_overhead_us=t_step)  # fmt: skip
+                           step_overhead_us=t_step, request_overhead_us=0)  # fmt: skip
     budget = s.scheduler["max_num_batched_tokens"]
     e = ridgeline.estimate(LLAMA, "H100_SXM", prompt=3000, output=40, runtime=runtime, chunk=budget)
     assert s.calibration == e.calibration
@@ -258,14 +259,57 @@ def test_the_serving_step_fit_minimises_its_residual_and_is_held_out_across_devi
     fits = {r["hardware"]: r for r in serving_step_fits(str(f))}
     assert set(fits) == {"H100_SXM", "B200", "*"} and fits["H100_SXM"]["n_runs"] == 4
     assert fits["H100_SXM"]["transferred_to"] == "B200" and fits["B200"]["medape_transferred"] is not None
-    # the fitted overhead, replayed for real, does no worse than 20% more or less of it
+    # the fitted overhead, replayed for real as it was fitted (no front-end time), does no worse than 20% more or
+    # less of it
     t = fits["H100_SXM"]["t_step_us"]
 
     def rms(step_us):
-        got = [r for r in serving_runs(str(f), step_overhead_us=step_us, limit=4) if r["metric"] == "tpot_ms"]
+        got = [
+            r
+            for r in serving_runs(str(f), step_overhead_us=step_us, request_overhead_us=0.0, limit=4)
+            if r["metric"] == "tpot_ms"
+        ]
         return float(np.sqrt(np.mean([np.log(r["observed"] / r["predicted"]) ** 2 for r in got])))
 
     assert rms(t) <= min(rms(0.8 * t), rms(1.2 * t)) + 1e-3
+    # the front-end overhead likewise, on the lightly loaded runs, at the fitted step overheads
+    steps = {("vllm", h): fits[h]["t_step_us"] for h in ("H100_SXM", "B200")}
+    light = int(ridgeline.Catalog().constant("fit_request_max_concurrency"))
+    fitted = [h for h in ("H100_SXM", "B200") if fits[h]["request_us"] is not None]
+    assert fitted and all(fits[h]["request_runs"] >= 1 for h in fitted)
+    for h in fitted:
+        u = fits[h]["request_us"]
+
+        def rms_ttft(us, h=h):
+            got = [r for r in serving_runs(str(f), step_overhead_us=steps, request_overhead_us=us, modes=("agg",),
+                                           max_concurrency=light)
+                   if r["metric"] == "ttft_ms" and r["hardware"] == h and r["predicted"]]  # fmt: skip
+            return float(np.sqrt(np.mean([np.log(r["observed"] / r["predicted"]) ** 2 for r in got])))
+
+        assert rms_ttft(u) <= min(rms_ttft(0.8 * u), rms_ttft(1.2 * u)) + 1e-3
+
+
+def test_a_front_end_overhead_adds_to_ttft_and_e2e_only():
+    kw = {"concurrency": 1, "requests": 3, "prompt": 1000, "output": 50, "runtime": "vllm"}
+    a = ridgeline.simulate(LLAMA, "H100_SXM", request_overhead_us=0, **kw)
+    b = ridgeline.simulate(LLAMA, "H100_SXM", request_overhead_us=40_000, **kw)
+    assert b.ttft_s["mean"] == pytest.approx(a.ttft_s["mean"] + 0.04, rel=1e-9)
+    assert b.e2e_s["mean"] == pytest.approx(a.e2e_s["mean"] + 0.04, rel=1e-9)
+    assert b.tpot_s["mean"] == pytest.approx(a.tpot_s["mean"], rel=1e-12)
+    assert b.calibration_note.endswith("request overhead given")
+    with pytest.raises(PlanError, match="request_overhead_us"):
+        ridgeline.simulate(LLAMA, "H100_SXM", request_overhead_us=-1, **kw)
+    # by default a calibrated run takes its runtime's fit on the lightly loaded serving runs, and says so
+    from ridgeline._fits import serving_request
+
+    fit = serving_request("vllm", "H100_SXM")
+    assert fit is not None and fit[0] > 0
+    d = ridgeline.simulate(LLAMA, "H100_SXM", **kw)
+    assert d.ttft_s["mean"] == pytest.approx(a.ttft_s["mean"] + fit[0] / 1e6, rel=1e-9)
+    assert fit[1] in d.calibration_note
+    # the bound takes none
+    u = ridgeline.simulate(LLAMA, "H100_SXM", calibrated=False, **kw)
+    assert "front-end" not in u.calibration_note
 
 
 def test_max_rate_finds_where_the_slo_share_gives_way():

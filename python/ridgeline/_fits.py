@@ -181,6 +181,24 @@ def serving_fits() -> dict[tuple[str, str], dict[str, str]]:
     return {(r["runtime"], r["hardware"]): r for r in csv.DictReader(_data.read_text(SERVING_FITS).splitlines())}
 
 
+def serving_request(runtime: Optional[str], hardware: str) -> Optional[tuple[float, str]]:
+    """The simulator's per-request front-end overhead for ``runtime`` on ``hardware`` (us) and what
+    it rests on: the device's own fit, else the runtime's profile (a device without lightly
+    loaded runs has none of its own); None where neither has one."""
+    if not runtime:
+        return None
+    fits = serving_fits()
+    rows = (fits.get((runtime, hardware)), fits.get((runtime, "*")))
+    row = next((r for r in rows if r and r.get("request_us")), None)
+    if row is None:
+        return None
+    where = f"{hardware}'s" if row["hardware"] == hardware else f"{runtime}'s profile over"
+    return float(row["request_us"]), (
+        f"a request's front-end overhead {float(row['request_us']) / 1e3:.3g} ms, fitted on {where} "
+        f"{row['request_runs']} lightly loaded replayed runs (TTFT MedAPE {float(row['ttft_medape']):.1%})"
+    )
+
+
 def serving_step(runtime: Optional[str], hardware: str) -> Optional[tuple[float, str]]:
     """The simulator's per-step overhead for ``runtime`` on ``hardware`` (us) and what it rests on:
     the device's own serving fit, else the runtime's profile (the median over fitted devices)."""

@@ -862,7 +862,8 @@ def _calibrate_power(out: str, force: bool) -> None:
 
 
 SERVING_FIT_COLUMNS = ("runtime", "hardware", "t_step_us", "n_runs", "rms_log", "medape", "medape_transferred",
-                       "transferred_to", "structure_version", "data_hash", "fitted_at", "source")  # fmt: skip
+                       "transferred_to", "request_us", "request_runs", "ttft_medape", "ttft_medape_transferred",
+                       "structure_version", "data_hash", "fitted_at", "source")  # fmt: skip
 
 
 def _calibrate_serving(out: str, force: bool, kernels: str) -> None:
@@ -880,8 +881,13 @@ def _calibrate_serving(out: str, force: bool, kernels: str) -> None:
     for r in rows:
         moved = "" if r["medape_transferred"] is None else (
             f", on {r['transferred_to']} {r['medape_transferred']:.1%}")  # fmt: skip
+        front = "" if r["request_us"] is None else (
+            f"; request {r['request_us'] / 1e3:.3g} ms over {r['request_runs']} runs: "
+            f"TTFT MedAPE {r['ttft_medape']:.1%}"
+            + ("" if r["ttft_medape_transferred"] is None
+               else f", moved {r['ttft_medape_transferred']:.1%}"))  # fmt: skip
         click.echo(f"  {r['runtime']:<7} {r['hardware']:<9} step {r['t_step_us']:<8.4g} us over {r['n_runs']:>4} runs: "
-                   f"TPOT MedAPE {r['medape']:.1%}{moved}")  # fmt: skip
+                   f"TPOT MedAPE {r['medape']:.1%}{moved}{front}")  # fmt: skip
     click.echo(f"{'wrote' if path in changed else 'unchanged'} {len(rows)} rows in {path}")
 
 

@@ -493,6 +493,7 @@ def simulate(
     keep_requests: bool = False,
     sample_s: Optional[float] = None,
     step_overhead_us: Optional[float] = None,
+    request_overhead_us: Optional[float] = None,
     progress: Optional[Callable[[int, int], Any]] = None,
     calibrated: bool = True,
     catalog: Optional[Catalog] = None,
@@ -538,6 +539,9 @@ def simulate(
         sample_s: interval of the queue and KV time series (``Simulation.series``).
         step_overhead_us: each step's host overhead (default: the runtime's fit on replayed serving
             runs, ``serving_fits.csv``, where it has one; else its calibration's t_step).
+        request_overhead_us: each request's front-end time before it reaches an instance's queue
+            (parsing, tokenising, routing; default: the runtime's fit on the lightly loaded replayed
+            serving runs, ``serving_fits.csv``, where it has one; else none).
         progress: called as ``progress(ended, total)`` each hundredth of the requests.
         **scheduler: any of ``SCHEDULER_FIELDS`` (max_num_batched_tokens, max_num_seqs, block_size,
             chunked_prefill, mixed, reserve_full, memory_fraction, fraction_of_free) over the
@@ -557,6 +561,16 @@ def simulate(
                                                                                   step_overhead_us))  # fmt: skip
     p, price = pricing(p, price_per_hour, amortise_years, catalog)
     runtime_name = p.plan_labels["runtime"]
+    # the front end's per-request time: given, else the runtime's fit where the plan is calibrated
+    front = None
+    if request_overhead_us is not None:
+        front = (_checks.number("request_overhead_us", request_overhead_us), "request overhead given")
+    elif p.held_runtime is not None:
+        from ._fits import serving_request
+
+        front = serving_request(p.held_runtime, p.dev.name)
+    if front is not None and front[0] < 0:
+        raise PlanError(f"request_overhead_us: must be >= 0 us, got {front[0]:g}")
     sched = scheduler_defaults(runtime_name, p.dev)
     given = {k: v for k, v in scheduler.items() if v is not None}
     if sched is None:
@@ -633,6 +647,7 @@ def simulate(
                        prefill_instances=prefill_instances, decode_instances=decode_instances, prefill_tp=prefill_tp,
                        decode_tp=decode_tp, prefill_ep=prefill_ep, decode_ep=decode_ep, kv_link_gbs=kv_link_gbs,
                        kv_link_latency_us=kv_link_latency_us)  # fmt: skip
+    cluster["request_overhead_s"] = 0.0 if front is None else front[0] * 1e-6
     if progress is not None and not callable(progress):
         raise PlanError(f"progress: expected a callable taking (ended, total), got {progress!r}")
     r = _core.simulate_prepared(p.core, json.dumps(cluster), json.dumps(work), json.dumps(opts), progress)
@@ -658,7 +673,7 @@ def simulate(
     warnings = (*p.warnings, *r["warnings"])
     return Simulation(
         model=p.model, hardware=p.dev.name, runtime=runtime_name, calibration=p.label,
-        calibration_note=p.note,
+        calibration_note=p.note + ("" if front is None else f"; {front[1]}"),
         runtime_note=p.runtime_note, plan={"tp": cluster["pools"][0]["tp"], "ep": cluster["pools"][0]["ep"],
                                            "dtype": p.plan_tail["dtype"], "weights": p.plan_labels["weights"]},
         scheduler={**sched, "max_model_len": mml}, workload=work, counts=dict(r["counts"]),

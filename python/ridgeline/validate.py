@@ -289,7 +289,9 @@ def _whole_prompt_budget(sched: Mapping[str, Any], isl: int, decodes: int) -> Op
 
 def serving_runs(
     path: str, catalog: Optional[Catalog] = None, limit: Optional[int] = None,
-    step_overhead_us: Optional[float] = None, modes: tuple[str, ...] = ("agg", "disagg"),
+    step_overhead_us: Optional[float | Mapping[tuple[str, str], float]] = None,
+    modes: tuple[str, ...] = ("agg", "disagg"),
+    request_overhead_us: Optional[float] = None, max_concurrency: Optional[int] = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """The closed-loop serving runs of a silicon_calibration-format file, each replayed through the
     serving simulator: ``concurrency`` clients of ``isl`` prompt and ``osl`` output tokens under
@@ -298,8 +300,9 @@ def serving_runs(
     ``serving_run_warmup_per_client`` warm-up ones (the run's counts are not recorded:
     constants.csv says what is assumed). TTFT and TPOT are the measured requests' means. One
     record per metric row of the file, priced or with its reason; ``limit``: the first runs only;
-    ``step_overhead_us``: every run's per-step overhead (default: the shipped serving fits);
-    ``modes``: agg and/or disagg runs."""
+    ``step_overhead_us``: every run's per-step overhead, or one per (runtime, device) (default:
+    the shipped serving fits); ``request_overhead_us``: every run's front-end overhead (default:
+    the shipped fits); ``modes``: agg and/or disagg runs; ``max_concurrency``: those runs only."""
     from ._io import read_text
     from .benchmarks import import_file
     from .decompose import _estimate_kwargs
@@ -327,7 +330,7 @@ def serving_runs(
                  "unit": x["unit"], "concurrency": x["batch"], "isl": x["prompt_tokens"], "osl": x["output_tokens"],
                  "mode": "disagg" if "mode disagg" in str(x["not_priced"]) else "agg"}
                 for x in metric_rows]  # fmt: skip
-        if base[0]["mode"] not in modes:
+        if base[0]["mode"] not in modes or (max_concurrency is not None and int(r["batch"] or 1) > max_concurrency):
             continue
         why = next((str(x["not_priced"]) for x in metric_rows
                     if x["not_priced"] and _NEEDS_SIMULATOR not in x["not_priced"]), None)  # fmt: skip
@@ -347,12 +350,15 @@ def serving_runs(
             isl, osl = int(r["prompt_tokens"]), int(r["output_tokens"])
             sched = scheduler_defaults(r["runtime"], cat.get(r["hardware"])) or {}
             budget = _whole_prompt_budget(sched, isl, c)
+            step = (step_overhead_us.get((r["runtime"], r["hardware"])) if isinstance(step_overhead_us, Mapping)
+                    else step_overhead_us)  # fmt: skip
             try:
                 s = simulate(
                     r["model"], r["hardware"], concurrency=c, requests=(per_client + warmup) * c, prompt=isl,
                     output=osl, **shape, runtime=r["runtime"], dtype=kw["dtype"],
                     weight_dtype=kw["weight_dtype"], kv_dtype=kw["kv_dtype"], max_model_len=isl + osl,
-                    keep_requests=True, catalog=cat, max_num_batched_tokens=budget, step_overhead_us=step_overhead_us,
+                    keep_requests=True, catalog=cat, max_num_batched_tokens=budget, step_overhead_us=step,
+                    request_overhead_us=request_overhead_us,
                 )  # fmt: skip
             except RidgelineError as e:
                 why = str(e)
@@ -447,8 +453,8 @@ def serving_step_fits(path: str, catalog: Optional[Catalog] = None) -> list[dict
 
     cat = catalog or default_catalog()
     probe = float(cat.constant("fit_step_probe_us"))
-    at0 = serving_runs(path, cat, step_overhead_us=0.0, modes=("agg",))
-    at1 = serving_runs(path, cat, step_overhead_us=probe, modes=("agg",))
+    at0 = serving_runs(path, cat, step_overhead_us=0.0, modes=("agg",), request_overhead_us=0.0)
+    at1 = serving_runs(path, cat, step_overhead_us=probe, modes=("agg",), request_overhead_us=0.0)
     runs: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     for a, b in zip(at0, at1):
         if a["metric"] != "tpot_ms" or a["predicted"] is None or b["predicted"] is None:
@@ -470,6 +476,7 @@ def serving_step_fits(path: str, catalog: Optional[Catalog] = None) -> list[dict
         fit = least_squares(resid, [probe], bounds=([0.0], [np.inf]))
         fits[key] = round(float(fit.x[0]), 3)  # to the ns: a fit at its bound of 0 reads 0
         rms[key] = float(np.sqrt(np.mean(fit.fun**2)))
+    request = _request_fits(path, cat, fits, probe)
     # what the fit was made against: the engine's structure, the data, ridgeline's version
     stamp = {"structure_version": structure_version(cat), "data_hash": data_hash()[:16], "fitted_at": __version__}
     out = []
@@ -480,7 +487,8 @@ def serving_step_fits(path: str, catalog: Optional[Catalog] = None) -> list[dict
             "runtime": rt, "hardware": hw, "t_step_us": t, "n_runs": len(runs[(rt, hw)]),
             "rms_log": float(f"{rms[(rt, hw)]:.6g}"), "medape": float(f"{medape(runs[(rt, hw)], t):.6g}"),
             "medape_transferred": float(f"{medape(moved, t):.6g}") if moved else None,
-            "transferred_to": ",".join(h for h, _ in others) or None, **stamp,
+            "transferred_to": ",".join(h for h, _ in others) or None, **request.get((rt, hw), _NO_REQUEST_FIT),
+            **stamp,
             "source": f"ridgeline calibrate --serving: {len(runs[(rt, hw)])} aggregated serving runs of {rt} on {hw} "
                       f"replayed through the simulator ({path.rsplit('/', 1)[-1]})",
         })  # fmt: skip
@@ -489,9 +497,59 @@ def serving_step_fits(path: str, catalog: Optional[Catalog] = None) -> list[dict
         mine = [x for (r, _), v in runs.items() if r == rt for x in v]
         out.append({"runtime": rt, "hardware": "*", "t_step_us": float(f"{t:.6g}"), "n_runs": len(mine),
                     "rms_log": None, "medape": float(f"{medape(mine, t):.6g}"), "medape_transferred": None,
-                    "transferred_to": None, **stamp,
+                    "transferred_to": None, **request.get((rt, "*"), _NO_REQUEST_FIT), **stamp,
                     "source": f"ridgeline calibrate --serving: {rt}'s profile, the median of its devices' fits",
                     })  # fmt: skip
+    return out
+
+
+_NO_REQUEST_FIT = {"request_us": None, "request_runs": None, "ttft_medape": None, "ttft_medape_transferred": None}
+
+
+def _request_fits(path: str, cat: Catalog, steps: Mapping[tuple[str, str], float],
+                  probe: float) -> dict[tuple[str, str], dict[str, Any]]:  # fmt: skip
+    """Each (runtime, device)'s front-end overhead per request (us), fitted at its step overhead
+    ``steps`` on the aggregated runs of at most ``fit_request_max_concurrency`` clients, where a
+    request's TTFT is mostly its own prefill: each run replayed at no overhead and at ``probe``
+    (its TTFT is affine in the overhead), the overhead the log least squares of the measured TTFT,
+    >= 0; with its TTFT MedAPE there, and on the runtime's other devices (``ttft_medape_transferred``).
+    A runtime's profile (``*``) takes the devices' median."""
+    from scipy.optimize import least_squares
+
+    most = int(cat.constant("fit_request_max_concurrency"))
+    kw: dict[str, Any] = {"step_overhead_us": steps, "modes": ("agg",), "max_concurrency": most}
+    at0 = serving_runs(path, cat, request_overhead_us=0.0, **kw)
+    at1 = serving_runs(path, cat, request_overhead_us=probe, **kw)
+    runs: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for a, b in zip(at0, at1):
+        if a["metric"] != "ttft_ms" or a["predicted"] is None or b["predicted"] is None:
+            continue
+        runs.setdefault((a["runtime"], a["hardware"]), []).append(
+            (a["observed"], a["predicted"], (b["predicted"] - a["predicted"]) / (probe / 1e3))
+        )
+
+    def medape(rows: list[tuple[float, float, float]], us: float) -> float:
+        return float(np.median([abs(p + k * us / 1e3 - o) / o for o, p, k in rows]))
+
+    fits: dict[tuple[str, str], float] = {}
+    for key, rows in sorted(runs.items()):
+        obs, p0, k = (np.array(col) for col in zip(*rows))
+
+        def resid(x: np.ndarray, obs: np.ndarray = obs, p0: np.ndarray = p0, k: np.ndarray = k) -> np.ndarray:
+            return np.asarray(np.log(obs / (p0 + k * x[0] / 1e3)))
+
+        fits[key] = round(float(least_squares(resid, [probe], bounds=([0.0], [np.inf])).x[0]), 1)
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for (rt, hw), us in fits.items():
+        moved = [x for (r, h), rows in runs.items() if r == rt and h != hw for x in rows]
+        out[(rt, hw)] = {"request_us": us, "request_runs": len(runs[(rt, hw)]),
+                         "ttft_medape": float(f"{medape(runs[(rt, hw)], us):.6g}"),
+                         "ttft_medape_transferred": float(f"{medape(moved, us):.6g}") if moved else None}  # fmt: skip
+    for rt in sorted({r for r, _ in fits}):
+        us = float(np.median([v for (r, _), v in fits.items() if r == rt]))
+        mine = [x for (r, _), rows in runs.items() if r == rt for x in rows]
+        out[(rt, "*")] = {"request_us": float(f"{us:.6g}"), "request_runs": len(mine),
+                          "ttft_medape": float(f"{medape(mine, us):.6g}"), "ttft_medape_transferred": None}  # fmt: skip
     return out
 
 

@@ -339,6 +339,10 @@ pub struct Cluster {
     /// Disaggregated (two pools): the KV link between them.
     #[serde(default)]
     pub kv_link: Option<KvLink>,
+    /// Seconds from a request's arrival to its reaching an instance's queue (the runtime's
+    /// front end: parsing, tokenising, routing); it waits meanwhile.
+    #[serde(default)]
+    pub request_overhead_s: f64,
 }
 
 /// Simulates one instance serving `workload`.
@@ -362,6 +366,7 @@ pub fn simulate(
         }],
         router: Router::RoundRobin,
         kv_link: None,
+        request_overhead_s: 0.0,
     };
     simulate_cluster(m, dev, plan, eff, proto, &cluster, workload, opts, None)
 }
@@ -438,6 +443,13 @@ pub fn simulate_cluster(
             ))
         }
     };
+    let front = cluster.request_overhead_s;
+    if !(front.is_finite() && front >= 0.0) {
+        return Err(Error::plan(
+            "request_overhead",
+            format!("must be a finite number of seconds >= 0, got {front}"),
+        ));
+    }
     for (name, v) in [
         ("slo_ttft_s", opts.slo_ttft_s),
         ("slo_tpot_s", opts.slo_tpot_s),
@@ -550,6 +562,7 @@ pub fn simulate_cluster(
         metrics: Metrics::new(opts.clone(), mml),
         router: cluster.router,
         link: cluster.kv_link,
+        front,
         events: BinaryHeap::new(),
         seq: 0,
         transfers: 0,
@@ -1141,6 +1154,8 @@ struct Event {
 #[derive(Clone, Copy, Debug)]
 enum EventKind {
     Arrival(Arrival),
+    /// A request through the front end reaches the router.
+    Admit(Req),
     StepEnd(usize),
     /// A prompt's KV reaches decode instance `to`.
     Transfer {
@@ -1188,6 +1203,8 @@ struct World<'a, 'p> {
     metrics: Metrics,
     router: Router,
     link: Option<KvLink>,
+    /// The front end's seconds a request takes to reach the router (`Cluster::request_overhead_s`).
+    front: f64,
     events: BinaryHeap<Event>,
     seq: u64,
     transfers: u64,
@@ -1254,15 +1271,23 @@ impl World<'_, '_> {
         let mut next = Some(a);
         while let Some(a) = next.take() {
             match self.metrics.arrive(a, &entry) {
-                Some(r) => {
-                    let i = self.route(0, r.prefix_id);
-                    self.instances[i].enqueue(r, &mut self.metrics.counts);
-                    self.start(i);
+                // it waits at the front end, then joins an instance's queue
+                Some(r) if self.front > 0.0 => {
+                    self.metrics.counts.waiting += 1;
+                    self.push(self.metrics.now + self.front, EventKind::Admit(r));
                 }
+                Some(r) => self.admit(r),
                 None if closed => next = src.next_closed(self.metrics.now),
                 None => {}
             }
         }
+    }
+
+    /// A request joins the queue of the instance the router picks.
+    fn admit(&mut self, r: Req) {
+        let i = self.route(0, r.prefix_id);
+        self.instances[i].enqueue(r, &mut self.metrics.counts);
+        self.start(i);
     }
 
     /// Starts a step on instance `i` if it is idle and has work.
@@ -1442,6 +1467,10 @@ impl World<'_, '_> {
                             self.push(n.arrival_s, EventKind::Arrival(n));
                         }
                     }
+                }
+                EventKind::Admit(r) => {
+                    self.metrics.counts.waiting -= 1;
+                    self.admit(r);
                 }
                 EventKind::StepEnd(i) => self.end_step(i, closed.is_some(), src),
                 EventKind::Transfer { req, to } => self.receive(req, to, closed.is_some(), src),

@@ -175,6 +175,64 @@ fn a_lone_request_draws_the_static_estimates_energy_and_idle_time_draws_idle_pow
 }
 
 #[test]
+fn the_front_end_delays_each_request_by_its_overhead_and_conservation_holds() {
+    // one client: each request's TTFT and E2E grow by exactly the overhead, its TPOT not at all
+    let w = closed(1, 3, fixed(1000), fixed(100), 0);
+    let with = |front: f64| {
+        let c = Cluster {
+            pools: vec![pool(1, 1, &vllm())],
+            router: Router::RoundRobin,
+            kv_link: None,
+            request_overhead_s: front,
+        };
+        cluster(&c, &w, &opts())
+    };
+    let (a, b) = (with(0.0), with(0.05));
+    assert!(
+        close(b.ttft.mean, a.ttft.mean + 0.05, 1e-9),
+        "{} vs {}",
+        b.ttft.mean,
+        a.ttft.mean
+    );
+    assert!(close(b.e2e.mean, a.e2e.mean + 0.05, 1e-9));
+    assert!(close(b.tpot.mean, a.tpot.mean, 1e-12));
+    // at a horizon inside a request's front-end wait it is counted as waiting
+    let o = Options {
+        horizon_s: Some(0.01),
+        ..opts()
+    };
+    let c = Cluster {
+        pools: vec![pool(1, 1, &vllm())],
+        router: Router::RoundRobin,
+        kv_link: None,
+        request_overhead_s: 0.05,
+    };
+    let r = cluster(&c, &closed(2, 5, fixed(100), fixed(10), 1), &o);
+    assert!(
+        r.counts.conserved() && r.counts.waiting == 2 && r.counts.injected == 2,
+        "{:?}",
+        r.counts
+    );
+    // a negative or non-finite overhead is refused by name
+    let bad = Cluster {
+        request_overhead_s: -1.0,
+        ..c
+    };
+    let e = simulate_cluster(
+        &llama31_8b(),
+        &h100(),
+        &plan(),
+        &eff(),
+        proto(),
+        &bad,
+        &w,
+        &opts(),
+        None,
+    );
+    assert!(e.unwrap_err().to_string().contains("request_overhead"));
+}
+
+#[test]
 fn saturation_throughput_is_the_static_throughput_at_the_settled_batch() {
     // 64 clients, short prompts and long outputs: the server settles at a decode batch of 64;
     // its output rate is the static estimate's at batch 64 (within the share of prefill steps)
@@ -461,6 +519,7 @@ fn round_robin_replicas_serve_their_share_as_one_instance_would() {
         pools: vec![pool(4, 1, &vllm())],
         router: Router::RoundRobin,
         kv_link: None,
+        request_overhead_s: 0.0,
     };
     let four = cluster(&c, &closed(4, 80, fixed(700), fixed(90), 0), &opts());
     assert!(
@@ -502,6 +561,7 @@ fn load_aware_routing_cuts_the_ttft_tail() {
             pools: vec![pool(3, 1, &vllm())],
             router,
             kv_link: None,
+            request_overhead_s: 0.0,
         };
         cluster(&c, &w, &opts())
     };
@@ -544,6 +604,7 @@ fn disagg(prefill: u64, decode: u64, decode_blocks: Option<u64>) -> Cluster {
             bw_gbs: 50.0,
             latency_us: 20.0,
         }),
+        request_overhead_s: 0.0,
     }
 }
 
@@ -746,6 +807,7 @@ fn prefix_affinity_routing_reads_more_from_the_cache() {
             pools: vec![pool(4, 1, &vllm())],
             router,
             kv_link: None,
+            request_overhead_s: 0.0,
         };
         cluster(&c, &w, &opts())
     };
