@@ -181,18 +181,27 @@ def serving_fits() -> dict[tuple[str, str], dict[str, str]]:
     return {(r["runtime"], r["hardware"]): r for r in csv.DictReader(_data.read_text(SERVING_FITS).splitlines())}
 
 
-def serving_request(runtime: Optional[str], hardware: str) -> Optional[tuple[float, str]]:
-    """The simulator's per-request front-end overhead for ``runtime`` on ``hardware`` (us) and what
-    it rests on: the device's own fit, else the runtime's profile (a device without lightly
-    loaded runs has none of its own); None where neither has one."""
+def _serving_row(runtime: Optional[str], hardware: str, column: str) -> Optional[tuple[dict[str, str], str]]:
+    """The serving fit row holding ``column`` for ``runtime`` on ``hardware`` (the device's own,
+    else the runtime's profile) and whose fit it is, in words; None where neither holds it."""
     if not runtime:
         return None
     fits = serving_fits()
     rows = (fits.get((runtime, hardware)), fits.get((runtime, "*")))
-    row = next((r for r in rows if r and r.get("request_us")), None)
+    row = next((r for r in rows if r and r.get(column)), None)
     if row is None:
         return None
-    where = f"{hardware}'s" if row["hardware"] == hardware else f"{runtime}'s profile over"
+    return row, f"{hardware}'s" if row["hardware"] == hardware else f"{runtime}'s profile over"
+
+
+def serving_request(runtime: Optional[str], hardware: str) -> Optional[tuple[float, str]]:
+    """The simulator's per-request front-end overhead for ``runtime`` on ``hardware`` (us) and what
+    it rests on: the device's own fit, else the runtime's profile (a device without lightly
+    loaded runs has none of its own); None where neither has one."""
+    found = _serving_row(runtime, hardware, "request_us")
+    if found is None:
+        return None
+    row, where = found
     return float(row["request_us"]), (
         f"a request's front-end overhead {float(row['request_us']) / 1e3:.3g} ms, fitted on {where} "
         f"{row['request_runs']} lightly loaded replayed runs (TTFT MedAPE {float(row['ttft_medape']):.1%})"
@@ -202,13 +211,10 @@ def serving_request(runtime: Optional[str], hardware: str) -> Optional[tuple[flo
 def serving_step(runtime: Optional[str], hardware: str) -> Optional[tuple[float, str]]:
     """The simulator's per-step overhead for ``runtime`` on ``hardware`` (us) and what it rests on:
     the device's own serving fit, else the runtime's profile (the median over fitted devices)."""
-    if not runtime:
+    found = _serving_row(runtime, hardware, "t_step_us")
+    if found is None:
         return None
-    fits = serving_fits()
-    row = fits.get((runtime, hardware)) or fits.get((runtime, "*"))
-    if row is None:
-        return None
-    where = f"{hardware}'s" if row["hardware"] == hardware else f"{runtime}'s profile over"
+    row, where = found
     return float(row["t_step_us"]), (
         f"in place of t_step, the simulator's step overhead {float(row['t_step_us']):.4g} us, fitted on {where} "
         f"{row['n_runs']} replayed serving runs (TPOT MedAPE {float(row['medape']):.1%}; {SERVING_FITS})"
