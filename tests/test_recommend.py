@@ -144,3 +144,25 @@ def test_length_distributions_are_drawn_by_the_simulator_and_bound_its_sequences
     assert sim.good_requests / sim.finished == pytest.approx(p["within_slo"]) and p["within_slo"] >= 0.9
     with pytest.raises(PlanError, match="prompt"):
         ridgeline.recommend(LLAMA8, rate=6, slo_tpot_ms=40, prompt="zipf:3")
+
+
+def test_a_closed_loop_of_clients_is_served_by_the_fewest_replicas_that_meet_the_slos():
+    search = {"slo_ttft_ms": 500, "slo_tpot_ms": 30, "hardware": ["H100_SXM"], "tp": (1,), "requests": 200}
+    r = ridgeline.recommend(LLAMA8, concurrency=64, **search)
+    assert r.workload["concurrency"] == 64 and r.workload["rate"] is None and "64 clients" in r.summary()
+    (p,) = r.plans
+    assert p["per_instance_rate"] is None
+
+    def run(n):
+        s = ridgeline.simulate(LLAMA8, "H100_SXM", tp=1, instances=n, router="least_outstanding", concurrency=64,
+                               requests=200 * n, prompt=1024, output=256, max_model_len=1280, slo_ttft_ms=500,
+                               slo_tpot_ms=30)  # fmt: skip
+        return s.good_requests / s.finished
+
+    # its own simulation meets the SLOs; one replica fewer does not
+    assert run(p["replicas"]) == pytest.approx(p["within_slo"]) and p["within_slo"] >= 0.9
+    assert p["replicas"] == 1 or run(p["replicas"] - 1) < 0.9
+    with pytest.raises(PlanError, match="rate .* or concurrency"):
+        ridgeline.recommend(LLAMA8, rate=5, concurrency=8, slo_tpot_ms=30)
+    with pytest.raises(PlanError, match="needs a load"):
+        ridgeline.recommend(LLAMA8, slo_tpot_ms=30)

@@ -1394,7 +1394,13 @@ def model_show(name: str, as_json: bool) -> None:
 
 @cli.command()
 @click.option("--model", "-m", required=True, help="Bundled Hugging Face id, or a path to config.json.")
-@click.option("--rate", type=float, required=True, help="Requests per second to serve (Poisson arrivals).")
+@click.option("--rate", type=float, default=None, help="Requests per second to serve (Poisson arrivals).")
+@click.option(
+    "--concurrency",
+    type=int,
+    default=None,
+    help="Or clients to serve, each sending its next request when its last ends.",
+)
 @click.option("--slo-ttft-ms", type=float, default=None, help="TTFT objective (ms).")
 @click.option("--slo-tpot-ms", type=float, default=None, help="TPOT objective (ms).")
 @click.option("--percentile", type=float, default=90, show_default=True,
@@ -1439,7 +1445,8 @@ def model_show(name: str, as_json: bool) -> None:
               help="Reckon the cost from the device's cheapest published purchase price spread over these years "
                    "(data/hardware/hardware_purchase.csv), instead of a rental.")  # fmt: skip
 def recommend(
-    model: str, rate: float, slo_ttft_ms: Optional[float], slo_tpot_ms: Optional[float], percentile: float,
+    model: str, rate: Optional[float], concurrency: Optional[int], slo_ttft_ms: Optional[float],
+    slo_tpot_ms: Optional[float], percentile: float,
     prompt: str, output: str, hardware: tuple[str, ...], tp: str, weight_dtype: Optional[str],
     runtime: Optional[str], disaggregate: bool, kv_link_gbs: Optional[float], kv_link_latency_us: Optional[float],
     requests: int, max_devices: int, top: int, verbose: bool,
@@ -1457,11 +1464,11 @@ def recommend(
             bar.length = total
             bar.update(done - bar.pos)
 
-    r = run(model, rate=rate, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, percentile=percentile, prompt=prompt,
-            output=output, hardware=list(hardware) or None, tp=parse_axis("tp", tp), weight_dtype=weight_dtype,
-            runtime=runtime, disaggregate=disaggregate, kv_link_gbs=kv_link_gbs,
-            kv_link_latency_us=kv_link_latency_us, requests=requests, max_devices=max_devices,
-            progress=progress, amortise_years=amortise_years)  # fmt: skip
+    r = run(model, rate=rate, concurrency=concurrency, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms,
+            percentile=percentile, prompt=prompt, output=output, hardware=list(hardware) or None,
+            tp=parse_axis("tp", tp), weight_dtype=weight_dtype, runtime=runtime, disaggregate=disaggregate,
+            kv_link_gbs=kv_link_gbs, kv_link_latency_us=kv_link_latency_us, requests=requests,
+            max_devices=max_devices, progress=progress, amortise_years=amortise_years)  # fmt: skip
     if bar is not None:
         bar.render_finish()
     click.echo(json.dumps(r.to_dict(), indent=2) if as_json else r.summary(top, refused=verbose))

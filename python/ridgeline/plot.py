@@ -325,7 +325,7 @@ def frontier(rec: Any) -> Any:
     """A recommendation's plans as cost per million output tokens against TTFT at its percentile,
     the Pareto frontier joined as a step line and each frontier plan labelled (device, plan,
     replicas). Returns the Figure."""
-    from .recommend import plan_label
+    from .recommend import load_text, plan_label
 
     if not rec.plans:
         raise PlanError("frontier: the recommendation has no plan that meets the SLOs")
@@ -349,7 +349,7 @@ def frontier(rec: Any) -> Any:
     ax.legend(fontsize=7)
     w = rec.workload
     slo = ", ".join(f"{k} {w[f'slo_{k.lower()}_ms']:g} ms" for k in ("TTFT", "TPOT") if w[f"slo_{k.lower()}_ms"])
-    ax.set_title(f"{rec.model}: {w['rate']:g} req/s, p{w['percentile']:g} within {slo}", fontsize=9)
+    ax.set_title(f"{rec.model}: {load_text(w)}, p{w['percentile']:g} within {slo}", fontsize=9)
     fig.tight_layout()
     return fig
 

@@ -9,6 +9,8 @@ ranked by cost and is listed as refused), then sized by the simulator: the highe
 one instance serves with ``percentile`` % of requests within the SLOs (``serving.max_rate``)
 gives the replicas the target rate needs, and a simulation of that many replicas behind a
 least-outstanding router at the target rate confirms it (a replica is added while it does not).
+For a closed loop of ``concurrency`` clients the fewest replicas whose simulation meets the SLOs
+are found by doubling, then bisecting.
 Disaggregated, the same instances split into a prefill and a decode pool (every split of two to
 that many instances, the KV crossing the device's scale-out link) are simulated at the target
 rate, and the smallest split that meets the SLOs is kept. Plans are ranked by cost per million
@@ -32,6 +34,11 @@ from .estimate import missing_price, price_of, usd_per_million
 
 #: Replicas added after the sized fleet misses the SLOs in its confirming simulation, at most.
 _CONFIRM_STEPS = 3
+
+
+def load_text(w: dict[str, Any]) -> str:
+    """A recommendation's load in words: ``20 req/s`` or ``64 clients``."""
+    return f"{w['rate']:g} req/s" if w.get("rate") is not None else f"{w['concurrency']} clients"
 
 
 def plan_label(p: dict[str, Any]) -> str:
@@ -79,7 +86,7 @@ class Recommendation:
         slo = ", ".join(f"{k} {w[f'slo_{k.lower()}_ms']:g} ms" for k in ("TTFT", "TPOT") if w[f"slo_{k.lower()}_ms"])
         from .serving import length_text
 
-        lines = [f"{self.model}: {w['rate']:g} req/s, prompt {length_text(w['prompt'])}, output "
+        lines = [f"{self.model}: {load_text(w)}, prompt {length_text(w['prompt'])}, output "
                  f"{length_text(w['output'])} tokens; p{w['percentile']:g} within {slo}"]  # fmt: skip
         if not self.plans:
             lines.append("no plan meets the SLOs" + (": see the refused candidates below" if self.refused else ""))
@@ -115,7 +122,8 @@ class Recommendation:
 def recommend(
     model: str,
     *,
-    rate: float,
+    rate: Optional[float] = None,
+    concurrency: Optional[int] = None,
     slo_ttft_ms: Optional[float] = None,
     slo_tpot_ms: Optional[float] = None,
     percentile: float = 90,
@@ -134,8 +142,9 @@ def recommend(
     catalog: Optional[Catalog] = None,
     amortise_years: Optional[float] = None,
 ) -> Recommendation:
-    """The plans that serve ``rate`` requests/s of ``prompt`` + ``output`` tokens with
-    ``percentile`` % of requests within ``slo_ttft_ms`` and ``slo_tpot_ms``, cheapest first.
+    """The plans that serve ``rate`` requests/s (Poisson), or ``concurrency`` clients each sending
+    its next request when its last ends, of ``prompt`` + ``output`` tokens with ``percentile`` % of
+    requests within ``slo_ttft_ms`` and ``slo_tpot_ms``, cheapest first.
 
     Args:
         prompt, output: lengths as ``simulate`` takes them: a whole number, or a distribution
@@ -162,7 +171,10 @@ def recommend(
     from .serving import length_bounds, parse_lengths
 
     cat = catalog or default_catalog()
-    rate = _checks.number("rate", rate, positive=True)
+    if (rate is None) == (concurrency is None):
+        raise PlanError("recommend needs a load: rate (requests/s) or concurrency (clients), one of them")
+    rate = None if rate is None else _checks.number("rate", rate, positive=True)
+    concurrency = None if concurrency is None else _checks.whole("concurrency", concurrency, 1)
     pct = _checks.number("percentile", percentile, positive=True)
     if pct > 100:
         raise PlanError(f"percentile: the share of requests within the SLOs, in (0, 100], got {percentile}")
@@ -188,7 +200,7 @@ def recommend(
     moe = bool(m.is_moe)
     # the simulator streams p50, p90 and p99: the plans show the nearest at or above the percentile
     shown = "p50" if pct <= 50 else "p90" if pct <= 90 else "p99"
-    workload = {"rate": rate, "prompt": lengths["prompt"], "output": lengths["output"],
+    workload = {"rate": rate, "concurrency": concurrency, "prompt": lengths["prompt"], "output": lengths["output"],
                 "mean_lengths": (max(1, round(p_mean)), max(2, round(o_mean))),
                 "max_model_len": min(int(m.max_model_len), p_max + o_max), "percentile": pct, **slo,
                 "requests": requests,
@@ -266,7 +278,8 @@ def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str,
         return bool(s.finished and s.good_requests >= share * s.finished)
 
     def run(n: int, **kw: Any) -> Any:
-        return simulate(model, hw, rate=w["rate"], **{**sim_kw, "requests": w["requests"] * n}, **kw)
+        load = {"rate": w["rate"]} if w["rate"] is not None else {"concurrency": w["concurrency"]}
+        return simulate(model, hw, **load, **{**sim_kw, "requests": w["requests"] * n}, **kw)
 
     price, offer = price_of(None, offers) or (0.0, None)  # offers is not empty: checked above
 
@@ -286,27 +299,53 @@ def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str,
             "j_per_output_token": en.get("j_per_output_token"), "calibration": e.calibration, "frontier": False,
         }  # fmt: skip
 
+    def too_many(n: int) -> Optional[str]:
+        over = n * tp > max_devices
+        return f"needs {n} replicas: {n * tp} devices, more than max_devices {max_devices}" if over else None
+
     try:
-        per_instance, _ = max_rate(model, hw, share=share, **sim_kw)
-        if per_instance <= 0:
-            return [], ["one instance cannot serve 1 req/s within the SLOs"]
-        replicas = math.ceil(w["rate"] / per_instance)
-        for _ in range(_CONFIRM_STEPS + 1):
-            if replicas * tp > max_devices:
-                return [], [f"needs {replicas} replicas: {replicas * tp} devices, more than max_devices {max_devices}"]
-            s = run(replicas, instances=replicas, router="least_outstanding")
-            if meets(s):
-                break
-            replicas += 1
+        if w["rate"] is None:
+            # a closed loop: the fewest replicas whose simulation meets the SLOs (doubling, then bisecting)
+            per_instance, lo, hi, s = None, 0, 1, None
+            while s is None:
+                if too_many(hi):
+                    return [], [f"{lo} replicas miss the SLOs and {hi} take {hi * tp} devices, more than max_devices "
+                                f"{max_devices}"]  # fmt: skip
+                got = run(hi, instances=hi, router="least_outstanding")
+                lo, hi, s = (lo, hi, got) if meets(got) else (hi, hi * 2, None)
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                got = run(mid, instances=mid, router="least_outstanding")
+                lo, hi, s = (lo, mid, got) if meets(got) else (mid, hi, s)
+            replicas = hi
         else:
-            return [], [f"the sized fleet misses the SLOs in simulation after {_CONFIRM_STEPS} added replicas"]
+            per_instance, _ = max_rate(model, hw, share=share, **sim_kw)
+            if per_instance <= 0:
+                return [], ["one instance cannot serve 1 req/s within the SLOs"]
+            replicas = math.ceil(w["rate"] / per_instance)
+            for _ in range(_CONFIRM_STEPS + 1):
+                if too_many(replicas):
+                    return [], [str(too_many(replicas))]
+                s = run(replicas, instances=replicas, router="least_outstanding")
+                if meets(s):
+                    break
+                replicas += 1
+            else:
+                return [], [f"the sized fleet misses the SLOs in simulation after {_CONFIRM_STEPS} added replicas"]
     except RidgelineError as err:
         return [], [str(err).splitlines()[0]]
-    out = [plan(s, replicas, per_instance)]
+    return _split(w, [plan(s, replicas, per_instance)], replicas, run, meets, plan)
+
+
+Plans = list[dict[str, Any]]
+
+
+def _split(w: dict[str, Any], out: Plans, replicas: int, run: Callable[..., Any], meets: Callable[[Any], bool],
+           plan: Callable[..., dict[str, Any]]) -> tuple[Plans, list[str]]:  # fmt: skip
+    """With ``disaggregate``, the sized fleet's plans plus the smallest prefill/decode split (of two
+    instances up to one more than the aggregated fleet's) that meets the SLOs, and why none did."""
     if not w["disaggregate"]:
         return out, []
-    # split into a prefill and a decode pool: the smallest fleet (two instances up to one more than
-    # the aggregated fleet's) whose best split meets the SLOs
     for n in range(2, replicas + 2):
         tried = []
         for p in range(1, n):
