@@ -28,6 +28,12 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
+#: The option every command that reckons a cost takes (estimate, simulate, sweep, recommend).
+_AMORTISE_YEARS = click.option(
+    "--amortise-years", type=float, default=None,
+    help="Reckon the cost from the device's cheapest published purchase price spread over these years "
+         "(data/hardware/hardware_purchase.csv), instead of a rental.",
+)  # fmt: skip
 
 
 @cli.command()
@@ -122,9 +128,7 @@ DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
     "--price-per-hour", type=float, default=None,
     help="USD per device-hour for the cost (default: the cheapest published on-demand offer for the device).",
 )  # fmt: skip
-@click.option("--amortise-years", type=float, default=None,
-              help="Reckon the cost from the device's cheapest published purchase price spread over these years "
-                   "(data/hardware/hardware_purchase.csv), instead of a rental.")  # fmt: skip
+@_AMORTISE_YEARS
 @click.option("--breakdown", is_flag=True, help="Print the per-operator breakdown.")
 @click.option(
     "--verbose", "-v", is_flag=True, help="Also print utilisation, the memory parts and the fitted parameters."
@@ -372,9 +376,7 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
 )
 @click.option("--price-per-hour", type=float, default=None,
               help="USD per device-hour for the cost (default: the cheapest published on-demand offer).")  # fmt: skip
-@click.option("--amortise-years", type=float, default=None,
-              help="Reckon the cost from the device's cheapest published purchase price spread over these years "
-                   "(data/hardware/hardware_purchase.csv), instead of a rental.")  # fmt: skip
+@_AMORTISE_YEARS
 @click.option("--sample-ms", type=float, default=100.0, show_default=True, help="Time-series interval with --out.")
 @click.option("--force", is_flag=True, help="Overwrite files in --out.")
 @click.option(
@@ -678,9 +680,7 @@ def collective(
 @click.option("--columns", "show_columns", is_flag=True, help="Print the output columns with their units and exit.")
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True,
               help="Without --out: the best plans the summary lists per ranking.")  # fmt: skip
-@click.option("--amortise-years", type=float, default=None,
-              help="Reckon the cost from the device's cheapest published purchase price spread over these years "
-                   "(data/hardware/hardware_purchase.csv), instead of a rental.")  # fmt: skip
+@_AMORTISE_YEARS
 def sweep(
     models: tuple[str, ...],
     hardware: tuple[str, ...],
@@ -1441,9 +1441,7 @@ def model_show(name: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Every plan and refusal as JSON.")
 @click.option("--plot", "plot_path", default=None, help="Write the cost-TTFT frontier here (.png or .svg).")
 @click.option("--force", is_flag=True, help="Replace an existing --plot file.")
-@click.option("--amortise-years", type=float, default=None,
-              help="Reckon the cost from the device's cheapest published purchase price spread over these years "
-                   "(data/hardware/hardware_purchase.csv), instead of a rental.")  # fmt: skip
+@_AMORTISE_YEARS
 def recommend(
     model: str, rate: Optional[float], concurrency: Optional[int], slo_ttft_ms: Optional[float],
     slo_tpot_ms: Optional[float], percentile: float,

@@ -380,7 +380,6 @@ def length_bounds(d: Mapping[str, Any]) -> tuple[float, int]:
 
 def _describe(workload: Mapping[str, Any]) -> str:
     a = workload["arrivals"]
-    lengths = length_text
 
     if a["kind"] == "trace":
         return f"trace of {len(a['rows']):,} requests"
@@ -391,8 +390,8 @@ def _describe(workload: Mapping[str, Any]) -> str:
         + (f" starting over {a['ramp_s']:g} s" if a.get("ramp_s") else ""),
     }[a["kind"]]
     shared = workload.get("prefixes")
-    return (f"{head}, {workload['requests']:,} requests, prompt {lengths(workload['prompt'])}, "
-            f"output {lengths(workload['output'])} tokens"
+    return (f"{head}, {workload['requests']:,} requests, prompt {length_text(workload['prompt'])}, "
+            f"output {length_text(workload['output'])} tokens"
             + (f", prompts starting with one of {shared['count']} shared prefixes of {shared['tokens']} tokens"
                if shared else ""))  # fmt: skip
 

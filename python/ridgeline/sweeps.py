@@ -258,6 +258,8 @@ def iter_sweep(
                      kv_dtype=None if kvdt in (None, "None") else kvdt)  # fmt: skip
         rt = p.plan_labels["runtime"]
         p, _ = pricing(p, None, amortise_years, cat)
+        priced = price_of(None, p.offers)
+        price = None if priced is None else priced[0]
         # the runtime's own prompt step where the grid does not sweep one
         own = p.plan_tail["chunk"]
         chunks = chunk if own is None or grid.get("chunk") is not None else np.asarray([own], dtype=np.int64)
@@ -275,8 +277,6 @@ def iter_sweep(
             r = _core.sweep_grid(p.core, tp, pp, ep, dp, chunks, batch, prompt, output, threads, start, stop, extra)
             if progress:
                 progress(stop - start)
-            priced = price_of(None, p.offers)
-            price = None if priced is None else priced[0]
             yield _frame(r, consts, estimated=not p.dev.verified, price=price)
 
 
