@@ -6,7 +6,8 @@ use crate::device::{Device, MICRO};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::{
-    build_kernels, build_step, step_shape, BuildCtx, Geometry, Op, OpKind, Segment, StepShape, MODEL_LEVEL,
+    build_kernels, build_step, step_shape, AttnPhase, BuildCtx, Geometry, Op, OpFlags, OpKind, Segment, StepShape,
+    MODEL_LEVEL,
 };
 use crate::model::{Ffn, Model};
 use crate::params::{self, ParamCounts};
@@ -58,10 +59,18 @@ pub struct BreakdownRow {
     pub role: Option<Role>,
     /// Routed-expert kernels over more than one token per step (priced at eta_moe).
     pub grouped: bool,
+    /// The fused attention kernel (a prefill or a decode step's) of a GQA/MQA attention.
+    pub attention: Option<AttnPhase>,
     pub cost: Cost,
 }
 
 impl Serialize for Role {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl Serialize for AttnPhase {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         s.serialize_str(self.name())
     }
@@ -501,7 +510,7 @@ impl Acc {
         }
     }
 
-    fn add(&mut self, kind: OpKind, group: u16, (quantized, role, grouped): (bool, Option<Role>, bool), c: Cost) {
+    fn add(&mut self, kind: OpKind, group: u16, (quantized, role, grouped, attention): OpFlags, c: Cost) {
         self.total += c;
         if kind == OpKind::PpSend {
             self.sends_s += c.time_s;
@@ -516,6 +525,7 @@ impl Acc {
                     quantized,
                     role,
                     grouped,
+                    attention,
                     cost: c,
                 }),
             }
@@ -530,7 +540,7 @@ impl Acc {
             self.add(
                 OpKind::LayerOverhead,
                 MODEL_LEVEL,
-                (false, None, false),
+                (false, None, false, None),
                 Cost::overhead(per_layer),
             );
         }
@@ -538,7 +548,7 @@ impl Acc {
             self.add(
                 OpKind::StepOverhead,
                 MODEL_LEVEL,
-                (false, None, false),
+                (false, None, false, None),
                 Cost::overhead(per_step),
             );
         }

@@ -200,6 +200,33 @@ pub struct Op {
     /// expert into grouped GEMMs (eta_moe). With one token the selected experts are read by
     /// the same GEMV kernels as dense weights (eta_mem).
     pub grouped: bool,
+    /// A fused (flash) attention kernel of a GQA/MQA layer, and which of the runtime's kernels
+    /// runs it: a prefill step's (chunks on their prefixes) or a decode step's (one query per
+    /// sequence). A runtime with attention kernels of its own fitted prices it with them
+    /// (`Efficiency::attention`).
+    pub attention: Option<AttnPhase>,
+    /// The kernel's work items per invocation: sequences x KV heads on the rank (a fused
+    /// attention kernel schedules its thread blocks per sequence and KV head).
+    pub items: f64,
+}
+
+/// What the breakdown keeps of an operator besides its cost (`Op::flags`).
+pub type OpFlags = (bool, Option<Role>, bool, Option<AttnPhase>);
+
+/// Which fused attention kernel runs an attention operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttnPhase {
+    Prefill,
+    Decode,
+}
+
+impl AttnPhase {
+    pub fn name(self) -> &'static str {
+        match self {
+            AttnPhase::Prefill => "prefill",
+            AttnPhase::Decode => "decode",
+        }
+    }
 }
 
 /// Tokens of one kind in a step: `count` sequences, each adding `new`
@@ -418,9 +445,10 @@ struct Builder<'a, 'b> {
 }
 
 impl Op {
-    /// What the breakdown keeps of an operator besides its cost: quantized, role, grouped.
-    pub fn flags(&self) -> (bool, Option<Role>, bool) {
-        (self.quantized, self.role, self.grouped)
+    /// What the breakdown keeps of an operator besides its cost: quantized, role, grouped, the
+    /// fused attention kernel that runs it.
+    pub fn flags(&self) -> OpFlags {
+        (self.quantized, self.role, self.grouped, self.attention)
     }
 }
 
@@ -443,6 +471,8 @@ impl Builder<'_, '_> {
             quantized: false,
             role: None,
             grouped: false,
+            attention: None,
+            items: 0.0,
         });
     }
 
@@ -530,6 +560,8 @@ impl Builder<'_, '_> {
             quantized: false,
             role: None,
             grouped: false,
+            attention: None,
+            items: 0.0,
         });
     }
 
@@ -715,6 +747,15 @@ impl Builder<'_, '_> {
             qo,
             keys,
         );
+        if c.attention_score_bytes == 0.0 {
+            if let Some(op) = self.out.last_mut() {
+                op.attention = Some(match geo {
+                    Geometry::Decode { .. } => AttnPhase::Decode,
+                    Geometry::Segments(_) => AttnPhase::Prefill,
+                });
+                op.items = geo.sequences() * kv_t;
+            }
+        }
     }
 
     /// One per-head product between the latent (`kvl` wide) and a `per_head`-wide slice of
@@ -1230,6 +1271,8 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
             quantized: false,
             role: None,
             grouped: false,
+            attention: None,
+            items: 0.0,
         });
     }
     b.norm(OpKind::FinalNorm, 1.0, t, d);

@@ -4,6 +4,7 @@
 use crate::attention::DecodeKeys;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::graph::AttnPhase;
 use crate::model::{Ffn, Model};
 use crate::weights::{Role, WeightFormats, N_ROLES};
 use serde::Deserialize;
@@ -162,6 +163,24 @@ pub struct Efficiency {
     pub t_layer_s: f64,
     #[serde(default)]
     pub t_step_s: f64,
+    /// The runtime's fused attention kernels fitted from their own measurements: a prefill
+    /// step's and a decode step's (`graph::AttnPhase`); None prices them as any kernel.
+    #[serde(default)]
+    pub attention_prefill: Option<AttnEff>,
+    #[serde(default)]
+    pub attention_decode: Option<AttnEff>,
+}
+
+/// A fused attention kernel's fitted parameters: `t_floor_s + max(F / (P eta_compute) +
+/// items t_item_s, B / (BW eta_mem))` per invocation, `items` its sequences x KV heads.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+pub struct AttnEff {
+    pub eta_compute: f64,
+    pub eta_mem: f64,
+    /// Fixed time per kernel (replayed from a CUDA graph: no host launch).
+    pub t_floor_s: f64,
+    /// Time per work item (sequence x KV head), on the compute side.
+    pub t_item_s: f64,
 }
 
 impl Efficiency {
@@ -177,6 +196,16 @@ impl Efficiency {
             t_launch_s: 0.0,
             t_layer_s: 0.0,
             t_step_s: 0.0,
+            attention_prefill: None,
+            attention_decode: None,
+        }
+    }
+
+    /// The fitted kernel of an attention phase, if any.
+    pub fn attention(&self, phase: AttnPhase) -> Option<&AttnEff> {
+        match phase {
+            AttnPhase::Prefill => self.attention_prefill.as_ref(),
+            AttnPhase::Decode => self.attention_decode.as_ref(),
         }
     }
 
@@ -214,6 +243,22 @@ impl Efficiency {
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(Error::plan(name, format!("must be >= 0, got {v}")));
+            }
+        }
+        for (phase, a) in [
+            ("attention_prefill", self.attention_prefill),
+            ("attention_decode", self.attention_decode),
+        ] {
+            let Some(a) = a else { continue };
+            for (name, v) in [("eta_compute", a.eta_compute), ("eta_mem", a.eta_mem)] {
+                if !(v.is_finite() && v > 0.0 && v <= 1.0) {
+                    return Err(Error::plan(phase, format!("{name} must be in (0, 1], got {v}")));
+                }
+            }
+            for (name, v) in [("t_floor_s", a.t_floor_s), ("t_item_s", a.t_item_s)] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(Error::plan(phase, format!("{name} must be >= 0, got {v}")));
+                }
             }
         }
         Ok(())

@@ -286,6 +286,7 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
     let (mut phase, mut op, mut group) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     let (mut quantized, mut grouped) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let mut role = Vec::with_capacity(n);
+    let mut kernel = Vec::with_capacity(n);
     let mut cols: [Vec<f64>; 8] = Default::default();
     for r in &e.breakdown {
         phase.push(match r.phase {
@@ -297,6 +298,7 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
         quantized.push(r.quantized);
         role.push(r.role.map(|x| x.name()));
         grouped.push(r.grouped);
+        kernel.push(r.attention.map(|a| a.name()));
         for (i, v) in r.cost.values().into_iter().enumerate() {
             cols[i].push(v);
         }
@@ -308,6 +310,7 @@ fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'py, PyDict>>
     b.set_item("quantized", PyList::new(py, quantized)?)?;
     b.set_item("role", PyList::new(py, role)?)?;
     b.set_item("grouped", PyList::new(py, grouped)?)?;
+    b.set_item("attention_kernel", PyList::new(py, kernel)?)?;
     for (i, name) in Cost::FIELDS.iter().enumerate() {
         b.set_item(*name, PyList::new(py, &cols[i])?)?;
     }

@@ -95,11 +95,13 @@ impl Cost {
     }
 }
 
-/// Rates of one op: seconds per FLOP and per byte at the given efficiencies.
+/// Rates of one op: seconds per FLOP and per byte at the given efficiencies, compute seconds
+/// that do not scale with FLOPs (a fitted attention kernel's work items), and the launch time.
 #[derive(Clone, Copy)]
 struct Rates {
     per_flop: f64,
     per_byte: f64,
+    compute_extra: f64,
     launch: f64,
     overlap: f64,
 }
@@ -112,6 +114,16 @@ impl Rates {
 }
 
 fn rates(op: &Op, bw: f64, eff: &Efficiency) -> Rates {
+    if let Some(a) = op.attention.and_then(|p| eff.attention(p)) {
+        // the runtime's own attention kernel, fitted on its measurements: the roofline max
+        return Rates {
+            per_flop: 1.0 / (op.peak * a.eta_compute),
+            per_byte: 1.0 / (bw * a.eta_mem),
+            compute_extra: op.items * a.t_item_s,
+            launch: op.launches * a.t_floor_s,
+            overlap: 1.0,
+        };
+    }
     let eta_mem = if op.grouped {
         eff.eta_moe.unwrap_or(eff.eta_mem)
     } else {
@@ -128,6 +140,7 @@ fn rates(op: &Op, bw: f64, eff: &Efficiency) -> Rates {
     Rates {
         per_flop: 1.0 / (op.peak * eta_compute),
         per_byte: 1.0 / (bw * eta_mem),
+        compute_extra: 0.0,
         launch: op.launches * eff.t_launch_s,
         overlap: if op.grouped {
             eff.overlap_moe.or(eff.overlap).unwrap_or(1.0)
@@ -145,7 +158,7 @@ pub fn price(op: &Op, k: f64, bw: f64, eff: &Efficiency) -> Cost {
     let (compute_s, memory_s, body) = if op.kind.is_comm() {
         (0.0, 0.0, op.comm_s)
     } else {
-        let c = flops * r.per_flop;
+        let c = flops * r.per_flop + r.compute_extra;
         let m = bytes * r.per_byte;
         (c, m, r.blend(c.max(m), c + m))
     };
@@ -193,7 +206,7 @@ pub fn price_range(op: &Op, lo: u64, hi: u64, bw: f64, eff: &Efficiency) -> Cost
 fn affine_sum(op: &Op, a: u64, b: u64, bw: f64, eff: &Efficiency) -> Cost {
     let r = rates(op, bw, eff);
     let n = (b - a + 1) as f64;
-    let (c0, c1) = (op.f0 * r.per_flop, op.f1 * r.per_flop);
+    let (c0, c1) = (op.f0 * r.per_flop + r.compute_extra, op.f1 * r.per_flop);
     let (m0, m1) = (op.b0 * r.per_byte, op.b1 * r.per_byte);
     let compute_s = series(c0, c1, a, b);
     let memory_s = series(m0, m1, a, b);
@@ -265,7 +278,40 @@ mod tests {
             quantized: false,
             role: None,
             grouped: false,
+            attention: None,
+            items: 0.0,
         }
+    }
+
+    #[test]
+    fn a_fitted_attention_kernel_is_its_floor_plus_the_roofline_with_its_items() {
+        // t = floor + max(F / (P eta_c) + items t_item, B / (BW eta_m)), compute side here
+        let mut a = op(4e9, 0.0, 1e6, 0.0, None);
+        a.repeat = 1.0;
+        a.attention = Some(crate::graph::AttnPhase::Prefill);
+        a.items = 256.0;
+        let k = crate::plan::AttnEff {
+            eta_compute: 0.5,
+            eta_mem: 0.8,
+            t_floor_s: 1e-5,
+            t_item_s: 2e-8,
+        };
+        let eff = Efficiency {
+            attention_prefill: Some(k),
+            ..Efficiency::uncalibrated()
+        };
+        let c = price(&a, 0.0, 1e12, &eff);
+        let compute = 4e9 / (1e12 * 0.5) + 256.0 * 2e-8;
+        assert!((c.time_s - (1e-5 + compute)).abs() < 1e-15);
+        assert!((c.compute_s - compute).abs() < 1e-15);
+        // memory-bound: the items hide under the memory time
+        a.b0 = 1e10;
+        let m = price(&a, 0.0, 1e12, &eff);
+        assert!((m.time_s - (1e-5 + 1e10 / (1e12 * 0.8))).abs() < 1e-15);
+        // the decode kernel is not the prefill one's: unfitted, it is any kernel
+        a.attention = Some(crate::graph::AttnPhase::Decode);
+        let u = price(&a, 0.0, 1e12, &eff);
+        assert_eq!(u.time_s, 1e10 / 1e12);
     }
 
     #[test]
@@ -299,10 +345,14 @@ mod tests {
             lo in 1u64..9000, len in 0u64..3000, w in proptest::option::of(1u64..5000),
             launch in 0.0f64..1e-5, overlap in proptest::option::of(0.0f64..=1.0),
             extra in prop_oneof![Just(0u64), 0u64..3000], pad in prop_oneof![Just(1u64), 1u64..300],
-            skip in any::<bool>(),
+            skip in any::<bool>(), fitted_kernel in any::<bool>(), items in 0.0f64..1e4, t_item in 0.0f64..1e-7,
         ) {
-            let o = keyed(f0, f1, b0, b1, DecodeKeys { window: w, cache_extra: extra, pad, skip_masked_tail: skip, chunk: None });
-            let eff = Efficiency { eta_compute: 0.7, eta_mem: 0.8, eta_moe: None, eta_compute_quant: None, eta_compute_quant_roles: [None; crate::weights::N_ROLES], overlap, overlap_moe: None, t_launch_s: launch, t_layer_s: 0.0, t_step_s: 0.0 };
+            let mut o = keyed(f0, f1, b0, b1, DecodeKeys { window: w, cache_extra: extra, pad, skip_masked_tail: skip, chunk: None });
+            o.attention = Some(crate::graph::AttnPhase::Decode);
+            o.items = items;
+            // a fitted attention kernel adds compute seconds that do not scale with the keys
+            let kernel = fitted_kernel.then_some(crate::plan::AttnEff { eta_compute: 0.4, eta_mem: 0.75, t_floor_s: 1.2e-5, t_item_s: t_item });
+            let eff = Efficiency { eta_compute: 0.7, eta_mem: 0.8, eta_moe: None, eta_compute_quant: None, eta_compute_quant_roles: [None; crate::weights::N_ROLES], overlap, overlap_moe: None, t_launch_s: launch, t_layer_s: 0.0, t_step_s: 0.0, attention_prefill: None, attention_decode: kernel };
             let hi = lo + len;
             let a = price_range(&o, lo, hi, 1e9, &eff);
             let b = brute(&o, lo, hi, &eff);

@@ -473,6 +473,66 @@ fn unfused_attention_computes_the_rectangle_and_moves_every_score() {
 }
 
 #[test]
+fn fitted_attention_kernels_price_prefill_and_decode_apart_with_their_items() {
+    // Llama-3.1-8B (32 layers, 8 KV heads of 128, 32 query heads): the prefill kernel runs one
+    // 4096-token sequence (1 x 8 items a layer), the decode kernel 4 sequences (4 x 8 items)
+    let p = plan(4, 4096, 3);
+    let bound = run(&p);
+    let pre = crate::plan::AttnEff {
+        eta_compute: 0.5,
+        eta_mem: 0.7,
+        t_floor_s: 1.3e-5,
+        t_item_s: 4e-8,
+    };
+    let dec = crate::plan::AttnEff {
+        eta_compute: 0.2,
+        eta_mem: 0.75,
+        t_floor_s: 1.1e-5,
+        t_item_s: 2.5e-8,
+    };
+    let eff = Efficiency {
+        attention_prefill: Some(pre),
+        attention_decode: Some(dec),
+        ..Efficiency::uncalibrated()
+    };
+    let e = estimate(&llama31_8b(), &h100(), &p, &eff, proto(), true).unwrap();
+    let (b0, f0) = (
+        row(&bound, Phase::Prefill, OpKind::Attention),
+        row(&e, Phase::Prefill, OpKind::Attention),
+    );
+    // prefill: 4 sequences of one prompt each are one step (a batch of 4); 32 layers
+    let items = 4.0 * 8.0;
+    let compute = b0.flops / (989.4e12 * 0.5) + 32.0 * items * 4e-8;
+    let memory = b0.bytes / (3350e9 * 0.7);
+    assert!((f0.time_s - (32.0 * 1.3e-5 + compute.max(memory))).abs() < 1e-12 * f0.time_s);
+    // decode: two steps (contexts 4097, 4098) of 4 sequences, memory-bound at these contexts
+    let (b1, f1) = (
+        row(&bound, Phase::Decode, OpKind::Attention),
+        row(&e, Phase::Decode, OpKind::Attention),
+    );
+    let want = 2.0 * 32.0 * 1.1e-5 + b1.bytes / (3350e9 * 0.75);
+    assert!((f1.time_s - want).abs() < 1e-12 * want, "{} vs {want}", f1.time_s);
+    // every other operator is priced as before
+    let other = |x: &Estimate| {
+        x.breakdown
+            .iter()
+            .filter(|r| r.kind != OpKind::Attention)
+            .map(|r| r.cost.time_s)
+            .sum::<f64>()
+    };
+    assert_eq!(other(&e), other(&bound));
+    // an unfused attention (scores through memory) is not the fused kernel the fit measured
+    let mut q = p.clone();
+    q.attention_score_bytes = 4.0;
+    let u = estimate(&llama31_8b(), &h100(), &q, &eff, proto(), true).unwrap();
+    let ub = estimate(&llama31_8b(), &h100(), &q, &Efficiency::uncalibrated(), proto(), true).unwrap();
+    assert_eq!(
+        row(&u, Phase::Decode, OpKind::Attention).time_s,
+        row(&ub, Phase::Decode, OpKind::Attention).time_s
+    );
+}
+
+#[test]
 fn overlap_blends_the_roofline_max_with_the_serial_sum() {
     // one prefill GEMM: o max(c, m) + (1 - o)(c + m), exactly
     let p = plan(1, 512, 1);
