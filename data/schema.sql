@@ -207,5 +207,15 @@ CREATE TABLE calibration (
     source            VARCHAR NOT NULL,
     -- the runtime version the fit's measurements ran (kernel tables); NULL where the rows span versions
     runtime_version   VARCHAR,
+    -- a production runtime's fused attention kernels fitted on their own tables (kernel_fits.csv):
+    -- a prefill step's and a decode step's; NULL where a row has none (priced as any kernel)
+    attn_prefill_eta_compute DOUBLE CHECK (isfinite(attn_prefill_eta_compute) AND attn_prefill_eta_compute > 0 AND attn_prefill_eta_compute <= 1),
+    attn_prefill_eta_mem     DOUBLE CHECK (isfinite(attn_prefill_eta_mem) AND attn_prefill_eta_mem > 0 AND attn_prefill_eta_mem <= 1),
+    attn_prefill_t_floor_us  DOUBLE CHECK (isfinite(attn_prefill_t_floor_us) AND attn_prefill_t_floor_us >= 0),
+    attn_prefill_t_item_us   DOUBLE CHECK (isfinite(attn_prefill_t_item_us) AND attn_prefill_t_item_us >= 0),
+    attn_decode_eta_compute DOUBLE CHECK (isfinite(attn_decode_eta_compute) AND attn_decode_eta_compute > 0 AND attn_decode_eta_compute <= 1),
+    attn_decode_eta_mem     DOUBLE CHECK (isfinite(attn_decode_eta_mem) AND attn_decode_eta_mem > 0 AND attn_decode_eta_mem <= 1),
+    attn_decode_t_floor_us  DOUBLE CHECK (isfinite(attn_decode_t_floor_us) AND attn_decode_t_floor_us >= 0),
+    attn_decode_t_item_us   DOUBLE CHECK (isfinite(attn_decode_t_item_us) AND attn_decode_t_item_us >= 0),
     PRIMARY KEY (hardware, runtime, memory, precision, phase)
 );

@@ -1,13 +1,14 @@
 //! Embeds the text sources of truth (data/ and queries/) into the extension so
 //! that an installed wheel carries them, and fingerprints them so that the
 //! DuckDB cache is rebuilt whenever one of them changes. The runtimes' measured
-//! kernel tables (data/benchmarks/aic/) are calibration inputs, not shipped: the
+//! kernel tables (data/benchmarks/aic/, and data/benchmarks/measured/ for the kernels
+//! timed on a device here) are calibration and validation inputs, not shipped: the
 //! wheel carries what was fitted to them (data/hardware/link_collectives.csv ...).
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The folder of calibration-only kernel tables, relative to the repository root.
-const KERNEL_TABLES: &str = "data/benchmarks/aic";
+/// The folders of calibration-only kernel tables, relative to the repository root.
+const KERNEL_TABLES: [&str; 2] = ["data/benchmarks/aic", "data/benchmarks/measured"];
 
 fn collect(dir: &Path, root: &Path, out: &mut Vec<(String, PathBuf)>) {
     let Ok(entries) = fs::read_dir(dir) else {
@@ -17,7 +18,10 @@ fn collect(dir: &Path, root: &Path, out: &mut Vec<(String, PathBuf)>) {
     paths.sort();
     for p in paths {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name.starts_with('.') || p.strip_prefix(root).is_ok_and(|r| r == Path::new(KERNEL_TABLES)) {
+        if name.starts_with('.')
+            || p.strip_prefix(root)
+                .is_ok_and(|r| KERNEL_TABLES.iter().any(|k| r == Path::new(k)))
+        {
             continue;
         }
         if p.is_dir() {

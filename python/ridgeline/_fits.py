@@ -138,6 +138,37 @@ def formats_of(fit_row: Optional[dict[str, Any]]) -> dict[str, float]:
     return dict(fit_row.get("quant_formats") or {}) if fit_row else {}
 
 
+#: The production runtimes' fused attention kernels, each fitted on its own measured table
+#: (``kernel_fit``): a prefill step's and a decode step's, ``t_floor + max(F / (P eta_compute) +
+#: items t_item, B / (BW eta_mem))`` per call, items the kernel's sequences x KV heads.
+ATTENTION_PHASES = ("prefill", "decode")
+ATTENTION_PARAMS = ("eta_compute", "eta_mem", "t_floor_us", "t_item_us")
+ATTENTION_COLUMNS = tuple(f"attn_{ph}_{p}" for ph in ATTENTION_PHASES for p in ATTENTION_PARAMS)
+
+
+def attention_of(fit_row: Optional[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """The attention kernels a calibration row fits, by phase ({} for a row without them: its
+    attention is priced as any kernel).
+
+    >>> attention_of({"attn_decode_eta_compute": "0.2", "attn_decode_eta_mem": "0.8",
+    ...               "attn_decode_t_floor_us": "12", "attn_decode_t_item_us": "0.03"})
+    {'decode': {'eta_compute': 0.2, 'eta_mem': 0.8, 't_floor_us': 12.0, 't_item_us': 0.03}}
+    """
+    out = {}
+    for ph in ATTENTION_PHASES:
+        vals = [(fit_row or {}).get(f"attn_{ph}_{p}") for p in ATTENTION_PARAMS]
+        if all(v not in (None, "") for v in vals):
+            out[ph] = {p: float(v) for p, v in zip(ATTENTION_PARAMS, vals)}  # type: ignore[arg-type]
+    return out
+
+
+def attention_efficiency(fit_row: Optional[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """The core's Efficiency fields for a row's attention kernels (seconds)."""
+    return {f"attention_{ph}": {"eta_compute": a["eta_compute"], "eta_mem": a["eta_mem"],
+                                "t_floor_s": a["t_floor_us"] * 1e-6, "t_item_s": a["t_item_us"] * 1e-6}
+            for ph, a in attention_of(fit_row).items()}  # fmt: skip
+
+
 def efficiency_json(fit_row: Optional[dict[str, Any]], roles: Optional[Mapping[str, str]] = None) -> str:
     """The core's Efficiency for a calibration row (1, 1, 0, 0, 0 without one); `roles` names each
     weight role's format, so that a role stored in a format with its own fit takes that efficiency."""
@@ -149,7 +180,8 @@ def efficiency_json(fit_row: Optional[dict[str, Any]], roles: Optional[Mapping[s
     by_role = [formats.get((roles or {}).get(r, "")) for r in ROLES]
     return json.dumps({"eta_mem": eta_m, "eta_compute": eta_c, "eta_moe": eta_moe, "eta_compute_quant": eta_cq,
                        "eta_compute_quant_roles": by_role, "overlap": overlap, "overlap_moe": overlap_moe,
-                       "t_launch_s": tl * 1e-6, "t_layer_s": tlayer * 1e-6, "t_step_s": ts * 1e-6})  # fmt: skip
+                       "t_launch_s": tl * 1e-6, "t_layer_s": tlayer * 1e-6, "t_step_s": ts * 1e-6,
+                       **attention_efficiency(fit_row)})  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1)

@@ -894,7 +894,17 @@ def _calibrate_serving(out: str, force: bool, kernels: str) -> None:
 def _calibrate_production(out: str, force: bool, kernels: str) -> None:
     from ._io import changed_files, check_output, write_files
     from .acceptance import holdout_csv
-    from .kernel_fit import fit_production, gemm_holdout, holdout_rows, kernel_fits_csv, measure, transfer
+    from .kernel_fit import (
+        MEASURED_DIR,
+        attention_holdout,
+        fit_production,
+        gemm_holdout,
+        holdout_rows,
+        kernel_fits_csv,  # fmt: skip
+        measure,
+        measured_holdout,
+        transfer,
+    )
 
     path = check_output(out, force=True, what="--out", hint="run from the repository root, or pass --out")
     held_path = path.with_name("kernel_holdout.csv")
@@ -920,6 +930,17 @@ def _calibrate_production(out: str, force: bool, kernels: str) -> None:
         click.echo(f"  GEMM {g['runtime']:<7} {g['hardware']:<14} {g['format']:<13} {g['rows']:>6} rows within 1.5x: "
                    f"in sample {g['in_sample_within_1_5x']:6.1%}, held out {g['held_out_within_1_5x']:6.1%} "
                    f"(median obs/pred {g['held_out_median']:.2f})")  # fmt: skip
+    for a in attention_holdout(kernels, measured=measured):
+        pinned = f", pinned at a bound: {', '.join(a['pinned'])}" if a["pinned"] else ""
+        click.echo(f"  attention {a['runtime']:<7} {a['hardware']:<14} {a['phase']:<8} {a['rows']:>6} rows "
+                   f"({a['kernel']}) within 1.5x: in sample {a['in_sample_within_1_5x']:6.1%}, held out "
+                   f"{a['held_out_within_1_5x']:6.1%} (median obs/pred {a['held_out_median']:.2f})"
+                   f"{pinned}")  # fmt: skip
+    if Path(MEASURED_DIR).is_dir():
+        # devices without runtime tables, timed here: priced by the fits just made, as an estimate would
+        for h in measured_holdout(MEASURED_DIR, fits=rows):
+            click.echo(f"  measured {h['hardware']:<9} {h['kernel']:<40} {h['rows']:>5} rows within 1.5x "
+                       f"{h['within_1_5x']:6.1%} (median obs/pred {h['median']:.2f}), {h['calibration']}")  # fmt: skip
     click.echo("; ".join(f"{'wrote' if p in changed else 'unchanged'} {p}" for p in texts))
 
 

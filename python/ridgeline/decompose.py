@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Optional
 
 import numpy as np
 
+from ._fits import attention_of
 from .catalog import Catalog
 from .errors import CatalogError, PlanError
 
@@ -32,7 +33,7 @@ class Decomposed:
     expert: np.ndarray  # True where the operator is a grouped routed-expert kernel (eta_moe)
     quant: np.ndarray  # True where the operator is a GEMM on quantized weights
     fmt: np.ndarray  # a quantized GEMM's weight format ("" elsewhere)
-    fixed: float  # communication time (s)
+    fixed: float  # communication time and fitted attention kernels' time (s)
     launches: float
     steps: float
     work: float  # what the metric divides (tokens or FLOPs), or the time scale for ttft
@@ -43,6 +44,7 @@ class Decomposed:
     moe_t: Optional[np.ndarray] = None
     moe_d0: Optional[np.ndarray] = None
     moe_ek: Optional[tuple[int, int]] = None
+    fixed_attention: float = 0.0  # the part of `fixed` that is fitted attention kernels (s)
 
 
 def has_flag(r: dict[str, Any], flag: str) -> bool:
@@ -115,9 +117,15 @@ def _estimate_kwargs(r: dict[str, Any], max_len: int, cat: Catalog) -> tuple[dic
     return kw, "e2e"
 
 
-def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
-    """Splits a priced row's prediction at efficiency 1 into its parts."""
-    from .estimate import estimate
+def decompose(r: dict[str, Any], cat: Catalog, fits: Optional[Sequence[dict[str, Any]]] = None,
+              fitted_attention: bool = True) -> Decomposed:  # fmt: skip
+    """Splits a priced row's prediction at efficiency 1 into its parts.
+
+    A production runtime's fused attention kernels, where its calibration (``fits``, default the
+    shipped one) fits them from their own measured tables, are priced by those fits and held as
+    fixed time (``_attention_fit``): the row's other parameters do not price them. With
+    ``fitted_attention=False`` every op stays at efficiency 1 (the physical bound)."""
+    from .estimate import bound_with_attention, estimate
 
     if r["metric"] == "gemm_tflops":
         return _decompose_gemm(r, cat)
@@ -132,10 +140,19 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
         m = -(-int(kw["prompt"]) // int(kw["chunk"]))
         p = int(kw["pp"])
         scale = (m + p - 1) / m * (-(-model.num_layers // p)) / model.num_layers
-    e = estimate(model, r["hardware"], catalog=cat, calibrated=False, **kw)
+    attn = _attention_fit(r, cat, fits) if fitted_attention else None
+    if attn is None:
+        e = estimate(model, r["hardware"], catalog=cat, calibrated=False, **kw)
+    else:
+        e = bound_with_attention(model, r["hardware"], attn, catalog=cat, **kw)
     df = e.breakdown
     if phase != "e2e":
         df = df.filter(df["phase"] == phase)
+    # the fitted attention kernels' time is fixed; their compute and memory leave the fit's arrays
+    held = (df["attention_kernel"].is_in(list(attention_of(attn))).fill_null(False).to_numpy() if attn
+            else np.zeros(len(df), dtype=bool))  # fmt: skip
+    attention_s = float(df["time_s"].to_numpy()[held].sum()) * scale
+    attention_launches = float(df["launches"].to_numpy()[held].sum()) * scale
     moe = _expert_weights(model, r, cat, kw, phase, df, scale) if model.is_moe else {}
     b = int(r["batch"] or 1)
     steps = float(e.prefill["steps"] if phase == "prefill" else e.decode["steps"])
@@ -149,13 +166,27 @@ def decompose(r: dict[str, Any], cat: Catalog) -> Decomposed:
         "tpot_ms": float(kw["output"] - 1),
     }.get(r["metric"], 1.0)  # fmt: skip
     return Decomposed(
-        row=r, compute=df["compute_s"].to_numpy() * scale, memory=df["memory_s"].to_numpy() * scale,
+        row=r, compute=np.where(held, 0.0, df["compute_s"].to_numpy()) * scale,
+        memory=np.where(held, 0.0, df["memory_s"].to_numpy()) * scale,
         expert=df["grouped"].to_numpy(), quant=df["quantized"].to_numpy(), fmt=df["format"].fill_null("").to_numpy(),
-        fixed=float(df["comm_s"].sum()) * scale, steps=steps * scale,
-        launches=float(df["launches"].sum()) * scale,
+        fixed=float(df["comm_s"].sum()) * scale + attention_s, steps=steps * scale,
+        launches=float(df["launches"].sum()) * scale - attention_launches,
         work=work,
-        kind="time_ms" if r["metric"] in ("ttft_ms", "tpot_ms") else "rate", **moe,
+        kind="time_ms" if r["metric"] in ("ttft_ms", "tpot_ms") else "rate", fixed_attention=attention_s, **moe,
     )  # fmt: skip
+
+
+def _attention_fit(
+    r: dict[str, Any], cat: Catalog, fits: Optional[Sequence[dict[str, Any]]]
+) -> Optional[dict[str, Any]]:
+    """The calibration row whose fitted attention kernels price a production runtime's row (its
+    device's, else its architecture's or runtime's profile, as an estimate takes), or None."""
+    from ._fits import KERNEL_RUNTIMES, lookup
+
+    if r["runtime"] not in KERNEL_RUNTIMES:
+        return None
+    f = lookup(r["hardware"], r["runtime"], cat, fits)[1]
+    return f if attention_of(f) else None
 
 
 def _expert_weights(model: Any, r: dict[str, Any], cat: Catalog, kw: dict[str, Any], phase: str, df: Any,
@@ -211,12 +242,12 @@ def priced_rows(cat: Catalog) -> list[dict[str, Any]]:
     return rows
 
 
-def decompose_all(cat: Catalog) -> tuple[list[Decomposed], list[dict[str, Any]]]:
-    """Every priced row decomposed; rows the engine refuses come back with the reason."""
+def decompose_all(cat: Catalog, fitted_attention: bool = True) -> tuple[list[Decomposed], list[dict[str, Any]]]:
+    """Every priced row decomposed (``decompose``); rows the engine refuses come back with the reason."""
     out, refused = [], []
     for r in priced_rows(cat):
         try:
-            out.append(decompose(r, cat))
+            out.append(decompose(r, cat, fitted_attention=fitted_attention))
         except (PlanError, CatalogError, ValueError) as e:
             refused.append({"id": r["id"], "reason": str(e).splitlines()[0]})
     return out, refused

@@ -48,6 +48,8 @@ BREAKDOWN_COLUMNS = {
     "role": "the weight role a GEMM reads",
     "format": "a quantized GEMM's weight format (its fitted efficiency prices it where the calibration has one)",
     "grouped": "routed-expert kernels over more than one token per step (priced at eta_moe)",
+    "attention_kernel": "the fused attention kernel of a GQA/MQA layer, a prefill or a decode step's (a runtime with "
+    "its attention kernels fitted prices it with them)",
 }
 
 
@@ -344,6 +346,7 @@ class Estimate:
             r["role"] = b["role"][i]
             r["format"] = formats.get(r["role"]) if r["quantized"] and r["role"] else None
             r["grouped"] = bool(b["grouped"][i])
+            r["attention_kernel"] = b["attention_kernel"][i]
             r["bound"] = "comm" if r["comm_s"] > 0 else ("compute" if r["compute_s"] >= r["memory_s"] else "memory")
             r["intensity"] = r["flops"] / r["bytes"] if r["bytes"] > 0 else None
             rows.append(r)
@@ -374,6 +377,7 @@ class Estimate:
                 "role": pl.Utf8,
                 "format": pl.Utf8,
                 "grouped": pl.Boolean,
+                "attention_kernel": pl.Utf8,
             },
         )
 
@@ -623,11 +627,14 @@ def _prepare(
     attention_dp: Any = 1,
     serving_step: bool = False,
     t_step_us: Optional[float] = None,
+    attention_row: Optional[Mapping[str, Any]] = None,
 ) -> _Prepared:
     """Resolves and checks everything of a plan but its numbers (``estimate`` keeps the result).
     ``t_step_us`` replaces the calibration's step overhead; else, with ``serving_step`` (the serving
     simulator), a calibrated plan takes the overhead fitted on replayed serving runs where there is
-    one (``_fits.serving_step``). The note says which."""
+    one (``_fits.serving_step``). The note says which. Uncalibrated with ``attention_row``, the plan
+    is the bound but for its fused attention kernels, which that calibration row's fitted kernels
+    price (``bound_with_attention``)."""
     if catalog is not None and not isinstance(catalog, Catalog):
         raise PlanError(f"catalog: expected a ridgeline.Catalog, got {type(catalog).__name__}")
     cat = catalog or default_catalog()
@@ -689,12 +696,14 @@ def _prepare(
     if scaleout_latency_us is not None:
         scaleout_latency_us = _number("scaleout_latency_us", scaleout_latency_us)
     topo = resolve_topology(dev, devices_per_node, scaleout_gbs, scaleout_latency_us)
-    from ._fits import efficiency_json, lookup
+    from ._fits import attention_efficiency, efficiency_json, lookup
     from ._fits import serving_step as serving_fit
 
     label, fit_row = lookup(dev.name, runtime, cat) if calibrated else (UNCALIBRATED, None)
     formats = weights.format_names()
     eff = _UNCALIBRATED_EFF if fit_row is None else efficiency_json(fit_row, formats)
+    if fit_row is None and attention_row is not None:
+        eff = json.dumps({**json.loads(_UNCALIBRATED_EFF), **attention_efficiency(attention_row)})
     step = (t_step_us, "step overhead given") if t_step_us is not None else None
     if step is None and serving_step and fit_row is not None:
         step = serving_fit(runtime, dev.name)
@@ -728,6 +737,21 @@ def _prepare(
                      "weights_source": weights.source, "topology": topo.source},
         stamp=None if isinstance(model, Model) or m.source.startswith("bundled") else _stamp(model),
     )  # fmt: skip
+
+
+def bound_with_attention(model: Any, hardware: Any, attention_row: Mapping[str, Any], catalog: Any = None,
+                         **kw: Any) -> Estimate:  # fmt: skip
+    """The efficiency-1 bound of a plan (``estimate``'s keywords) but for its fused attention kernels,
+    priced by the kernels ``attention_row`` fits (``_fits.attention_of``): what the calibration
+    decomposes a production runtime's measured run into, its attention already priced by the
+    runtime's own measured kernels."""
+    n = tuple(kw.pop(k, None if k == "microbatches" else (0 if k == "prefix" else 1)) for k in _NUMBERS)
+    allow_no_fit = kw.pop("allow_no_fit", False)
+    p = _prepare(model, hardware, catalog, calibrated=False, attention_row=attention_row, **kw)
+    r = _core.estimate_prepared(p.core, n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7], n[8], True)
+    if not r.fits and not allow_no_fit:
+        raise DoesNotFitError(f"{p.model} on {p.dev.name}: the plan does not fit in memory")
+    return Estimate(p, r, n, None)
 
 
 def pricing(
@@ -899,6 +923,19 @@ def fitted_parameters(f: Optional[Mapping[str, Any]]) -> list[tuple[str, str]]:
         out.append(("kernel floor", at("t_launch_us", f"{duration_us(launch)} per kernel (CUDA graphs)")))
     else:
         out.append(("launch overhead", at("t_launch_us", f"{duration_us(launch)} per kernel")))
+    from ._fits import attention_of
+
+    for ph, a in attention_of(f).items():
+
+        def att(k: str, text: str, ph: str = ph) -> str:
+            return at(f"attn_{ph}_{k}", text)
+
+        out.append((f"{ph} attention", ", ".join((
+            att("eta_compute", f"{pct(a['eta_compute'])} of the compute roof"),
+            att("eta_mem", f"{pct(a['eta_mem'])} of the memory roof"),
+            att("t_floor_us", f"{duration_us(a['t_floor_us'])} per call"),
+            att("t_item_us", f"{duration_us(a['t_item_us'])} per sequence x KV head"),
+        ))))  # fmt: skip
     out.append(("step overhead", at("t_step_us", f"{duration_us(float(f['t_step_us']))} per step")))
     if float(f.get("t_layer_us") or 0):
         out.append(("layer overhead", f"{duration_us(float(f['t_layer_us']))} per layer"))

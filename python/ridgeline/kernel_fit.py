@@ -10,9 +10,14 @@ Per (runtime, device) with kernel tables, in two stages:
    are replayed from CUDA graphs, so it is the device's fixed cost per kernel, not a host
    launch), from the bf16 rows; then each quantised format's ``eta_compute_quant`` with the
    others held (fp8, fp8_block128, nvfp4).
+   The attention tables (``kernels.attention_tables``: context attention for the prefill
+   kernel, generation attention for the decode kernel, the runtime's default kernel on the
+   device) fix each fused attention kernel's own ATTENTION_PARAMS (``fit_attention``): its
+   compute and memory efficiencies, its fixed time per call and its time per work item
+   (sequence x KV head), priced by the engine's attention structure (``attention_batch``).
 2. The agg serving runs' TPOT (``silicon_calibration.csv``, priced as the steady-state decode
-   step) fix ``t_step_us``, the per-step overhead (scheduling, sampling, detokenisation), with
-   everything else what the kernels gave.
+   step, the attention kernels by their stage-1 fits) fix ``t_step_us``, the per-step overhead
+   (scheduling, sampling, detokenisation), with everything else what the kernels gave.
 
 A device with kernels but no serving runs takes its runtime's median step overhead; a device
 with neither takes the runtime's profile (the median of the devices' rows), and says so.
@@ -29,7 +34,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ._fits import PARAMS, memory_technology
+from ._fits import ATTENTION_COLUMNS, ATTENTION_PARAMS, ATTENTION_PHASES, PARAMS, memory_technology
 from ._io import csv_text
 from ._version import __version__
 from .acceptance import within_share
@@ -37,11 +42,13 @@ from .calibrate import FIT_COLUMNS, UNCALIBRATED, Batch, _at_bound, _bounds
 from .catalog import Catalog, Device, default_catalog
 from .decompose import Decomposed, _digest, decompose
 from .errors import PlanError
-from .kernels import KERNEL_DIR, gemm_tables
+from .kernels import KERNEL_DIR, attention_tables, gemm_tables
 from .quant import formats_table
 from .runtimes import KERNEL_RUNTIMES
 
 SERVING_FILE = "silicon_calibration.csv"
+#: kernel_fits.csv's columns: a calibration row's, and its fused attention kernels'.
+KERNEL_FIT_COLUMNS = (*FIT_COLUMNS, *ATTENTION_COLUMNS)
 _I = {k: PARAMS.index(k) for k in PARAMS}
 
 
@@ -140,8 +147,59 @@ def _fit_format(batch: Batch, base: np.ndarray, fmt: str, bounds: tuple[float, f
     return float(f"{q.x[0]:.6g}")
 
 
-def serving_rows(root: str | os.PathLike[str], cat: Catalog) -> list[Decomposed]:
-    """The priced TPOT rows of the production runtimes' agg serving runs, decomposed."""
+def attention_batch(table: dict[str, Any], dev: Device) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One attention table's rows as the engine prices its fused attention kernel at efficiency 1
+    (rust/src/graph.rs mha_kernel, keys and values of one head width): compute seconds of 2 h (hd +
+    hd) FLOPs per attended pair at the device's bf16 peak, memory seconds of the queries and
+    outputs (bf16) and the keys and values read (in the KV dtype), and the kernel's work items
+    (sequences x KV heads). Prefill: ``isl`` new tokens on no prefix, causal pairs within the
+    window; decode: one query per sequence over ``step`` cached keys (``min(step, window)``)."""
+    b, s, h, kvh, hd, w = (table[k] for k in ("batch", "isl", "heads", "kv_heads", "head_dim", "window"))
+    if table["phase"] == "prefill":
+        # query i (1-based) of a causal prompt attends min(i, w) keys
+        full = s * (s + 1) / 2
+        pairs = b * np.where((w > 0) & (s > w), w * (w + 1) / 2 + (s - w) * w, full)
+        keys, tokens = b * s, b * s
+    else:
+        step = table["step"]
+        keys = b * np.where(w > 0, np.minimum(step, w), step)
+        pairs, tokens = keys, b
+    flops = 2 * h * (hd + hd) * pairs
+    memory = tokens * h * (hd + hd) * 2.0 + keys * kvh * (hd + hd) * table["kv_bytes"]
+    return flops / (_peak(dev, None) * 1e12), memory / (dev.memory_bw_gbs * 1e9), b * kvh
+
+
+def attention_time(x: Sequence[float], compute: np.ndarray, memory: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """Seconds per call of a fitted attention kernel (ATTENTION_PARAMS ``x``; rust/src/roofline.rs
+    rates: floor + max(compute / eta_compute + items t_item, memory / eta_mem))."""
+    eta_c, eta_m, floor_us, item_us = x
+    out: np.ndarray = floor_us * 1e-6 + np.maximum(compute / eta_c + items * item_us * 1e-6, memory / eta_m)
+    return out
+
+
+def fit_attention(table: dict[str, Any], dev: Device, cat: Catalog) -> dict[str, Any]:
+    """One attention kernel's ATTENTION_PARAMS by log least squares on its table."""
+    from scipy.optimize import least_squares
+
+    c, m, items = attention_batch(table, dev)
+    obs = table["latency_ms"] * 1e-3
+    b = _bounds(cat)
+    lo = [b[_I["eta_compute"]][0], b[_I["eta_mem"]][0], 0.0, 0.0]
+    hi = [1.0, 1.0, cat.constant("fit_launch_us_max"), cat.constant("fit_attention_item_us_max")]
+    fit = least_squares(lambda x: np.log(attention_time(x, c, m, items) / obs), [0.5, 0.7, 10.0, 0.02],
+                        bounds=(lo, hi), x_scale=[0.1, 0.1, 1.0, 0.01])  # fmt: skip
+    x = [float(f"{v:.6g}") for v in fit.x]
+    ratio = obs / attention_time(x, c, m, items)
+    pinned = [p for p, v, low, high in zip(ATTENTION_PARAMS, x, lo, hi) if _at_bound(v, low, high)]
+    return {**dict(zip(ATTENTION_PARAMS, x)), "within": within_share(ratio), "rows": len(obs), "pinned": pinned,
+            "kernel": table["kernel"], "file": table["file"],
+            "rms": float(f"{np.sqrt(np.mean(np.log(ratio) ** 2)):.6g}")}  # fmt: skip
+
+
+def serving_rows(root: str | os.PathLike[str], cat: Catalog,
+                 fits: Optional[Sequence[dict[str, Any]]] = None) -> list[Decomposed]:  # fmt: skip
+    """The priced TPOT rows of the production runtimes' agg serving runs, decomposed (their
+    attention kernels priced by ``fits``, default the shipped calibration)."""
     from .benchmarks import import_file
 
     path = Path(root) / SERVING_FILE
@@ -149,7 +207,7 @@ def serving_rows(root: str | os.PathLike[str], cat: Catalog) -> list[Decomposed]
         raise PlanError(f"kernel tables: no {SERVING_FILE} under {str(root)!r} (the serving runs the step overhead "
                         f"is fitted on; a source checkout has {KERNEL_DIR}/{SERVING_FILE})")  # fmt: skip
     rows = import_file(str(path), path.read_text())
-    return [decompose(r, cat) for r in rows
+    return [decompose(r, cat, fits) for r in rows
             if r["metric"] == "tpot_ms" and not r["not_priced"] and r["runtime"] in KERNEL_RUNTIMES]  # fmt: skip
 
 
@@ -175,11 +233,14 @@ def fit_step(rows: Sequence[Decomposed], kernel: dict[str, Any], cat: Catalog) -
 @dataclasses.dataclass(frozen=True)
 class Measured:
     """What one folder of kernel tables and serving runs gives, read and stage 1 fitted once, per
-    (runtime, device): its GEMM tables, their kernel fit, its priced TPOT runs."""
+    (runtime, device): its GEMM tables and their kernel fit, its attention tables and their fits
+    by phase, its priced TPOT runs (their attention priced by those fits)."""
 
     tables: dict[tuple[str, str], list[dict[str, Any]]]
     kernel: dict[tuple[str, str], dict[str, Any]]
     serving: dict[tuple[str, str], list[Decomposed]]
+    attention_tables: dict[tuple[str, str], dict[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    attention: dict[tuple[str, str], dict[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
 
 
 def measure(root: str | os.PathLike[str] = KERNEL_DIR, catalog: Optional[Catalog] = None) -> Measured:
@@ -190,11 +251,37 @@ def measure(root: str | os.PathLike[str] = KERNEL_DIR, catalog: Optional[Catalog
             tables.setdefault((t["runtime"], t["hardware"]), []).append(t)
     if not tables:
         raise PlanError(f"kernel tables: no {', '.join(KERNEL_RUNTIMES)} GEMM tables under {str(root)!r}")
-    serving: dict[tuple[str, str], list[Decomposed]] = {}
-    for d in serving_rows(root, cat):
-        serving.setdefault((d.row["runtime"], d.row["hardware"]), []).append(d)
     kernel = {key: fit_gemm(ts, cat.get(key[1]), cat) for key, ts in sorted(tables.items())}
-    return Measured(tables, kernel, serving)
+    att_tables: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for t in attention_tables(root):
+        if (t["runtime"], t["hardware"]) in kernel:
+            att_tables.setdefault((t["runtime"], t["hardware"]), {})[t["phase"]] = t
+    attention = {key: {ph: fit_attention(t, cat.get(key[1]), cat) for ph, t in sorted(ts.items())}
+                 for key, ts in sorted(att_tables.items())}  # fmt: skip
+    provisional = Measured(tables, kernel, {}, att_tables, attention)
+    serving: dict[tuple[str, str], list[Decomposed]] = {}
+    for d in serving_rows(root, cat, fit_production(root, cat, provisional)):
+        serving.setdefault((d.row["runtime"], d.row["hardware"]), []).append(d)
+    return Measured(tables, kernel, serving, att_tables, attention)
+
+
+def attention_columns(fits: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A kernel_fits.csv row's ATTENTION_COLUMNS from its attention fits by phase (empty where a
+    phase has none: its kernel is priced as any kernel)."""
+    out = {c: "" for c in ATTENTION_COLUMNS}
+    for ph, f in fits.items():
+        out.update({f"attn_{ph}_{p}": f[p] for p in ATTENTION_PARAMS})
+    return out
+
+
+def _attention_profile(fits: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per phase, the median of the devices' attention fits (a runtime's profile)."""
+    out = {}
+    for ph in ATTENTION_PHASES:
+        mine = [f[ph] for f in fits if ph in f]
+        if mine:
+            out[ph] = {p: float(f"{np.median([f[p] for f in mine]):.6g}") for p in ATTENTION_PARAMS}
+    return out
 
 
 def fit_production(
@@ -230,6 +317,16 @@ def fit_production(
                        f"data/benchmarks/aic/{k['files'][0]} (bf16 rows within 1.5x: {k['within']['bf16']:.1%}); "
                        f"{stage2}")  # fmt: skip
             row["runtime_version"] = k["version"]
+            att = m.attention.get(key, {})
+            row.update(attention_columns(att))
+            row["pinned"] = " ".join(
+                [row["pinned"], *(f"attn_{ph}_{p}" for ph, f in att.items() for p in f["pinned"])]
+            ).strip()
+            if att:
+                row["source"] += "; fused attention kernels by log least squares on " + ", ".join(
+                    f"{f['file']} ({f['kernel']}, {f['rows']} rows, within 1.5x {f['within']:.1%})"
+                    for f in att.values()
+                )
             out.append(row)
             for fmt, eta in sorted(k["formats"].items()):
                 out.append({**row, "precision": fmt, "eta_compute_quant": eta, "pinned": _cq_pinned(eta, cat),
@@ -249,6 +346,7 @@ def fit_production(
                    f"ridgeline calibrate --production: the median over {', '.join(hw for _, hw in mine)} of "
                    f"their kernel-fitted rows (a device without kernel tables: through its catalog peaks)")  # fmt: skip
         row["runtime_version"] = ", ".join(sorted({kernel[key]["version"] for key in mine}))
+        row.update(attention_columns(_attention_profile([m.attention[key] for key in mine if key in m.attention])))
         out.append(row)
         for fmt, eta in prof_formats.items():
             out.append({**row, "precision": fmt, "eta_compute_quant": eta, "pinned": _cq_pinned(eta, cat)})
@@ -275,7 +373,7 @@ def _cq_pinned(eta: float, cat: Catalog) -> str:
 
 
 def kernel_fits_csv(rows: Sequence[dict[str, Any]]) -> str:
-    return csv_text(rows, FIT_COLUMNS)
+    return csv_text(rows, KERNEL_FIT_COLUMNS)
 
 
 def transfer(
@@ -373,4 +471,76 @@ def gemm_holdout(
             out.append({"runtime": rt, "hardware": hw, "format": fmt or "bf16", "rows": len(t["m"]),
                         "held_out_within_1_5x": within_share(r_out), "in_sample_within_1_5x": within_share(r_in),
                         "held_out_median": float(np.median(r_out))})  # fmt: skip
+    return out
+
+
+def attention_holdout(
+    root: str | os.PathLike[str] = KERNEL_DIR, catalog: Optional[Catalog] = None, measured: Optional[Measured] = None
+) -> list[dict[str, Any]]:
+    """Each device's attention tables priced with its own fit (in sample) and with the median of
+    the other devices' fits of the same runtime and kernel phase (held out: what a device without
+    tables of its architecture gets, through its catalog peaks): per (runtime, device, phase) the
+    share within 1.5x and the median observed/predicted held out."""
+    cat = catalog or default_catalog()
+    m = measured or measure(root, cat)
+    out = []
+    for (rt, hw), by_phase in sorted(m.attention_tables.items()):
+        dev = cat.get(hw)
+        for ph, t in sorted(by_phase.items()):
+            c, mem, items = attention_batch(t, dev)
+            obs = t["latency_ms"] * 1e-3
+            own = m.attention[(rt, hw)][ph]
+            others = [f[ph] for (r2, h2), f in m.attention.items() if r2 == rt and h2 != hw and ph in f]
+            held = [float(np.median([f[p] for f in others])) for p in ATTENTION_PARAMS]
+            r_out = obs / attention_time(held, c, mem, items)
+            out.append({"runtime": rt, "hardware": hw, "phase": ph, "kernel": t["kernel"], "rows": len(obs),
+                        "in_sample_within_1_5x": own["within"], "held_out_within_1_5x": within_share(r_out),
+                        "held_out_median": float(np.median(r_out)), "pinned": own["pinned"]})  # fmt: skip
+    return out
+
+
+#: Kernels timed on a device here (benches/device/*.py): devices with no runtime tables, to check
+#: the architecture profile they are priced by (not fitted; not shipped).
+MEASURED_DIR = "data/benchmarks/measured"
+#: The production runtime whose kernel a measured torch kernel is: vLLM's unquantized linear
+#: layer calls torch.nn.functional.linear (cuBLAS), the bf16 GEMM the measured tables time.
+MEASURED_AS = "vllm"
+
+
+def measured_holdout(
+    root: str | os.PathLike[str] = MEASURED_DIR,
+    catalog: Optional[Catalog] = None,
+    fits: Optional[Sequence[dict[str, Any]]] = None,
+) -> list[dict[str, Any]]:
+    """Kernels measured on devices without runtime tables, priced by the calibration an estimate
+    of that device takes under vLLM (``fits``, default the shipped ones: its architecture's
+    profile): the bf16 GEMMs (the kernel vLLM calls) and the attention tables (torch's SDPA kernels,
+    not vLLM's: a comparison, not a check of its kernel). Per table: rows, the calibration label,
+    share within 1.5x and the median observed/predicted."""
+    from ._fits import attention_of, lookup
+
+    cat = catalog or default_catalog()
+    out = []
+    for t in gemm_tables(root):
+        if t["format"] is not None:
+            continue  # torch._scaled_mm is not vLLM's fp8 path (its CUTLASS kernel and input quantisation)
+        dev = cat.get(t["hardware"])
+        label, f = lookup(dev.name, MEASURED_AS, cat, fits)
+        if f is None:
+            continue
+        ratio = t["latency_ms"] / gemm_batch(t, dev).predict(params(float(f["eta_mem"]), float(f["eta_compute"]),
+                                                                    float(f["t_launch_us"])))  # fmt: skip
+        out.append({"hardware": dev.name, "table": t["file"], "kernel": "bf16 GEMM (cuBLAS)", "rows": len(ratio),
+                    "calibration": label, "within_1_5x": within_share(ratio),
+                    "median": float(np.median(ratio))})  # fmt: skip
+    for t in attention_tables(root, every_kernel=True):
+        dev = cat.get(t["hardware"])
+        label, f = lookup(dev.name, MEASURED_AS, cat, fits)
+        a = attention_of(f).get(t["phase"])
+        if a is None:
+            continue
+        ratio = t["latency_ms"] * 1e-3 / attention_time([a[p] for p in ATTENTION_PARAMS], *attention_batch(t, dev))
+        out.append({"hardware": dev.name, "table": t["file"], "kernel": f"{t['phase']} attention ({t['kernel']})",
+                    "rows": len(ratio), "calibration": label, "within_1_5x": within_share(ratio),
+                    "median": float(np.median(ratio))})  # fmt: skip
     return out

@@ -111,3 +111,50 @@ def gemm_tables(root: str | os.PathLike[str] = KERNEL_DIR) -> list[dict[str, Any
                 "latency_ms": g["latency"].to_numpy().astype(np.float64),
             })  # fmt: skip
     return out
+
+
+# AIC's KV-cache dtypes -> bytes per element
+_KV_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0}
+# AIC attention table -> the engine's attention kernel it measures (graph::AttnPhase)
+ATTENTION_TABLES = {"context_attention_perf.parquet": "prefill", "generation_attention_perf.parquet": "decode"}
+
+
+def attention_tables(root: str | os.PathLike[str] = KERNEL_DIR, every_kernel: bool = False) -> list[dict[str, Any]]:
+    """The context (prefill) and generation (decode) attention tables under ``root``, one entry per
+    table: ``hardware``, ``runtime``, ``version``, ``phase`` (prefill or decode), ``kernel`` (the
+    kernel_source the table measures most: the runtime's default kernel on the device; AIC times
+    its alternatives on fewer shapes, and those rows are left out), ``file``, ``rows`` and
+    ``kernels`` (rows per kernel_source), and the arrays ``batch``, ``isl`` (new tokens per
+    sequence), ``step`` (cached tokens: the KV length a decode reads), ``heads``, ``kv_heads``,
+    ``head_dim``, ``window`` (0: none), ``kv_bytes`` (per element) and ``latency_ms`` (AIC's unit:
+    ms per call under CUDA-graph replay). Rows with a KV dtype ridgeline does not read are left out.
+    With ``every_kernel``, one entry per (table, kernel_source) instead."""
+    import numpy as np
+    import polars as pl
+
+    base = Path(root)
+    out = []
+    for name, phase in ATTENTION_TABLES.items():
+        for f in _tables(base, "attention", name):
+            d = pl.read_parquet(f)
+            devices = d["device"].unique().to_list()
+            hw = identify_device(devices[0])[0] if len(devices) == 1 else None
+            if hw is None:
+                continue  # a device the catalog does not hold (Intel B60 under vLLM XPU)
+            counts = dict(d.group_by("kernel_source").len().iter_rows())
+            chosen = sorted(counts) if every_kernel else [max(sorted(counts), key=lambda k: counts[k])]
+            for kernel in chosen:
+                g = d.filter(pl.col("kernel_source") == kernel)
+                g = g.filter(pl.col("kv_cache_dtype").is_in(list(_KV_BYTES)))
+                window = g["window_size"] if "window_size" in g.columns else pl.Series([0] * len(g))
+                out.append({
+                    "hardware": hw, "runtime": f.parent.parent.name, "version": f.parent.name, "phase": phase,
+                    "kernel": kernel, "kernels": counts, "file": f.relative_to(base).as_posix(), "rows": len(g),
+                    **{k: g[c].to_numpy().astype(np.float64) for k, c in (
+                        ("batch", "batch_size"), ("isl", "isl"), ("step", "step"), ("heads", "num_heads"),
+                        ("kv_heads", "num_key_value_heads"), ("head_dim", "head_dim"))},
+                    "window": window.to_numpy().astype(np.float64),
+                    "kv_bytes": np.array([_KV_BYTES[x] for x in g["kv_cache_dtype"].to_list()]),
+                    "latency_ms": g["latency"].to_numpy().astype(np.float64),
+                })  # fmt: skip
+    return out

@@ -23,7 +23,7 @@ from .acceptance import BOUND_TOLERANCE, within_share
 from .calibrate import SKEW, UNCALIBRATED, Batch, _memtech, _profile_rows, fit_all, params_of
 from .catalog import Catalog, default_catalog
 from .collectives import _protocol_json, bus_factor
-from .decompose import MODEL_METRICS, Decomposed, decompose_all
+from .decompose import MODEL_METRICS, Decomposed, decompose, decompose_all
 from .fitted import formats_of, lookup, shipped_fits
 
 # Protocol efficiencies of the link-rate bound: every protocol at the full link rate.
@@ -608,10 +608,12 @@ def validation(catalog: Optional[Catalog] = None, fits: Optional[Sequence[dict[s
         b = Batch(own)
         r_in = b.speed_ratio(p_in, formats_of(f))
         r_out = b.speed_ratio(out[0], out[1]) if out is not None else np.full(len(own), np.nan)
-        # the bound: efficiency 1 under the routing the calibration found (uniform without MoE rows)
+        # the bound: efficiency 1 under the routing the calibration found (uniform without MoE rows),
+        # fitted attention kernels too
         at_bound = UNCALIBRATED.copy()
         at_bound[SKEW] = p_in[SKEW]
-        bound = b.speed_ratio(at_bound)
+        pure = [decompose(d.row, cat, fitted_attention=False) if d.fixed_attention else d for d in own]
+        bound = Batch(pure).speed_ratio(at_bound)
         for i, d in enumerate(own):
             r = d.row
             over = float(bound[i]) > BOUND_TOLERANCE
