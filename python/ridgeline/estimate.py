@@ -575,6 +575,15 @@ def estimate(
     if breakdown.__class__ is not bool:
         _flag("breakdown", breakdown)
     n: tuple[Any, ...] = (batch, prompt, output, prefix, tp, ep, pp, dp, microbatches)
+    r, n = _run(p, n, allow_no_fit=allow_no_fit, breakdown=breakdown)
+    p, price = pricing(p, price_per_hour, amortise_years, catalog)
+    return Estimate(p, r, n, price)
+
+
+def _run(p: _Prepared, n: tuple[Any, ...], *, allow_no_fit: bool, breakdown: bool) -> tuple[Any, tuple[Any, ...]]:
+    """A prepared plan priced at its numbers ``n`` (``_NUMBERS`` order, each checked): the core's
+    result and the numbers as checked; a plan that does not fit is refused unless ``allow_no_fit``."""
+    batch, prompt, output, prefix, tp, ep, pp, dp, microbatches = n
     if not (
         batch.__class__ is int and prompt.__class__ is int and output.__class__ is int and prefix.__class__ is int
         and tp.__class__ is int and ep.__class__ is int and pp.__class__ is int and dp.__class__ is int
@@ -599,8 +608,7 @@ def estimate(
             f"short by {mem['shortfall_bytes'] / GB:.1f} GB; use more TP, a smaller batch or a shorter context "
             "(or --allow-no-fit to see the numbers)"
         )
-    p, price = pricing(p, price_per_hour, amortise_years, catalog)
-    return Estimate(p, r, n, price)
+    return r, n
 
 
 def _prepare(
@@ -748,9 +756,7 @@ def bound_with_attention(model: Any, hardware: Any, attention_row: Mapping[str, 
     n = tuple(kw.pop(k, None if k == "microbatches" else (0 if k == "prefix" else 1)) for k in _NUMBERS)
     allow_no_fit = kw.pop("allow_no_fit", False)
     p = _prepare(model, hardware, catalog, calibrated=False, attention_row=attention_row, **kw)
-    r = _core.estimate_prepared(p.core, n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7], n[8], True)
-    if not r.fits and not allow_no_fit:
-        raise DoesNotFitError(f"{p.model} on {p.dev.name}: the plan does not fit in memory")
+    r, n = _run(p, n, allow_no_fit=allow_no_fit, breakdown=True)
     return Estimate(p, r, n, None)
 
 
