@@ -125,8 +125,8 @@ def test_duckdb_output_keeps_an_existing_table_unless_forced(tmp_path):
     "out,message",
     [
         ("", "out: an empty path"),
-        ("plans.txt", "must end in .parquet or .csv, or be file.duckdb:table"),
-        ("plans.duckdb", "must end in .parquet or .csv, or be file.duckdb:table"),
+        ("plans.txt", "must end in .parquet or .csv, be file.duckdb:table, or name a folder"),
+        ("plans.duckdb", "must end in .parquet or .csv, be file.duckdb:table, or name a folder"),
         ("plans.duckdb:bad-name", "table name 'bad-name' must be a plain identifier"),
         ("/nonexistent/dir/x.csv", "out: directory '/nonexistent/dir' does not exist"),
         ("/nonexistent/dir/x.parquet", "out: directory '/nonexistent/dir' does not exist"),

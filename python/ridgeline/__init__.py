@@ -12,6 +12,7 @@ from ._version import __version__
 from .catalog import Catalog, Device
 from .errors import (
     CatalogError,
+    ClusterError,
     DoesNotFitError,
     HardwareError,
     ModelConfigError,
@@ -22,12 +23,14 @@ from .errors import (
 from .estimate import Estimate, estimate
 from .models import Model
 from .recommend import Recommendation, recommend
-from .serving import Simulation, simulate
-from .sweeps import sweep
+from .serving import Simulation, simulate, simulate_grid
+from .sweeps import Dataset, sweep, write_folder
 
 __all__ = [
     "Catalog",
     "CatalogError",
+    "ClusterError",
+    "Dataset",
     "Device",
     "DoesNotFitError",
     "Estimate",
@@ -43,5 +46,7 @@ __all__ = [
     "estimate",
     "recommend",
     "simulate",
+    "simulate_grid",
     "sweep",
+    "write_folder",
 ]

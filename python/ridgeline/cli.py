@@ -36,6 +36,24 @@ _AMORTISE_YEARS = click.option(
 )  # fmt: skip
 
 
+#: The option of the commands whose work can run on a Ray cluster (sweep, simulate, recommend).
+_RAY = click.option(
+    "--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+    help='Run the work as tasks on a Ray cluster: --ray alone starts one on this machine, --ray auto joins the '
+         'running one (or RAY_ADDRESS), --ray HOST:PORT that one. Needs pip install "ridgeline[ray]".',
+)  # fmt: skip
+
+
+def _ray_backend(ray_address: Optional[str]) -> str:
+    """The backend an ``--ray`` gives; with one, Ray is importable (else how to install it, exit 2)."""
+    if ray_address is None:
+        return "local"
+    from .cluster import import_ray
+
+    import_ray()
+    return "ray"
+
+
 @cli.command()
 @click.option(
     "--model",
@@ -397,12 +415,18 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
 )
 @click.option("--uncalibrated", is_flag=True, help="Price steps at the efficiency-1 bound.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@_RAY
 def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, force: bool, plot_dir: Optional[str],
-             fmt: str, max_share: Optional[float], uncalibrated: bool, as_json: bool,
+             fmt: str, max_share: Optional[float], uncalibrated: bool, as_json: bool, ray_address: Optional[str],
              **flags: Any) -> None:  # fmt: skip
-    """Simulate a serving instance under load: TTFT, TPOT, ITL, throughput, goodput."""
+    """Simulate a serving instance under load: TTFT, TPOT, ITL, throughput, goodput.
+
+    --rate 2,4,8 simulates each rate (with --ray, each as a task on the cluster)."""
     from .errors import PlanError
     from .serving import simulate as run
+    from .serving import simulate_grid
+
+    backend = _ray_backend(ray_address)
 
     args = _scenario(scenario)
     args.update({k: v for k, v in flags.items() if v is not None})
@@ -419,6 +443,9 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
     if max_share is not None:
         from .serving import max_rate
 
+        if backend == "ray":
+            raise PlanError("--max-share: its bisection runs one rate after another, here; leave out --ray")
+
         rate, s = max_rate(model, hardware, share=max_share, calibrated=not uncalibrated, **args)
         if as_json:
             click.echo(json.dumps({"max_rate_req_s": rate, **s.to_dict()}, indent=2))
@@ -433,14 +460,18 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
         if out is not None:
             raise PlanError("out: one run at a time (give one --rate with --out)")
         _rate_sweep(model, hardware, rates, args, calibrated=not uncalibrated, as_json=as_json, plot_dir=plot_dir,
-                    fmt=fmt)  # fmt: skip
+                    fmt=fmt, ray_address=ray_address)  # fmt: skip
         return
     if rates:
         args["rate"] = rates[0]
     detail = out is not None or plot_dir is not None
-    with _progress_bar(as_json) as tell:
-        s = run(model, hardware, keep_requests=detail, sample_s=sample_ms / 1e3 if detail else None,
-                calibrated=not uncalibrated, progress=tell, **args)  # fmt: skip
+    kw: dict[str, Any] = {"keep_requests": detail, "sample_s": sample_ms / 1e3 if detail else None,
+                          "calibrated": not uncalibrated}  # fmt: skip
+    if backend == "ray":  # one run, as one task on the cluster
+        s = simulate_grid(model, hardware, [args], backend=backend, ray_address=ray_address, **kw)[0]
+    else:
+        with _progress_bar(as_json) as tell:
+            s = run(model, hardware, progress=tell, **kw, **args)
     if plot_dir is not None:
         from .plot import simulation as plots
 
@@ -494,10 +525,23 @@ def _rates(v: Any) -> list[float]:
 
 
 def _rate_sweep(model: str, hardware: str, rates: list[float], args: dict[str, Any], *, calibrated: bool,
-                as_json: bool, plot_dir: Optional[str], fmt: str) -> None:  # fmt: skip
-    from .serving import simulate as run
+                as_json: bool, plot_dir: Optional[str], fmt: str, ray_address: Optional[str]) -> None:  # fmt: skip
+    from .serving import simulate_grid
 
-    sims = [run(model, hardware, rate=r, calibrated=calibrated, **args) for r in rates]
+    backend = "local" if ray_address is None else "ray"
+    bar = click.progressbar(length=len(rates), label="rates", file=sys.stderr) if sys.stderr.isatty() else None
+
+    def progress(done: int, total: int) -> None:
+        if bar is not None:
+            bar.update(done - bar.pos)
+
+    reports: list[Any] = []
+    sims = simulate_grid(model, hardware, [{"rate": r} for r in rates], backend=backend, ray_address=ray_address,
+                         progress=progress, on_report=reports.append, calibrated=calibrated, **args)  # fmt: skip
+    if bar is not None:
+        bar.render_finish()
+    if backend == "ray":
+        click.echo(reports[0].text(), err=True)
     if as_json:
         click.echo(json.dumps([s.to_dict() for s in sims], indent=2))
     else:
@@ -681,6 +725,7 @@ def collective(
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True,
               help="Without --out: the best plans the summary lists per ranking.")  # fmt: skip
 @_AMORTISE_YEARS
+@_RAY
 def sweep(
     models: tuple[str, ...],
     hardware: tuple[str, ...],
@@ -705,14 +750,21 @@ def sweep(
     show_columns: bool,
     top: int,
     amortise_years: Optional[float],
+    ray_address: Optional[str],
 ) -> None:
-    """Evaluate a grid of plans in the Rust core across all cores."""
+    """Evaluate a grid of plans in the Rust core across all cores, or across a Ray cluster (--ray).
+
+    --out DIR/ (a folder) writes the grid as Parquet parts, one per --chunk-size plans, that DuckDB
+    and Polars read as one table (DIR/*.parquet); a rerun into the same folder resumes, skipping
+    the parts already complete and verified. With --ray, --out is such a folder."""
     import resource
     import time
 
     import polars as pl
 
-    from .sweeps import SWEEP_COLUMNS, grid_size, iter_sweep, load_grid_file, summary, write
+    from .errors import PlanError
+    from .sweeps import SWEEP_COLUMNS, gather, grid_size, is_folder, iter_sweep, load_grid_file, summary, write_folder
+    from .sweeps import write as write_file
 
     if show_columns:
         click.echo(_table(list(SWEEP_COLUMNS.items())))
@@ -726,20 +778,33 @@ def sweep(
         grid["runtime"] = list(runtime)
     if chunk_size < 1:
         raise click.BadParameter("must be >= 1", param_hint="--chunk-size")
+    backend = _ray_backend(ray_address)
+    folder = out is not None and is_folder(out)
+    if backend == "ray" and out is not None and not folder:
+        raise PlanError(f"out: with --ray, --out names a folder for the sweep's Parquet parts (read as one table, "
+                        f"resumed by a rerun), e.g. --out {Path(out).stem or 'results'}/")  # fmt: skip
     total = grid_size(grid)
     t0 = time.perf_counter()
     bar = None
     if sys.stderr.isatty():
         bar = click.progressbar(length=total, label="plans", file=sys.stderr)
         bar.__enter__()
+    report = None
+    kw: dict[str, Any] = {"chunk_size": chunk_size, "progress": bar.update if bar else None,
+                          "calibrated": not uncalibrated, "amortise_years": amortise_years}  # fmt: skip
     try:
-        frames = iter_sweep(grid, threads=threads, chunk_size=chunk_size, progress=bar.update if bar else None,
-                            calibrated=not uncalibrated, amortise_years=amortise_years)  # fmt: skip
-        if out is not None:
-            rows = write(frames, out, force=force)
-            df = None
+        df = None
+        if folder:
+            assert out is not None
+            d = write_folder(grid, out, backend=backend, ray_address=ray_address, force=force, threads=threads, **kw)
+            rows, report = d.rows, d.report
+        elif backend == "ray":
+            df, report = gather(grid, backend=backend, ray_address=ray_address, **kw)
+            rows = df.height
+        elif out is not None:
+            rows = write_file(iter_sweep(grid, threads=threads, **kw), out, force=force)
         else:
-            df = pl.concat(list(frames))
+            df = pl.concat(list(iter_sweep(grid, threads=threads, **kw)))
             rows = df.height
     finally:
         if bar:
@@ -748,8 +813,10 @@ def sweep(
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if df is not None:
         click.echo(summary(df, top))
-    click.echo(f"{rows:,} plans in {dt:.2f} s ({rows / dt:,.0f} plans/s), peak RSS {rss_mb:,.0f} MB"
-               + (f", written to {out}" if out is not None else ""), err=True)  # fmt: skip
+    where = "" if out is None else f", written to {out}" + (f" (read as {Path(out) / '*.parquet'})" if folder else "")
+    click.echo(f"{rows:,} plans in {dt:.2f} s ({rows / dt:,.0f} plans/s), peak RSS {rss_mb:,.0f} MB{where}", err=True)
+    if report is not None:
+        click.echo(report.text(), err=True)
 
 
 @cli.command()
@@ -1463,13 +1530,14 @@ def model_show(name: str, as_json: bool) -> None:
 @click.option("--plot", "plot_path", default=None, help="Write the cost-TTFT frontier here (.png or .svg).")
 @click.option("--force", is_flag=True, help="Replace an existing --plot file.")
 @_AMORTISE_YEARS
+@_RAY
 def recommend(
     model: str, rate: Optional[float], concurrency: Optional[int], slo_ttft_ms: Optional[float],
     slo_tpot_ms: Optional[float], percentile: float,
     prompt: str, output: str, hardware: tuple[str, ...], tp: str, weight_dtype: Optional[str],
     runtime: Optional[str], disaggregate: bool, kv_link_gbs: Optional[float], kv_link_latency_us: Optional[float],
     requests: int, max_devices: int, top: int, verbose: bool,
-    as_json: bool, plot_path: Optional[str], force: bool, amortise_years: Optional[float],
+    as_json: bool, plot_path: Optional[str], force: bool, amortise_years: Optional[float], ray_address: Optional[str],
 ) -> None:  # fmt: skip
     """The cheapest plans (device, runtime, weights, TP/EP, replicas, prefill/decode split) that serve a rate
     within TTFT and TPOT objectives, with the cost-TTFT Pareto frontier."""
@@ -1487,10 +1555,13 @@ def recommend(
             percentile=percentile, prompt=prompt, output=output, hardware=list(hardware) or None,
             tp=parse_axis("tp", tp), weight_dtype=weight_dtype, runtime=runtime, disaggregate=disaggregate,
             kv_link_gbs=kv_link_gbs, kv_link_latency_us=kv_link_latency_us, requests=requests,
-            max_devices=max_devices, progress=progress, amortise_years=amortise_years)  # fmt: skip
+            max_devices=max_devices, progress=progress, amortise_years=amortise_years,
+            backend=_ray_backend(ray_address), ray_address=ray_address)  # fmt: skip
     if bar is not None:
         bar.render_finish()
     click.echo(json.dumps(r.to_dict(), indent=2) if as_json else r.summary(top, refused=verbose))
+    if ray_address is not None and r.run is not None:
+        click.echo(r.run.text(), err=True)
     if plot_path is not None:
         from . import plot
 

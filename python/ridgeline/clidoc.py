@@ -16,7 +16,8 @@ Generated from the commands themselves by `python -m ridgeline.clidoc > docs/cli
 
 Errors are one line on stderr: exit 2 for a bad input (the input, the value and what is
 accepted), 3 for an unknown hardware or model name (with the closest known names), 4 for a
-plan that does not fit (with the shortfall in GB), 70 only for a bug; `ridgeline --debug ...`
+plan that does not fit (with the shortfall in GB), 5 when a Ray cluster cannot run the work
+(`--ray`), 70 only for a bug; `ridgeline --debug ...`
 shows tracebacks. Every output file is written to a temporary file and moved into place when
 complete; an existing one is kept unless `--force`.
 """

@@ -15,7 +15,15 @@ from ._core import (
     UnknownNameError,
 )
 
+
+class ClusterError(RidgelineError):
+    """The cluster could not run the work: Ray would not start or connect, a worker runs another
+    ridgeline, or a task kept failing after its retries (exit code 5). Raised in Python, by
+    ``ridgeline.cluster``; the core's errors come from the Rust mapping."""
+
+
 EXIT_CODES: dict[type, int] = {
+    ClusterError: 5,
     PlanError: 2,
     ModelConfigError: 2,
     HardwareError: 2,
@@ -28,7 +36,8 @@ EXIT_CODES: dict[type, int] = {
 
 
 def exit_code(e: BaseException) -> int:
-    """The CLI exit code of an error: 2 usage, 3 unknown name, 4 does not fit, 70 a bug (InternalError)."""
+    """The CLI exit code of an error: 2 usage, 3 unknown name, 4 does not fit, 5 the cluster failed, 70 a bug
+    (InternalError)."""
     for cls in type(e).__mro__:
         if cls in EXIT_CODES:
             return EXIT_CODES[cls]
@@ -38,6 +47,7 @@ def exit_code(e: BaseException) -> int:
 __all__ = [
     "EXIT_CODES",
     "CatalogError",
+    "ClusterError",
     "DoesNotFitError",
     "HardwareError",
     "InternalError",

@@ -29,6 +29,7 @@ from . import _checks
 from ._fmt import ms, sig
 from ._fmt import table as _table
 from .catalog import Catalog, default_catalog
+from .cluster import RunReport, check_backend, run_tasks
 from .errors import PlanError, RidgelineError
 from .estimate import missing_price, price_of, usd_per_million
 
@@ -59,6 +60,8 @@ class Recommendation:
     workload: dict[str, Any]
     plans: list[dict[str, Any]]
     refused: list[dict[str, Any]]
+    #: Where the candidates were searched (tasks per node, times); not part of the answer.
+    run: Optional[RunReport] = dataclasses.field(default=None, compare=False, repr=False)
 
     def __repr__(self) -> str:
         best = self.plans[0] if self.plans else None
@@ -141,6 +144,8 @@ def recommend(
     progress: Optional[Callable[[int, int], Any]] = None,
     catalog: Optional[Catalog] = None,
     amortise_years: Optional[float] = None,
+    backend: str = "local",
+    ray_address: Optional[str] = None,
 ) -> Recommendation:
     """The plans that serve ``rate`` requests/s (Poisson), or ``concurrency`` clients each sending
     its next request when its last ends, of ``prompt`` + ``output`` tokens with ``percentile`` % of
@@ -166,10 +171,16 @@ def recommend(
         progress: called with (candidates done, candidates) as the search goes.
         amortise_years: rank by the devices' cheapest published purchase prices spread over this
             many years, instead of their on-demand rentals (``Catalog.offers``).
+        backend: ``"ray"`` searches each candidate as a task on a Ray cluster (``ray_address``:
+            none or ``"local"`` starts one here, ``"auto"`` joins the running one, or host:port);
+            the plans are the same as a local search's, in the same order.
     """
     from .models import Model
     from .serving import length_bounds, parse_lengths
 
+    if check_backend(backend, ray_address) == "ray" and catalog is not None:
+        raise PlanError("catalog: Ray workers use their own default catalog (set RIDGELINE_HARDWARE on every node "
+                        "for extra devices); leave catalog unset with backend='ray'")  # fmt: skip
     cat = catalog or default_catalog()
     if (rate is None) == (concurrency is None):
         raise PlanError("recommend needs a load: rate (requests/s) or concurrency (clients), one of them")
@@ -210,27 +221,25 @@ def recommend(
     candidates = [(h, t, e, rt, wd) for h in names for rt in runtimes for wd in dtypes for t in tps
                   for e in sorted({1, t} if moe else {1})]  # fmt: skip
     plans, refused = [], []
-    for i, (hw, t, ep, rt, wd) in enumerate(candidates):
-        if progress is not None:
-            progress(i, len(candidates))
+    # one task per candidate: here in order, or spread over a Ray cluster (its workers' own catalog)
+    tasks = [(model, hw, t, ep, None if backend == "ray" else cat, workload, {"weight_dtype": wd, "runtime": rt},
+              max_devices) for hw, t, ep, rt, wd in candidates]  # fmt: skip
+    results, report = run_tasks(_candidate_task, tasks, backend=backend, ray_address=ray_address, progress=progress)
+    for (hw, t, ep, rt, wd), (found, why) in zip(candidates, results):
         label = (
             f"{hw} {plan_label({'tp': t, 'ep': ep})}"
             + (f" {rt}" if len(runtimes) > 1 else "")
             + (f" {wd}" if len(dtypes) > 1 else "")
         )
-        plan_kw = {"weight_dtype": wd, "runtime": rt, "catalog": cat}
-        found, why = _candidate(model, hw, t, ep, cat, workload, plan_kw, max_devices)
         plans += found
         refused += [{"candidate": label, "hardware": hw, "tp": t, "ep": ep, "runtime": rt, "weight_dtype": wd,
                      "reason": r} for r in why]  # fmt: skip
-    if progress is not None:
-        progress(len(candidates), len(candidates))
     plans.sort(key=lambda r: (r["usd_per_million_output_tokens"], r["ttft_q_s"]))
     best_ttft = math.inf
     for r in plans:  # cheapest first: a plan is on the frontier when no cheaper one is as fast
         r["frontier"] = r["ttft_q_s"] < best_ttft
         best_ttft = min(best_ttft, r["ttft_q_s"])
-    return Recommendation(model=str(model), workload=workload, plans=plans, refused=refused)
+    return Recommendation(model=str(model), workload=workload, plans=plans, refused=refused, run=report)
 
 
 def _listed(name: str, v: Any) -> list[Any]:
@@ -242,6 +251,14 @@ def _listed(name: str, v: Any) -> list[Any]:
     if isinstance(v, Sequence):
         return list(v)
     raise PlanError(f"{name}: expected a name or a list of names, got {v!r}")
+
+
+def _candidate_task(model: Any, hw: str, tp: int, ep: int, cat: Optional[Catalog], w: dict[str, Any],
+                    plan_kw: dict[str, Any], max_devices: int) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """One candidate as a task of the backend (``cluster``): on a Ray worker (no catalog given)
+    with that worker's default catalog, which the backend checked is the driver's."""
+    cat = cat or default_catalog()
+    return _candidate(model, hw, tp, ep, cat, w, {**plan_kw, "catalog": cat}, max_devices)
 
 
 def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str, Any], plan_kw: dict[str, Any],

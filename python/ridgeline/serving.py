@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -20,6 +20,7 @@ from . import _checks, _core, _data
 from ._fmt import sig
 from ._fmt import table as _table
 from .catalog import Catalog, Device
+from .cluster import RunReport, check_backend, run_tasks
 from .errors import PlanError
 from .estimate import POWER_SOURCE, _prepare, missing_price, price_of, pricing, usd_per_million
 
@@ -687,6 +688,49 @@ def simulate(
         energy_run=r["energy"] if isinstance(r["energy"], str)
         else {**r["energy"], "duration_s": float(r["duration_s"])},
     )  # fmt: skip
+
+
+def _scenario_task(model: Any, hardware: Any, kw: Mapping[str, Any]) -> Simulation:
+    """One simulation of a grid: a task of the backend (``cluster``), on a worker or here."""
+    return simulate(model, hardware, **kw)
+
+
+def simulate_grid(
+    model: Any,
+    hardware: Any,
+    scenarios: Sequence[Mapping[str, Any]],
+    *,
+    backend: str = "local",
+    ray_address: Optional[str] = None,
+    progress: Optional[Callable[[int, int], Any]] = None,
+    on_report: Optional[Callable[[RunReport], Any]] = None,
+    **common: Any,
+) -> list[Simulation]:
+    """One simulation per scenario (each a mapping of ``simulate`` arguments over ``common``), in
+    the scenarios' order: here, or each as a task on a Ray cluster (``backend="ray"``;
+    ``ray_address`` as ``sweep``). A run is the same wherever it runs: each has its own seeded
+    generator. ``progress`` is called with (scenarios done, scenarios) as each ends, ``on_report``
+    with where the runs ran (``cluster.RunReport``) once all have.
+
+    >>> sims = simulate_grid("meta-llama/Llama-3.1-8B", "H100_SXM", [{"rate": 2}, {"rate": 8}], requests=50,
+    ...                      prompt=512, output=64)
+    >>> [s.counts["completed"] for s in sims]
+    [50, 50]
+    """
+    if check_backend(backend, ray_address) == "ray":
+        for k, what in (("catalog", "a catalog"), ("progress", "a per-request progress callback")):
+            if common.get(k) is not None or any(sc.get(k) is not None for sc in scenarios):
+                raise PlanError(f"{k}: {what} does not travel to Ray workers; leave it unset with backend='ray'")
+    if not scenarios:
+        raise PlanError("scenarios: none given")
+    bad = [sc for sc in scenarios if not isinstance(sc, Mapping)]
+    if bad:
+        raise PlanError(f"scenarios: each is a mapping of simulate arguments, got {bad[0]!r}")
+    tasks = [(model, hardware, {**common, **sc}) for sc in scenarios]
+    sims, report = run_tasks(_scenario_task, tasks, backend=backend, ray_address=ray_address, progress=progress)
+    if on_report is not None:
+        on_report(report)
+    return sims
 
 
 def max_rate(

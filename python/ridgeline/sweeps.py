@@ -9,9 +9,11 @@ the reason in ``error``.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
+import os
 import re
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -21,6 +23,7 @@ from typing import Any, Callable, Optional
 from . import _core
 from ._checks import MAX_EXACT, flag, whole
 from .catalog import Catalog, default_catalog
+from .cluster import RunReport, check_backend, fingerprint, run_tasks
 from .errors import InternalError, PlanError
 from .models import Model
 
@@ -224,6 +227,7 @@ def iter_sweep(
     progress: Optional[Callable[[int], None]] = None,
     calibrated: bool = True,
     amortise_years: Optional[float] = None,
+    parts: Optional[Sequence[tuple[int, int, int]]] = None,
 ) -> Iterator[Any]:
     """Yields the sweep as Polars DataFrames of at most ``chunk_size`` rows, in grid order.
 
@@ -233,7 +237,11 @@ def iter_sweep(
     calibration the lookup picks (the device's own fit, else the runtime's profile, else none,
     said in ``calibration``) and run the way that runtime runs it (``runtime_execution``: for
     llama.cpp the prompt in n_ubatch steps unless the grid has a ``chunk`` axis, which is then
-    its n_ubatch, padded KV reads, one-token decode steps replayed from a CUDA graph)."""
+    its n_ubatch, padded KV reads, one-token decode steps replayed from a CUDA graph).
+
+    ``parts`` (from ``sweep_parts``): only these pieces of the grid, each (index of the
+    categorical combination in grid order, first and past-the-last numeric plan), one frame
+    each, in grid order; ``chunk_size`` is then not used."""
     import numpy as np
 
     from .estimate import _prepare, price_of, pricing
@@ -246,11 +254,20 @@ def iter_sweep(
     calibrated = flag("calibrated", calibrated)
     tp, pp, ep, dp, chunk, batch, prompt, output = (np.asarray(g[k], dtype=np.int64) for k in NUMERIC_AXES)
     n_numeric = int(np.prod([len(g[k]) for k in NUMERIC_AXES]))
-    models = {name: Model.from_config(name) for name in g["model"]}
-    devices = {name: cat.get(name) for name in g["hardware"]}
-    for name, hw, dtype, wdt, kvdt, rt in itertools.product(
-        g["model"], g["hardware"], g["dtype"], g["weight_dtype"], g["kv_dtype"], g["runtime"]
-    ):
+    combos = _combinations(g)
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    if parts is None:
+        for ci in range(len(combos)):
+            ranges[ci] = [(a, min(a + chunk_size, n_numeric)) for a in range(0, n_numeric, chunk_size)]
+    else:
+        for ci, a, b in sorted(parts):
+            if not (0 <= ci < len(combos) and 0 <= a < b <= n_numeric):
+                raise PlanError(f"parts: ({ci}, {a}, {b}) is not a part of this grid (sweep_parts lists them)")
+            ranges.setdefault(ci, []).append((a, b))
+    models = {name: Model.from_config(name) for name in {combos[ci][0] for ci in ranges}}
+    devices = {name: cat.get(name) for name in {combos[ci][1] for ci in ranges}}
+    for ci, todo in ranges.items():
+        name, hw, dtype, wdt, kvdt, rt = combos[ci]
         # everything but the numbers, prepared as estimate prepares it (the runtime it would
         # take for the device unless the grid names one, its calibration, weights and links)
         p = _prepare(models[name], devices[hw], catalog, runtime=rt, dtype=dtype, calibrated=calibrated,
@@ -272,12 +289,30 @@ def iter_sweep(
         dt = p.plan_tail["dtype"]
         consts = {"model": p.model, "hardware": p.dev.name, "dtype": dt, "weights": p.plan_labels["weights"],
                   "kv_dtype": p.plan_tail["kv_dtype"] or dt, "runtime": rt, "calibration": p.label}  # fmt: skip
-        for start in range(0, n_numeric, chunk_size):
-            stop = min(start + chunk_size, n_numeric)
+        for start, stop in todo:
             r = _core.sweep_grid(p.core, tp, pp, ep, dp, chunks, batch, prompt, output, threads, start, stop, extra)
             if progress:
                 progress(stop - start)
             yield _frame(r, consts, estimated=not p.dev.verified, price=price)
+
+
+def _combinations(g: Mapping[str, list[Any]]) -> list[tuple[Any, ...]]:
+    """The categorical combinations of a normalised grid, in grid order (the outer loop of a sweep)."""
+    return list(itertools.product(*(g[k] for k in CATEGORICAL_AXES)))
+
+
+def sweep_parts(grid: Mapping[str, Any], chunk_size: int = 1 << 18) -> list[tuple[int, int, int]]:
+    """The grid cut into pieces of at most ``chunk_size`` plans, in grid order: (index of the
+    categorical combination, first and past-the-last numeric plan). ``iter_sweep(grid,
+    parts=...)`` prices any of them; together they are the whole grid, each plan once.
+
+    >>> sweep_parts({"model": "meta-llama/Llama-3.1-8B", "hardware": "H100_SXM,B200", "batch": "1..8"}, 5)
+    [(0, 0, 5), (0, 5, 8), (1, 0, 5), (1, 5, 8)]
+    """
+    whole("chunk_size", chunk_size, 1)
+    g = normalise_grid(grid)
+    n = math.prod(len(g[k]) for k in NUMERIC_AXES)
+    return [(ci, a, min(a + chunk_size, n)) for ci in range(len(_combinations(g))) for a in range(0, n, chunk_size)]
 
 
 _STRINGS = ("model", "hardware", "dtype", "weights", "kv_dtype", "runtime")
@@ -335,6 +370,143 @@ def _lazy(frames: Callable[[], Iterator[Any]], schema: Any) -> Any:
     return register_io_source(source, schema=schema)
 
 
+def _part(grid: Mapping[str, Any], part: tuple[int, int, int], threads: int, calibrated: bool,
+          amortise_years: Optional[float]) -> tuple[int, bytes]:  # fmt: skip
+    """One part of a sweep as Parquet bytes, with its rows: a task of the backend (``cluster``),
+    on a worker or here."""
+    import io
+
+    df = next(iter_sweep(grid, threads=threads, parts=[part], calibrated=calibrated, amortise_years=amortise_years))
+    buf = io.BytesIO()
+    # zstd at its fastest level, as the local sink writes
+    df.write_parquet(buf, compression="zstd", compression_level=1)
+    return df.height, buf.getvalue()
+
+
+def _task_threads(backend: str, threads: int) -> int:
+    """Core threads a part runs on: all the caller asked for here; one on Ray, which runs as many
+    parts at once as the cluster has CPUs (a task holds one)."""
+    return threads if backend == "local" else 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """A sweep written to a dataset folder (``parts``): its rows, its part files in grid order,
+    and where the parts were computed (``report``: tasks per node, times, parts a resumed run
+    found complete and skipped). ``frame()`` reads it back as one Polars frame."""
+
+    folder: str
+    rows: int
+    files: list[str]
+    report: RunReport
+
+    def frame(self) -> Any:
+        import polars as pl
+
+        return pl.read_parquet(self.files) if self.files else pl.DataFrame()
+
+
+def write_folder(
+    grid: Mapping[str, Any],
+    folder: str | Path,
+    *,
+    backend: str = "local",
+    ray_address: Optional[str] = None,
+    force: bool = False,
+    threads: int = 0,
+    chunk_size: int = 1 << 18,
+    calibrated: bool = True,
+    amortise_years: Optional[float] = None,
+    progress: Optional[Callable[[int], None]] = None,
+) -> Dataset:
+    """Evaluates a grid into a dataset folder of Parquet parts (``ridgeline.parts``), one per
+    ``chunk_size`` plans of a categorical combination, here or on a Ray cluster
+    (``backend="ray"``; ``ray_address`` as ``cluster.run_tasks``). The rows are those of
+    ``sweep(grid)``, in the same order across the parts, whatever ran them. A rerun into the same
+    folder resumes: parts already complete and verified are not computed again. ``progress`` is
+    called with the plans of each part as it lands (a resumed run's kept parts first).
+
+    >>> import tempfile
+    >>> d = write_folder({"model": "meta-llama/Llama-3.1-8B", "hardware": "H100_SXM", "batch": "1..4"},
+    ...                  tempfile.mkdtemp() + "/plans", chunk_size=3)
+    >>> d.rows, [f.rsplit("/", 1)[1] for f in d.files]
+    (4, ['part-000000.parquet', 'part-000001.parquet'])
+    """
+    from ._version import __version__
+    from .parts import Folder, run_key
+
+    check_backend(backend, ray_address)
+    whole("threads", threads, 0)
+    calibrated = flag("calibrated", calibrated)
+    force = flag("force", force)
+    pieces = sweep_parts(grid, chunk_size)
+    g = normalise_grid(grid)
+    # the axes the grid names, beside their values: without a chunk axis each runtime takes its own
+    spec = {"what": "sweep", "grid": g, "axes": sorted(k for k, v in grid.items() if v is not None),
+            "chunk_size": chunk_size, "calibrated": calibrated,
+            "amortise_years": amortise_years, "ridgeline": __version__, **{f"fingerprint_{k}": v
+            for k, v in fingerprint().items()}}  # fmt: skip
+    out = Folder.open(folder, run_key(spec), len(pieces), spec, force=force)
+    if progress:
+        for i in out.done:
+            progress(pieces[i][2] - pieces[i][1])
+    todo = [i for i in range(len(pieces)) if i not in out.done]
+    n_threads = _task_threads(backend, threads)
+
+    def landed(j: int, value: tuple[int, bytes]) -> None:
+        rows, data = value
+        out.write(todo[j], rows, data)
+        if progress:
+            progress(rows)
+
+    _, report = run_tasks(_part, [(dict(grid), pieces[i], n_threads, calibrated, amortise_years) for i in todo],
+                          backend=backend, ray_address=ray_address, on_result=landed, keep=False,
+                          skipped=len(pieces) - len(todo))  # fmt: skip
+    rows = out.finish()
+    return Dataset(str(out.path), rows, [str(f) for f in out.files()], report)
+
+
+def gather(
+    grid: Mapping[str, Any],
+    *,
+    backend: str = "ray",
+    ray_address: Optional[str] = None,
+    chunk_size: int = 1 << 18,
+    calibrated: bool = True,
+    amortise_years: Optional[float] = None,
+    progress: Optional[Callable[[int], None]] = None,
+) -> tuple[Any, RunReport]:
+    """The sweep's parts computed as tasks (``backend``, as ``write_folder``) and gathered here
+    into one frame in grid order, with where they ran: for a grid that fits in memory."""
+    import io
+
+    import polars as pl
+
+    check_backend(backend, ray_address)
+    calibrated = flag("calibrated", calibrated)
+    threads = _task_threads(backend, 0)
+
+    def landed(_i: int, value: tuple[int, bytes]) -> None:
+        if progress:
+            progress(value[0])
+
+    tasks = [(dict(grid), p, threads, calibrated, amortise_years) for p in sweep_parts(grid, chunk_size)]
+    values, report = run_tasks(_part, tasks, backend=backend, ray_address=ray_address, on_result=landed)
+    frames = [pl.read_parquet(io.BytesIO(b)) for _, b in values]
+    return (pl.concat(frames) if frames else pl.DataFrame()), report
+
+
+def is_folder(out: str) -> bool:
+    """Whether an ``out`` names a dataset folder (``write_folder``) rather than one file: it ends
+    in a path separator, is a folder already, or has no suffix at all.
+
+    >>> is_folder("plans/"), is_folder("plans.parquet"), is_folder("plans.duckdb:t")
+    (True, False, False)
+    """
+    p = Path(out)
+    return out.endswith(("/", os.sep)) or p.is_dir() or (out != "" and p.suffix == "" and ":" not in p.name)
+
+
 def sweep(
     grid: Mapping[str, Any],
     *,
@@ -343,6 +515,8 @@ def sweep(
     calibrated: bool = True,
     lazy: bool = False,
     amortise_years: Optional[float] = None,
+    backend: str = "local",
+    ray_address: Optional[str] = None,
 ) -> Any:
     """Evaluates a grid of plans and returns a Polars DataFrame (columns in ``SWEEP_COLUMNS``).
 
@@ -353,6 +527,10 @@ def sweep(
     streams a grid of any size to a file in bounded memory (the grid is checked first; a
     ``collect()`` computes the plans again each time). ``amortise_years`` prices the cost
     column from each device's cheapest published purchase price spread over that many years.
+    ``backend="ray"`` computes the grid's parts as tasks on a Ray cluster (``ray_address``:
+    none or ``"local"`` starts one on this machine, ``"auto"`` joins the running one, or
+    host:port); the frame is the same, row for row. A grid too big to hold goes to a dataset
+    folder instead (``write_folder``), which a rerun resumes.
 
     >>> df = sweep({"model": "meta-llama/Llama-3.1-8B", "hardware": "H100_SXM", "batch": [1, 8], "tp": [1, 2]})
     >>> df.height
@@ -362,6 +540,16 @@ def sweep(
 
     kw: dict[str, Any] = {"threads": threads, "catalog": catalog, "calibrated": calibrated,
                           "amortise_years": amortise_years}  # fmt: skip
+    if check_backend(backend, ray_address) == "ray":
+        if flag("lazy", lazy):
+            raise PlanError("lazy: a lazy sweep is computed here as it is read; with backend='ray' write the grid "
+                            "to a dataset folder (write_folder), which streams the parts to disk")  # fmt: skip
+        if catalog is not None:
+            raise PlanError("catalog: Ray workers use their own default catalog (set RIDGELINE_HARDWARE on every "
+                            "node for extra devices); leave catalog unset with backend='ray'")  # fmt: skip
+        whole("threads", threads, 0)
+        return gather(grid, backend=backend, ray_address=ray_address, calibrated=calibrated,
+                      amortise_years=amortise_years)[0]  # fmt: skip
     if not flag("lazy", lazy):
         frames = list(iter_sweep(grid, **kw))
         return pl.concat(frames) if frames else pl.DataFrame()
@@ -448,7 +636,7 @@ def _out_target(out: str) -> tuple[str, Optional[str]]:
             raise PlanError(f"out: table name '{table}' must be a plain identifier (letters, digits and _)")
         return target, table
     if not out.endswith(".parquet"):
-        raise PlanError(f"out: '{out}' must end in .parquet or .csv, or be file.duckdb:table")
+        raise PlanError(f"out: '{out}' must end in .parquet or .csv, be file.duckdb:table, or name a folder (results/)")
     return out, None
 
 
@@ -494,10 +682,10 @@ def write(frames: Iterator[Any], out: str, *, force: bool = False) -> int:
     byte as it was. A DuckDB file is changed once, by CREATE TABLE (CREATE OR REPLACE with
     ``force``), after every part is computed.
 
-    >>> write(iter([]), "plans.txt")
+    >>> write(iter([]), "plans.txt")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ridgeline.errors.PlanError: out: 'plans.txt' must end in .parquet or .csv, or be file.duckdb:table
+    ridgeline.errors.PlanError: out: 'plans.txt' must end in .parquet or .csv, be file.duckdb:table, or ...
     """
     from ._io import FORCE_HINT, atomic_output, check_output
 
