@@ -4,13 +4,18 @@ of its own (``ray start --head``, then ``ray start --address``), stopped when th
 
 import contextlib
 import os
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from ridgeline import cluster
 
 
 def _free_port() -> int:
@@ -21,13 +26,22 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def local_cluster(workers: int = 2) -> Iterator[str]:
-    """Yields the head's address once every worker has joined; stops every process it started."""
+    """Yields the head's address once every worker has joined; stops every process it started.
+
+    The cluster and this process use token authentication (Ray's default for a new cluster)
+    with a token of their own in a temporary file, so nothing is written to ~/.ray and a token
+    there does not change the test."""
     import ray
 
     exe = str(Path(sys.executable).with_name("ray"))
     port = _free_port()
     address = f"127.0.0.1:{port}"
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    folder = tempfile.mkdtemp(prefix="ridgeline-ray-")
+    token = Path(folder) / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
     common = ["--block", "--node-ip-address", "127.0.0.1", "--object-store-memory", str(100 * 2**20)]
     procs: list[subprocess.Popen] = []
 
@@ -43,6 +57,7 @@ def local_cluster(workers: int = 2) -> Iterator[str]:
                 break
             except OSError:
                 time.sleep(0.1)
+        cluster._token_auth()  # as a driver joining it does (ridgeline.cluster)
         ray.init(address=address, logging_level="WARNING")
         try:
             # one worker at a time: two raylets starting at once on one machine race for a socket name
@@ -67,3 +82,9 @@ def local_cluster(workers: int = 2) -> Iterator[str]:
                 p.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(folder, ignore_errors=True)

@@ -74,6 +74,41 @@ def test_without_ray_the_flag_says_how_to_install_it(monkeypatch, tmp_path):
     assert not (tmp_path / "s").exists()  # refused before any work
 
 
+GRID_FILE = """model: meta-llama/Llama-3.1-8B
+hardware: H100_SXM
+requests: 120
+prompt: 512
+output: 64
+grid:
+  - {tp: 1}
+  - {tp: 2, seed: 3}
+  - {hardware: B200, prompt: "lognormal:700:0.5:16:4000"}
+"""
+
+
+def test_a_scenario_grid_runs_each_entry_as_its_own_simulation(tmp_path):
+    f = tmp_path / "grid.yaml"
+    f.write_text(GRID_FILE)
+    code, text, err = run_main("simulate", "--scenario", str(f), "--rate", "4,16", "--json")
+    assert code == 0, err
+    runs = json.loads(text)
+    assert len(runs) == 6  # three entries x two rates, entry by entry
+    base = {"requests": 120, "prompt": 512, "output": 64}
+    for (entry, rate), got in zip([(e, r) for e in ({"tp": 1}, {"tp": 2, "seed": 3},
+                                                     {"hardware": "B200", "prompt": "lognormal:700:0.5:16:4000"})
+                                   for r in (4.0, 16.0)], runs):  # fmt: skip
+        kw = {**base, **entry}
+        one = simulate_grid("meta-llama/Llama-3.1-8B", kw.pop("hardware", "H100_SXM"), [{"rate": rate}], **kw)[0]
+        assert got == one.to_dict()
+    code, text, _ = run_main("simulate", "--scenario", str(f), "--rate", "4")
+    rows = text.splitlines()
+    assert rows[0] == "meta-llama/Llama-3.1-8B" and rows[1].split()[:2] == ["hardware", "tp"]
+    assert [r.split()[:2] for r in rows[2:]] == [["H100_SXM", "1"], ["H100_SXM", "2"], ["B200", "-"]]
+    f.write_text(GRID_FILE + "  - {tpp: 2}\n")
+    code, _, err = run_main("simulate", "--scenario", str(f))
+    assert code == 2 and "grid entry 4: unknown key(s) tpp" in err
+
+
 # -- the dataset folder --------------------------------------------------------------------
 
 
@@ -247,3 +282,8 @@ def test_the_cli_runs_on_the_cluster(cluster, tmp_path):
     code, text, err = run_main(*sim, "--ray", cluster)
     assert code == 0 and "2 tasks on " in err, err
     assert json.loads(text) == json.loads(run_main(*sim)[1]) and len(json.loads(text)) == 2
+    (tmp_path / "grid.yaml").write_text(GRID_FILE)
+    grid = ["simulate", "--scenario", str(tmp_path / "grid.yaml"), "--rate", "4", "--json"]
+    code, text, err = run_main(*grid, "--ray", cluster)
+    assert code == 0 and "3 tasks on " in err, err
+    assert json.loads(text) == json.loads(run_main(*grid)[1])

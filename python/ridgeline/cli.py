@@ -302,7 +302,8 @@ _SIM_KEYS = (
 
 
 def _scenario(path: Optional[str]) -> dict[str, Any]:
-    """A scenario file (YAML or JSON): a mapping of ``simulate`` arguments."""
+    """A scenario file (YAML or JSON): a mapping of ``simulate`` arguments, and optionally
+    ``grid``: a list of mappings of them, each one run of a grid over the file's other keys."""
     if path is None:
         return {}
     import yaml
@@ -315,9 +316,17 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
         raise PlanError(f"scenario: {path} could not be read as YAML or JSON: {_one_line(str(e))}") from None
     if not isinstance(data, dict):
         raise PlanError(f"scenario: {path} must hold a mapping of simulate arguments, got {type(data).__name__}")
-    unknown = sorted(set(data) - set(_SIM_KEYS))
+    unknown = sorted(set(data) - {*_SIM_KEYS, "grid"})
     if unknown:
-        raise PlanError(f"scenario: {path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(_SIM_KEYS)})")
+        raise PlanError(f"scenario: {path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(_SIM_KEYS)}, grid)")
+    grid = data.get("grid")
+    if grid is not None:
+        if not isinstance(grid, list) or not grid or not all(isinstance(g, dict) for g in grid):
+            raise PlanError(f"scenario: {path}: grid must be a non-empty list of mappings of simulate arguments")
+        for i, g in enumerate(grid):
+            bad = sorted(set(g) - set(_SIM_KEYS))
+            if bad:
+                raise PlanError(f"scenario: {path}: grid entry {i + 1}: unknown key(s) {', '.join(bad)}")
     return data
 
 
@@ -421,7 +430,8 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
              **flags: Any) -> None:  # fmt: skip
     """Simulate a serving instance under load: TTFT, TPOT, ITL, throughput, goodput.
 
-    --rate 2,4,8 simulates each rate (with --ray, each as a task on the cluster)."""
+    --rate 2,4,8 simulates each rate, and a scenario file's grid (a list of mappings of these
+    arguments) each entry, at each rate given; with --ray each run is a task on the cluster."""
     from .errors import PlanError
     from .serving import simulate as run
     from .serving import simulate_grid
@@ -429,9 +439,10 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
     backend = _ray_backend(ray_address)
 
     args = _scenario(scenario)
+    grid: list[dict[str, Any]] = args.pop("grid", None) or []
     args.update({k: v for k, v in flags.items() if v is not None})
     for k in ("model", "hardware"):
-        if k not in args:
+        if k not in args and not (grid and all(k in g for g in grid)):
             raise PlanError(f"{k}: required (--{k} or the scenario file's {k} key)")
     files = []
     if out is not None:
@@ -439,7 +450,18 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
         there = [str(f) for f in files if f.exists()]
         if there and not force:
             raise PlanError(f"out: {', '.join(there)} already exist(s); pass --force to overwrite")
-    model, hardware = args.pop("model"), args.pop("hardware")
+    model, hardware = args.pop("model", None), args.pop("hardware", None)
+    rates = _rates(args.pop("rate", None))
+    if grid or len(rates) > 1:
+        if out is not None or max_share is not None:
+            raise PlanError(f"{'out' if out is not None else '--max-share'}: one run at a time (a grid or a list of "
+                            "rates runs several)")  # fmt: skip
+        # the grid's entries, each at every rate given (a rate of the entry's own is kept)
+        at: list[Optional[float]] = [*rates] or [None]
+        runs = [{**({"rate": r} if r is not None else {}), **g} for g in (grid or [{}]) for r in at]
+        _grid_run(model, hardware, runs, args, calibrated=not uncalibrated, as_json=as_json, plot_dir=plot_dir,
+                  fmt=fmt, ray_address=ray_address)  # fmt: skip
+        return
     if max_share is not None:
         from .serving import max_rate
 
@@ -454,13 +476,6 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
         click.echo(f"highest Poisson rate with {max_share:.0%} of requests within {slo}: {rate:.3g} req/s "
                    "(searched to 1%); its run:")  # fmt: skip
         click.echo(s.summary())
-        return
-    rates = _rates(args.pop("rate", None))
-    if len(rates) > 1:
-        if out is not None:
-            raise PlanError("out: one run at a time (give one --rate with --out)")
-        _rate_sweep(model, hardware, rates, args, calibrated=not uncalibrated, as_json=as_json, plot_dir=plot_dir,
-                    fmt=fmt, ray_address=ray_address)  # fmt: skip
         return
     if rates:
         args["rate"] = rates[0]
@@ -524,20 +539,27 @@ def _rates(v: Any) -> list[float]:
         raise PlanError(f"rate: expected requests per second or a list such as 2,4,8, got {v!r}") from None
 
 
-def _rate_sweep(model: str, hardware: str, rates: list[float], args: dict[str, Any], *, calibrated: bool,
-                as_json: bool, plot_dir: Optional[str], fmt: str, ray_address: Optional[str]) -> None:  # fmt: skip
+def _grid_run(model: Optional[str], hardware: Optional[str], runs: list[dict[str, Any]], args: dict[str, Any], *,
+              calibrated: bool, as_json: bool, plot_dir: Optional[str], fmt: str,
+              ray_address: Optional[str]) -> None:  # fmt: skip
+    """Simulations of a grid (a scenario file's ``grid``, a list of rates, or both), each a task
+    (``serving.simulate_grid``); a table of them with the arguments that vary as its first columns."""
+    from .errors import PlanError
     from .serving import simulate_grid
 
     backend = "local" if ray_address is None else "ray"
-    bar = click.progressbar(length=len(rates), label="rates", file=sys.stderr) if sys.stderr.isatty() else None
+    varying = [k for k in _SIM_KEYS if len({json.dumps(r.get(k), sort_keys=True, default=str) for r in runs}) > 1]
+    if plot_dir is not None and varying != ["rate"]:
+        raise PlanError("plot: a grid is drawn as a throughput-latency curve over rates: let only the rate vary")
+    bar = click.progressbar(length=len(runs), label="runs", file=sys.stderr) if sys.stderr.isatty() else None
 
     def progress(done: int, total: int) -> None:
         if bar is not None:
             bar.update(done - bar.pos)
 
     reports: list[Any] = []
-    sims = simulate_grid(model, hardware, [{"rate": r} for r in rates], backend=backend, ray_address=ray_address,
-                         progress=progress, on_report=reports.append, calibrated=calibrated, **args)  # fmt: skip
+    sims = simulate_grid(model, hardware, runs, backend=backend, ray_address=ray_address, progress=progress,
+                         on_report=reports.append, calibrated=calibrated, **args)  # fmt: skip
     if bar is not None:
         bar.render_finish()
     if backend == "ray":
@@ -545,14 +567,24 @@ def _rate_sweep(model: str, hardware: str, rates: list[float], args: dict[str, A
     if as_json:
         click.echo(json.dumps([s.to_dict() for s in sims], indent=2))
     else:
-        click.echo(f"{sims[0].model} on {sims[0].hardware}, {sims[0].cluster['describe']}, "
-                   f"{sims[0].runtime} ({sims[0].calibration})")  # fmt: skip
-        click.echo(f"  {'rate/s':>8} {'req/s':>8} {'out tok/s':>10} {'TTFT p50':>9} {'TTFT p99':>9} "
-                   f"{'TPOT p50':>9} {'TPOT p99':>9} {'goodput/s':>9}  (ms)")  # fmt: skip
-        for r, s in zip(rates, sims):
-            click.echo(f"  {r:>8g} {s.request_rate_req_s:>8.2f} {s.output_tok_s:>10,.0f} "
-                       f"{s.ttft_s['p50'] * 1e3:>9.1f} {s.ttft_s['p99'] * 1e3:>9.1f} {s.tpot_s['p50'] * 1e3:>9.2f} "
-                       f"{s.tpot_s['p99'] * 1e3:>9.2f} {s.goodput_req_s:>9.2f}")  # fmt: skip
+        # what every run shares heads the table; what varies leads each row (the value each run took)
+        shared = {"model": model, "hardware": hardware, **args}
+        fixed = [{s.model for s in sims}, {s.hardware for s in sims}, {s.cluster["describe"] for s in sims},
+                 {f"{s.runtime} ({s.calibration})" for s in sims}]  # fmt: skip
+        click.echo(", ".join(next(iter(f)) for f in fixed if len(f) == 1))
+        label = {"rate": "rate/s"}
+        cols = [label.get(k, k) for k in varying]
+        if len(fixed[3]) > 1:
+            cols.append("calibration")
+        cells = [[str({**shared, **r}.get(k, "-")) for k in varying]
+                 + ([s.calibration.split(",")[0] + ")"] if len(fixed[3]) > 1 else []) + [
+            f"{s.request_rate_req_s:.2f}", f"{s.output_tok_s:,.0f}", f"{s.ttft_s['p50'] * 1e3:.1f}",
+            f"{s.ttft_s['p99'] * 1e3:.1f}", f"{s.tpot_s['p50'] * 1e3:.2f}", f"{s.tpot_s['p99'] * 1e3:.2f}",
+            f"{s.goodput_req_s:.2f}"] for r, s in zip(runs, sims)]  # fmt: skip
+        heads = [*cols, "req/s", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "goodput/s"]
+        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
+        for row in [heads, *cells]:
+            click.echo("  " + " ".join(c.rjust(w) for c, w in zip(row, widths)) + ("  (ms)" if row is heads else ""))
     if plot_dir is not None:
         from .plot import rate_curve
 

@@ -245,6 +245,25 @@ def _run_on_ray(
             ray.shutdown()
 
 
+def _token_auth() -> None:
+    """Before joining a running cluster: where RAY_AUTH_MODE is unset and a Ray token is at hand
+    (RAY_AUTH_TOKEN, the file RAY_AUTH_TOKEN_PATH names, or ~/.ray/auth_token), token
+    authentication is turned on for this process, as ``ray start`` does for the processes it
+    starts (Ray's own ``maybe_enable_token_auth_if_token_available``). A cluster started once a
+    token existed requires it, and a Ray 2.60 driver does not turn it on by itself; a cluster
+    without authentication accepts a driver that sends one. A Ray without token authentication
+    (before 2.52) has nothing to turn on."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    try:
+        setup = importlib.import_module("ray._private.authentication.authentication_token_setup")
+    except ImportError:
+        return
+    enable = getattr(setup, "maybe_enable_token_auth_if_token_available", None)
+    if enable is not None:
+        enable(warn_if_disabled=False)
+
+
 def _connect(ray: Any, address: Optional[str]) -> bool:
     """Joins the cluster at ``address`` (``auto``: the one running on this machine or named by
     RAY_ADDRESS; host:port or ray://host:port: that one) or, with none or ``local``, starts a
@@ -254,6 +273,8 @@ def _connect(ray: Any, address: Optional[str]) -> bool:
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address not in (None, "local"):
+        _token_auth()
     env = {k: os.environ[k] for k in _CATALOG_ENV if k in os.environ}
     target = None if address in (None, "local") else address
     kw: dict[str, Any] = {"include_dashboard": False} if target is None else {}

@@ -706,11 +706,12 @@ def simulate_grid(
     on_report: Optional[Callable[[RunReport], Any]] = None,
     **common: Any,
 ) -> list[Simulation]:
-    """One simulation per scenario (each a mapping of ``simulate`` arguments over ``common``), in
-    the scenarios' order: here, or each as a task on a Ray cluster (``backend="ray"``;
-    ``ray_address`` as ``sweep``). A run is the same wherever it runs: each has its own seeded
-    generator. ``progress`` is called with (scenarios done, scenarios) as each ends, ``on_report``
-    with where the runs ran (``cluster.RunReport``) once all have.
+    """One simulation per scenario (each a mapping of ``simulate`` arguments over ``common``, and
+    may name its own ``model`` or ``hardware``), in the scenarios' order: here, or each as a task
+    on a Ray cluster (``backend="ray"``; ``ray_address`` as ``sweep``). A run is the same wherever
+    it runs: each has its own seeded generator. ``progress`` is called with (scenarios done,
+    scenarios) as each ends, ``on_report`` with where the runs ran (``cluster.RunReport``) once
+    all have.
 
     >>> sims = simulate_grid("meta-llama/Llama-3.1-8B", "H100_SXM", [{"rate": 2}, {"rate": 8}], requests=50,
     ...                      prompt=512, output=64)
@@ -726,7 +727,13 @@ def simulate_grid(
     bad = [sc for sc in scenarios if not isinstance(sc, Mapping)]
     if bad:
         raise PlanError(f"scenarios: each is a mapping of simulate arguments, got {bad[0]!r}")
-    tasks = [(model, hardware, {**common, **sc}) for sc in scenarios]
+    # a scenario may name its own model or device (a grid across them)
+    plan = ("model", "hardware")
+    tasks = [(sc.get("model", model), sc.get("hardware", hardware),
+              {k: v for k, v in {**common, **sc}.items() if k not in plan}) for sc in scenarios]  # fmt: skip
+    missing = [k for k, v in zip(plan, (model, hardware)) if v is None and any(k not in sc for sc in scenarios)]
+    if missing:
+        raise PlanError(f"{missing[0]}: needed, as an argument or in every scenario")
     sims, report = run_tasks(_scenario_task, tasks, backend=backend, ray_address=ray_address, progress=progress)
     if on_report is not None:
         on_report(report)
