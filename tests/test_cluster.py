@@ -62,6 +62,20 @@ def test_bad_backends_are_plan_errors(backend, address, message):
         check_backend(backend, address)
 
 
+def test_on_ray_a_model_travels_by_name_and_a_catalog_not_at_all():
+    from ridgeline import Catalog, Model
+
+    m = Model.from_config("meta-llama/Llama-3.1-8B")
+    with pytest.raises(PlanError, match="model: with backend='ray' give it by name .*not as a loaded Model"):
+        simulate_grid(m, "H100_SXM", [{"rate": 2}], backend="ray")
+    with pytest.raises(PlanError, match="model: with backend='ray' give it by name"):
+        recommend(m, rate=2, slo_ttft_ms=500, backend="ray")
+    with pytest.raises(PlanError, match="catalog: Ray workers use their own default catalog"):
+        sweep(GRID, backend="ray", catalog=Catalog())
+    with pytest.raises(PlanError, match="scenarios: each is a mapping"):
+        simulate_grid("meta-llama/Llama-3.1-8B", "H100_SXM", [3], backend="ray")
+
+
 def test_without_ray_the_flag_says_how_to_install_it(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     m = ["-m", "meta-llama/Llama-3.1-8B"]

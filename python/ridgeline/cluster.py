@@ -69,6 +69,21 @@ def check_backend(backend: str, ray_address: Optional[str] = None) -> str:
     return backend
 
 
+def by_name(name: str, value: Any, backend: str) -> None:
+    """On Ray a model or device travels to the workers as its name (an id, a catalog name or a
+    config path each node can read): the loaded objects hold the Rust core's handles, which
+    are not sent.
+
+    >>> by_name("model", 3, "ray")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ridgeline.errors.PlanError: model: with backend='ray' give it by name (an id, ...), not as a loaded int
+    """
+    if backend == "ray" and value is not None and not isinstance(value, str):
+        raise PlanError(f"{name}: with backend='ray' give it by name (an id, a catalog name or a config path every "
+                        f"node can read), not as a loaded {type(value).__name__}")  # fmt: skip
+
+
 def import_ray() -> Any:
     """The ``ray`` module, or a PlanError saying how to install it (CLI exit code 2)."""
     try:
@@ -233,9 +248,9 @@ def _run_on_ray(
                         r = ray.get(ref)
                     except ray.exceptions.RayError as e:
                         first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
-                        raise ClusterError(f"task {i} failed on the cluster after {TASK_RETRIES} retries "
-                                           f"({type(e).__name__}: {first}); a rerun with the same output "
-                                           "resumes from the tasks that finished") from None  # fmt: skip
+                        raise ClusterError(f"task {i} failed on the cluster ({type(e).__name__}: {first}; a task "
+                                           f"whose worker died is run again up to {TASK_RETRIES} times); a sweep "
+                                           "into a folder resumes from the parts that landed") from None  # fmt: skip
                     take(i, r)
         finally:
             for ref in pending:
@@ -252,7 +267,7 @@ def _token_auth() -> None:
     starts (Ray's own ``maybe_enable_token_auth_if_token_available``). A cluster started once a
     token existed requires it, and a Ray 2.60 driver does not turn it on by itself; a cluster
     without authentication accepts a driver that sends one. A Ray without token authentication
-    (before 2.52) has nothing to turn on."""
+    has nothing to turn on."""
     if "RAY_AUTH_MODE" in os.environ:
         return
     try:

@@ -29,7 +29,7 @@ from . import _checks
 from ._fmt import ms, sig
 from ._fmt import table as _table
 from .catalog import Catalog, default_catalog
-from .cluster import RunReport, check_backend, run_tasks
+from .cluster import RunReport, by_name, check_backend, run_tasks
 from .errors import PlanError, RidgelineError
 from .estimate import missing_price, price_of, usd_per_million
 
@@ -181,6 +181,7 @@ def recommend(
     if check_backend(backend, ray_address) == "ray" and catalog is not None:
         raise PlanError("catalog: Ray workers use their own default catalog (set RIDGELINE_HARDWARE on every node "
                         "for extra devices); leave catalog unset with backend='ray'")  # fmt: skip
+    by_name("model", model, backend)
     cat = catalog or default_catalog()
     if (rate is None) == (concurrency is None):
         raise PlanError("recommend needs a load: rate (requests/s) or concurrency (clients), one of them")

@@ -20,7 +20,7 @@ from . import _checks, _core, _data
 from ._fmt import sig
 from ._fmt import table as _table
 from .catalog import Catalog, Device
-from .cluster import RunReport, check_backend, run_tasks
+from .cluster import RunReport, by_name, check_backend, run_tasks
 from .errors import PlanError
 from .estimate import POWER_SOURCE, _prepare, missing_price, price_of, pricing, usd_per_million
 
@@ -718,15 +718,18 @@ def simulate_grid(
     >>> [s.counts["completed"] for s in sims]
     [50, 50]
     """
-    if check_backend(backend, ray_address) == "ray":
-        for k, what in (("catalog", "a catalog"), ("progress", "a per-request progress callback")):
-            if common.get(k) is not None or any(sc.get(k) is not None for sc in scenarios):
-                raise PlanError(f"{k}: {what} does not travel to Ray workers; leave it unset with backend='ray'")
     if not scenarios:
         raise PlanError("scenarios: none given")
     bad = [sc for sc in scenarios if not isinstance(sc, Mapping)]
     if bad:
         raise PlanError(f"scenarios: each is a mapping of simulate arguments, got {bad[0]!r}")
+    if check_backend(backend, ray_address) == "ray":
+        for k, what in (("catalog", "a catalog"), ("progress", "a per-request progress callback")):
+            if common.get(k) is not None or any(sc.get(k) is not None for sc in scenarios):
+                raise PlanError(f"{k}: {what} does not travel to Ray workers; leave it unset with backend='ray'")
+    for sc in (common, {"model": model, "hardware": hardware}, *scenarios):
+        for k in ("model", "hardware"):
+            by_name(k, sc.get(k), backend)
     # a scenario may name its own model or device (a grid across them)
     plan = ("model", "hardware")
     tasks = [(sc.get("model", model), sc.get("hardware", hardware),
