@@ -8,6 +8,7 @@ use serde::Deserialize;
 /// NCCL protocol efficiencies by message size, from the `constants` table
 /// (LL below `ll_max_bytes`, LL128 up to `ll128_max_bytes`, Simple above).
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct ProtocolTable {
     pub beta_ll: f64,
     pub beta_ll128: f64,
@@ -79,6 +80,7 @@ impl Collective {
 /// One measured collective on a device's own fabric, fitted by `ridgeline
 /// calibrate --comm`: time = floor + hops x latency + bus bytes / (link x beta(M) x eff).
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct LinkFit {
     pub op: Collective,
     pub ranks: u64,

@@ -13,6 +13,7 @@ pub const GIB: f64 = 1073741824.0;
 pub const MICRO: f64 = 1e-6;
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct Device {
     pub name: String,
     #[serde(default)]

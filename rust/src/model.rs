@@ -61,6 +61,7 @@ impl Activation {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Attention {
     pub heads: u64,
     pub kv_heads: u64,
@@ -129,6 +130,7 @@ impl Attention {
 /// hidden -> head_dim, LayerNorm), per-head weights (weights_proj: hidden -> heads); its key
 /// cache holds head_dim values a token. Replicated on every TP rank (all ranks pick the same keys).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Indexer {
     pub heads: u64,
     pub head_dim: u64,
@@ -159,6 +161,7 @@ impl Indexer {
 /// bias, dt_bias and A_log (num_v_heads each), a gated RMSNorm over head_v_dim, out_proj
 /// (value_dim -> hidden); no biases.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GatedDeltaNet {
     pub num_k_heads: u64,
     pub num_v_heads: u64,
@@ -220,6 +223,7 @@ impl GatedDeltaNet {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Mla {
     /// Rank of the low-rank query projection (None: a full q_proj).
     #[serde(default)]
@@ -252,6 +256,7 @@ impl Mla {
 /// and C, the SSD scan over a state of num_heads x head_dim x state_size a sequence, a gated
 /// RMSNorm and out_proj.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Mamba2 {
     pub num_heads: u64,
     pub head_dim: u64,
@@ -351,6 +356,7 @@ fn yes() -> bool {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Ffn {
     /// No feed-forward block in this layer (Nemotron-H mixer-only layers).
@@ -388,6 +394,7 @@ pub enum Ffn {
 
 /// `count` consecutive-or-not layers that share one structure.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LayerGroup {
     pub count: u64,
     /// The attention mixer (None in Mamba- or MLP-only layers).
@@ -415,6 +422,7 @@ impl LayerGroup {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Model {
     pub name: String,
     pub hidden_size: u64,

@@ -14,6 +14,7 @@ fn default_dtype() -> DType {
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct Plan {
     pub batch: u64,
     pub prompt: u64,
@@ -120,6 +121,7 @@ pub const MAX_SHAPES: u64 = 1 << 20;
 /// Devices per node and the per-device scale-out link (NIC line rate per
 /// direction), as the caller resolved them.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct TopologySpec {
     #[serde(default)]
     pub devices_per_node: Option<u64>,
@@ -134,6 +136,7 @@ pub struct TopologySpec {
 
 /// Fitted efficiencies (spec 50); `uncalibrated()` is the physical bound.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct Efficiency {
     pub eta_compute: f64,
     pub eta_mem: f64,
@@ -174,6 +177,7 @@ pub struct Efficiency {
 /// A fused attention kernel's fitted parameters: `t_floor_s + max(F / (P eta_compute) +
 /// items t_item_s, B / (BW eta_mem))` per invocation, `items` its sequences x KV heads.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct AttnEff {
     pub eta_compute: f64,
     pub eta_mem: f64,

@@ -28,6 +28,7 @@ use workload::{Arrival, Source, Workload};
 
 /// How a runtime's scheduler forms steps (data per runtime: data/calibration/runtime_schedulers.csv).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct Scheduler {
     /// Token budget of one step (prefill chunks plus decodes).
     pub max_num_batched_tokens: u64,
@@ -73,6 +74,7 @@ fn yes() -> bool {
 
 /// What a run measures besides the requests.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct Options {
     #[serde(default)]
     pub slo_ttft_s: Option<f64>,
@@ -312,6 +314,7 @@ pub enum Router {
 
 /// A pool of identical instances: their plan's parallel degrees and scheduler.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct Pool {
     pub instances: u64,
     pub tp: u64,
@@ -326,6 +329,7 @@ fn one() -> u64 {
 
 /// The link a disaggregated prompt's KV crosses: each rank sends its shard over its own link.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct KvLink {
     pub bw_gbs: f64,
     pub latency_us: f64,
@@ -333,6 +337,7 @@ pub struct KvLink {
 
 /// Instances serving one model: one pool (aggregated), or a prefill pool and a decode pool.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct Cluster {
     pub pools: Vec<Pool>,
     pub router: Router,

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use serde::Deserialize;
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct WeightFormat {
     pub bits: f64,
     #[serde(default)]
@@ -123,6 +124,7 @@ impl Role {
 
 /// One format per role; any role left out is stored in the activation dtype.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct WeightFormats {
     #[serde(default)]
     pub attn_q: Option<WeightFormat>,

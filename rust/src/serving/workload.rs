@@ -87,6 +87,7 @@ impl Rng {
 /// A length distribution in tokens; continuous draws are rounded to the nearest token and
 /// clamped to `[lo, hi]`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Lengths {
     Fixed {
@@ -168,6 +169,7 @@ impl Lengths {
 
 /// One request of a trace.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct TraceRow {
     pub arrival_s: f64,
     pub prompt_tokens: u64,
@@ -185,6 +187,7 @@ pub struct TraceRow {
 
 /// How requests arrive.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Arrivals {
     /// Exponential gaps at `rate` requests per second.
@@ -205,6 +208,7 @@ pub enum Arrivals {
 
 /// A workload: arrivals, lengths (unless traced), how many requests, and the seed.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct Workload {
     pub arrivals: Arrivals,
     /// Requests to send (a trace: its rows, when None).
@@ -228,6 +232,7 @@ pub struct Workload {
 
 /// Shared prompt prefixes of a synthetic workload.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct Prefixes {
     pub count: u64,
     pub tokens: u64,
