@@ -297,3 +297,54 @@ def test_a_multimodal_estimate_says_its_tower_is_not_priced():
     e = ridgeline.estimate("Qwen/Qwen3-VL-8B-Instruct", "H100_SXM")
     assert any("vision tower (576,388,336 parameters) is not" in w for w in e.warnings)
     assert not any("tower" in w for w in ridgeline.estimate("Qwen/Qwen3-8B", "H100_SXM").warnings)
+
+
+# not bundled (tests/data/model_configs/README.md: a bundled model enters the structure fingerprint)
+QWEN3_NEXT = Path(__file__).parent / "data" / "model_configs" / "Qwen--Qwen3-Next-80B-A3B-Instruct.json"
+
+
+def _qwen3_next_config():
+    return json.loads(QWEN3_NEXT.read_text())
+
+
+def test_qwen3_next_states_its_hybrid_layout_by_interval_and_is_counted_as_one():
+    # The Hub config has no layer_types: full_attention_interval 4 (transformers Qwen3NextConfig:
+    # layer i is full attention when (i + 1) % 4 == 0) gives 12 gated attention layers and 36
+    # Gated DeltaNet layers; read as dense, all 48 were counted as attention (issue 42).
+    cfg = _qwen3_next_config()
+    assert "layer_types" not in cfg and cfg["full_attention_interval"] == 4
+    m = Model.from_config(QWEN3_NEXT)
+    s = m.summary()
+    groups = {("linear" if g["linear"] else "attention"): g for g in s["layer_groups"]}
+    assert groups["linear"]["count"] == 36 and groups["attention"]["count"] == 12
+    assert groups["attention"]["attention"]["output_gate"] is True  # q_proj 2 x heads x head_dim
+    # published: 80B total (HF Transformers docs model_doc/qwen3_next), within 0.5%
+    assert abs(m.total_params - 80e9) / 80e9 < 0.005
+    # KV only on the 12 attention layers: 12 x 2 (K, V) x 2 KV heads x 256 x 2 bytes
+    assert m.kv_bytes_per_token(2.0) == 12 * 2 * 2 * 256 * 2
+    # the same model with its layout written out as a list counts the same, to the parameter
+    listed = {**cfg, "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(48)]}
+    del listed["full_attention_interval"]
+    assert Model.from_dict(listed).params == m.params
+
+
+def test_a_hybrid_layout_stated_twice_must_agree_and_an_interval_needs_its_linear_layers():
+    cfg = _qwen3_next_config()
+    both = {**cfg, "layer_types": ["full_attention" if i % 2 else "linear_attention" for i in range(48)]}
+    with pytest.raises(ModelConfigError, match="key 'layer_types': disagrees with full_attention_interval"):
+        Model.from_dict(both)
+    dense = {k: v for k, v in cfg.items() if not k.startswith("linear_")}
+    with pytest.raises(ModelConfigError, match="model config key 'full_attention_interval'"):
+        Model.from_dict(dense)
+    for bad in (0, -4, 2.5, "4"):
+        with pytest.raises(ModelConfigError, match="full_attention_interval"):
+            Model.from_dict({**cfg, "full_attention_interval": bad})
+
+
+def test_an_unknown_layer_interval_is_refused_naming_it():
+    cfg = json.loads(_data.read_text("data/models/meta-llama--Llama-3.1-8B.json"))
+    with pytest.raises(ModelConfigError, match="model config key 'sliding_attention_interval'"):
+        Model.from_dict({**cfg, "sliding_attention_interval": 2})
+    # null or false says the feature is off: counted as before
+    off = Model.from_dict({**cfg, "sliding_attention_interval": None})
+    assert off.total_params == Model.from_dict(cfg).total_params

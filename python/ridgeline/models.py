@@ -105,6 +105,10 @@ _QK_NORM_TYPES = {
 }  # fmt: skip
 # Families whose shared expert has a sigmoid gate (shared_expert_gate: hidden -> 1).
 _SHARED_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe_text"}
+# Families whose attention output is always gated (q_proj 2 x heads x head_dim, the gate half
+# sigmoid-multiplied into the output): transformers Qwen3NextAttention, whose config has no
+# attn_output_gate key (Qwen3.5's states it).
+_OUTPUT_GATE_TYPES = {"qwen3_next"}
 # Families whose routers carry a per-expert score-correction bias (DeepSeek's noaux_tc routing).
 # Not Nemotron-H: Nemotron-3's checkpoints hold no e_score_correction_bias (Super's safetensors
 # total equals the count without it, to the parameter).
@@ -141,6 +145,9 @@ _UNDERSTOOD_LAYER_KEYS = {
     "attn_type_list", "block_configs", "no_rope_layers", "layers_block_type", "hybrid_layer_pattern",
     "moe_layer_freq", "decoder_sparse_step", "sliding_window_pattern",
 }  # fmt: skip
+# Layer intervals the normaliser reads (any other ``*_interval`` key is refused): Qwen3-Next's
+# hybrid layout, Llama-4's NoPE layers.
+_UNDERSTOOD_INTERVALS = {"full_attention_interval", "no_rope_layer_interval"}
 # Keys that describe parts outside the text decoder: reported, never priced.
 _TOWER_KEYS = ("vision_config", "audio_config")
 # Families with a learned attention-sink logit per head, and with a router bias.
@@ -872,11 +879,42 @@ def _check_understood(cfg: Mapping[str, Any], n_layers: int) -> None:
             continue
         per_layer = isinstance(v, list) and n_layers > 3 and len(v) == n_layers
         pattern = key.endswith("_pattern") and v is not None and not key.startswith("mtp_")
+        if key.endswith("_interval") and key not in _UNDERSTOOD_INTERVALS and v is not None and v is not False:
+            raise ModelConfigError(
+                f"model config key '{key}': a layer interval ridgeline does not understand yet; it may change the "
+                "architecture, so this model is neither counted nor priced"
+            )
         if per_layer or pattern:
             raise ModelConfigError(
                 f"model config key '{key}': a per-layer {'pattern' if pattern else 'list'} ridgeline does not "
                 "understand yet; it may change the architecture, so this model is neither counted nor priced"
             )
+
+
+def _hybrid_interval(cfg: Mapping[str, Any], n_layers: int) -> Mapping[str, Any]:
+    """A Gated DeltaNet hybrid's layout stated by ``full_attention_interval`` (Qwen3-Next's config
+    has no ``layer_types``): every interval-th layer full attention, the others linear attention,
+    as transformers' Qwen3NextConfig derives them (``"linear_attention" if (i + 1) % interval else
+    "full_attention"``). Where ``layer_types`` is given too it must say the same; an interval
+    without the linear-attention settings it selects between is refused, never read as dense."""
+    if cfg.get("full_attention_interval") is None:
+        return cfg
+    every = _count(cfg, ("full_attention_interval",))
+    if not _is_gated_deltanet(cfg):
+        raise ModelConfigError(
+            "model config key 'full_attention_interval': a hybrid layout without the linear-attention settings "
+            "(linear_num_value_heads, ...) ridgeline reads; this model is neither counted nor priced"
+        )
+    derived = ["linear_attention" if (i + 1) % every else "full_attention" for i in range(n_layers)]
+    given = cfg.get("layer_types")
+    if given is None:
+        return {**cfg, "layer_types": derived}
+    if given != derived:
+        raise ModelConfigError(
+            f"model config key 'layer_types': disagrees with full_attention_interval {every} (every {every}th "
+            "layer full attention); the config states two layouts"
+        )
+    return cfg
 
 
 def _layer_kinds(cfg: Mapping[str, Any], n_layers: int) -> str:
@@ -970,6 +1008,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
             "one estimate builds"
         )
     _check_understood(cfg, n_layers)
+    cfg = _hybrid_interval(cfg, n_layers)
     heads = _count(cfg, ("num_attention_heads", "n_head"))
     mla = _mla(cfg)
     explicit_hd = _get(cfg, "head_dim", "attention_head_dim")
@@ -1179,7 +1218,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
             "chunk": None if chunks is None else chunks[i],
             "sinks": sinks,
             "mla": mla,
-            "output_gate": _flag(cfg, "attn_output_gate", False),
+            "output_gate": _flag(cfg, "attn_output_gate", model_type in _OUTPUT_GATE_TYPES),
             "qk_norm_all_heads": qk_norm and qk_norm_type == "per_layer",
             "indexer": None
             if indexer is None
