@@ -93,6 +93,16 @@ CREATE TABLE hardware_bins (
     CHECK ((memory_bus_bits IS NULL) = (parent_memory_bus_bits IS NULL))
 );
 
+-- The memory sizes a part is sold with, where its catalog row holds one of several (a Mac's
+-- unified memory: the row holds the largest): a name stating another size selects that
+-- configuration (the row with memory_gb replaced) or is refused with these sizes.
+CREATE TABLE hardware_memory (
+    name      VARCHAR NOT NULL,
+    memory_gb DOUBLE NOT NULL CHECK (isfinite(memory_gb) AND memory_gb > 0),
+    source    VARCHAR NOT NULL,
+    PRIMARY KEY (name, memory_gb)
+);
+
 CREATE TABLE arch_ratios (
     arch              VARCHAR PRIMARY KEY,
     bf16_per_fp32_min DOUBLE CHECK (isfinite(bf16_per_fp32_min)),

@@ -157,3 +157,35 @@ def test_a_quantisation_suffix_prices_the_weights_it_names():
     assert named.memory["weights_bytes"] == fp8.memory["weights_bytes"] < 0.6 * bf16.memory["weights_bytes"]
     with pytest.raises(Exception, match="disagrees with the model name"):
         estimate("Meta-Llama-3.1-8B-FP8", "H100_SXM", weight_dtype="int4_g128")
+
+
+def test_a_stated_memory_size_selects_that_configuration_or_is_refused_with_those_that_exist():
+    # issue 42: "M3 Max 64GB" resolved to the 128 GB row, so a 75.5 GB model fit a 64 GB Mac
+    cat = default_catalog()
+    m64 = cat.get("M3 Max 64GB")
+    assert (m64.name, m64.memory_gb, m64.memory_of, m64.chip) == ("M3_MAX_64GB", 64.0, "M3_MAX", "M3_MAX")
+    row = cat.get("M3_MAX")
+    # the same chip: everything but the capacity is the row's
+    assert (m64.memory_bw_gbs, m64.tflops_fp32, m64.arch) == (row.memory_bw_gbs, row.tflops_fp32, row.arch)
+    assert cat.get("M3_MAX_64GB") == m64 and cat.get("M3 Max 128GB") == row and cat.get("M3 Max") == row
+    assert cat.get("Apple M3 Max 30-core GPU 36GB").name == "M3_MAX_30C_36GB"
+    for name in ("M3 Max 50GB", "M3 Max 36GB"):  # 36 GB is the 30-core part's, not the 40-core one's
+        with pytest.raises(UnknownNameError, match=r"M3_MAX is sold with 48, 64, 128 GB .* not (50|36) GB"):
+            cat.get(name)
+    # a part whose other sizes are not listed is refused rather than priced at its largest
+    with pytest.raises(UnknownNameError, match="M4_MAX's catalog row holds 128 GB.*hardware_memory.csv"):
+        cat.get("M4 Max 64GB")
+    # configurations are reached by name only: a search over the catalog sees the rows
+    assert "M3_MAX_64GB" not in cat.names() and "M3_MAX" in cat.names()
+
+
+def test_a_memory_configuration_is_priced_by_its_chip_with_its_own_capacity():
+    big = estimate("meta-llama/Llama-3.1-8B", "M3 Max", batch=1)
+    small = estimate("meta-llama/Llama-3.1-8B", "M3 Max 64GB", batch=1)
+    # the chip's calibration, bandwidth and times; only the memory that fits differs
+    assert small.calibration == big.calibration and small.calibration.startswith("calibrated (M3_MAX,")
+    assert small.tpot_s == big.tpot_s and small.ttft_s == big.ttft_s
+    assert small.memory["capacity_bytes"] / big.memory["capacity_bytes"] == pytest.approx(64 / 128)
+    with pytest.raises(Exception, match="needs .* GB per device but .* usable"):
+        estimate("meta-llama/Llama-3.1-70B", "M3 Max 64GB", batch=1, weight_dtype="fp8")
+    assert estimate("meta-llama/Llama-3.1-70B", "M3 Max", batch=1, weight_dtype="fp8").fits

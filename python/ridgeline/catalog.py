@@ -36,7 +36,7 @@ from typing import Any, Optional, TypeVar
 
 from . import _data
 from . import names as _names
-from .errors import CatalogError, PlanError
+from .errors import CatalogError, PlanError, UnknownNameError
 
 T = TypeVar("T")
 
@@ -50,6 +50,7 @@ _TABLE_FILES = {
 _OPTIONAL_FILES = (
     ("hardware_sources", "data/hardware/hardware_sources.csv"),
     ("hardware_bins", "data/hardware/hardware_bins.csv"),
+    ("hardware_memory", "data/hardware/hardware_memory.csv"),
     ("hardware_cost", "data/hardware/hardware_cost.csv"),
     ("hardware_purchase", "data/hardware/hardware_purchase.csv"),
     ("link_measurements", "data/hardware/link_measurements.csv"),
@@ -62,7 +63,7 @@ _OPTIONAL_FILES = (
 _TABLES = frozenset({*_TABLE_FILES, *(t for t, _ in _OPTIONAL_FILES), "benchmarks"})
 # What a JSON export must hold (and of which type) to be used rather than rebuilt.
 _EXPORT_KEYS: dict[str, type] = {
-    "devices": list, "aliases": dict, "constants": dict, "overridden": dict, "runtimes": list,
+    "devices": list, "aliases": dict, "constants": dict, "overridden": dict, "runtimes": list, "memory": dict,
 }  # fmt: skip
 #: Hours in a year (365.25 days), the unit a purchase price is amortised over.
 HOURS_PER_YEAR = 365.25 * 24
@@ -144,6 +145,15 @@ class Device:
     links_source: Optional[str] = None
     #: The catalog's product family (nvidia_dc_sxm, nvidia_superchip, nvidia_consumer ...).
     family: Optional[str] = None
+    #: A memory configuration of another row (``M3_MAX_64GB`` of ``M3_MAX``: the same chip with
+    #: another memory size, data/hardware/hardware_memory.csv); None for a catalog row.
+    memory_of: Optional[str] = None
+
+    @property
+    def chip(self) -> str:
+        """The device whose measurements and fits price this one: itself, or the row a memory
+        configuration is of (the same chip and memory bandwidth; only the capacity differs)."""
+        return self.memory_of or self.name
 
     def collective_links(self, library: str = "nccl") -> list[dict[str, Any]]:
         """The link measurements a plan's collectives use: NCCL's for every collective, with the
@@ -336,12 +346,41 @@ class Catalog:
             out[r["name"]] = Device(**kw)
         return out
 
+    @functools.cached_property
+    def _configurations(self) -> dict[str, Device]:
+        """The memory configurations of rows that hold one of several sizes (``M3_MAX_64GB``):
+        each its row with memory_gb replaced and the configuration's source added. Reached by
+        name only: listings, sweeps over the catalog and recommend search the rows."""
+        out = {}
+        for name, sizes in self._export.get("memory", {}).items():
+            dev = self._devices.get(name)
+            for c in sizes:
+                if dev is None or c["memory_gb"] == dev.memory_gb:
+                    continue
+                key = memory_config_name(name, c["memory_gb"])
+                src = f"{dev.source} | memory {c['memory_gb']:g} GB: {c['source']}"
+                out[key] = dataclasses.replace(dev, name=key, memory_gb=c["memory_gb"], source=src, memory_of=name)
+        return out
+
+    def memory_sizes(self, name: str) -> list[float]:
+        """The memory sizes the device ``name`` is sold with (data/hardware/hardware_memory.csv),
+        smallest first; [] where the catalog lists none (its row's size is the only one known).
+
+        >>> Catalog().memory_sizes("M3_MAX")
+        [48.0, 64.0, 128.0]
+        """
+        return [float(c["memory_gb"]) for c in self._export.get("memory", {}).get(name, [])]
+
     def names(self) -> list[str]:
         return sorted(self._devices)
 
     def find(self, name: str) -> Optional[str]:
-        """Canonical device name for a name or alias, else None (no closest match)."""
-        return self.name_index.find(name)
+        """Canonical device name for a name or alias (or a memory configuration's, ``M3_MAX_64GB``),
+        else None (no closest match)."""
+        found = self.name_index.find(name)
+        if found is None and _names.normalise(name) in self._configurations:
+            return _names.normalise(name)
+        return found
 
     def resolve(self, name: str) -> str:
         """Canonical device name for a name or alias, or for a name as people write it that names
@@ -359,7 +398,32 @@ class Catalog:
                 f"hardware '{name}' names {count} devices; give the one device ({found}) and the count "
                 f"as the plan's parallelism (--tp / --pp)"
             )
-        return found
+        return self._sized(name, found)
+
+    def _sized(self, name: str, found: str) -> str:
+        """The memory configuration of ``found`` a name states (``"M3 Max 64GB"``: M3_MAX_64GB),
+        the row itself where it states none or the row's own size; a size the part is not listed
+        with is refused with those it is (a name matched the row only because the row holds the
+        largest of its sizes: priced at that size, a 64 GB Mac would hold a 75 GB model)."""
+        stated = _names.stated_memory(name)
+        dev = self._devices[found]
+        if stated is None or stated == dev.memory_gb:
+            return found
+        key = memory_config_name(found, stated)
+        if key in self._configurations:
+            return key
+        sizes = self.memory_sizes(found)
+        if sizes:
+            listed = ", ".join(f"{s:g}" for s in sizes)
+            raise UnknownNameError(
+                f"hardware '{name}': {found} is sold with {listed} GB (data/hardware/hardware_memory.csv), not "
+                f"{stated:g} GB; name one of those sizes"
+            )
+        raise UnknownNameError(
+            f"hardware '{name}': {found}'s catalog row holds {dev.memory_gb:g} GB, the largest it is sold with, and "
+            f"no other memory size of it is listed in data/hardware/hardware_memory.csv; name it without a size for "
+            f"the {dev.memory_gb:g} GB part, or add the {stated:g} GB configuration there with its source"
+        )
 
     def identify(self, name: str, curated: Mapping[str, str] = _NO_NAMES) -> tuple[str, Optional[int]]:
         """The device a name as people write it names and the device count written with it
@@ -379,7 +443,8 @@ class Catalog:
         return _names.DeviceIndex(self._export)
 
     def get(self, name: str) -> Device:
-        return self._devices[self.resolve(name)]
+        key = self.resolve(name)
+        return self._devices.get(key) or self._configurations[key]
 
     def memo(self, key: str, build: Callable[[Catalog], T]) -> T:
         """``build(self)``, computed once for this catalog (hot paths derive tables from a catalog,
@@ -830,7 +895,26 @@ def _fill(
         "runtimes": [r for (r,) in con.execute(_data.query("measured_runtimes")).fetchall()],
         "prices": _prices(con),
         "purchases": _purchases(con),
+        "memory": _memory(con),
     }
+
+
+def _memory(con: Any) -> dict[str, list[dict[str, Any]]]:
+    """Each device's memory configurations (``hardware_memory``), smallest first, with their sources."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    q = "SELECT name, memory_gb, source FROM hardware_memory ORDER BY name, memory_gb"
+    for name, gb, source in con.execute(q).fetchall():
+        out.setdefault(name, []).append({"memory_gb": gb, "source": source})
+    return out
+
+
+def memory_config_name(name: str, memory_gb: float) -> str:
+    """The catalog name of a row's memory configuration: ``M3_MAX`` at 64 GB is ``M3_MAX_64GB``.
+
+    >>> memory_config_name("M3_MAX_30C", 36.0)
+    'M3_MAX_30C_36GB'
+    """
+    return f"{name}_{memory_gb:g}GB"
 
 
 def _purchases(con: Any) -> dict[str, list[dict[str, Any]]]:

@@ -707,14 +707,14 @@ def _prepare(
     from ._fits import attention_efficiency, efficiency_json, lookup
     from ._fits import serving_step as serving_fit
 
-    label, fit_row = lookup(dev.name, runtime, cat) if calibrated else (UNCALIBRATED, None)
+    label, fit_row = lookup(dev.chip, runtime, cat) if calibrated else (UNCALIBRATED, None)
     formats = weights.format_names()
     eff = _UNCALIBRATED_EFF if fit_row is None else efficiency_json(fit_row, formats)
     if fit_row is None and attention_row is not None:
         eff = json.dumps({**json.loads(_UNCALIBRATED_EFF), **attention_efficiency(attention_row)})
     step = (t_step_us, "step overhead given") if t_step_us is not None else None
     if step is None and serving_step and fit_row is not None:
-        step = serving_fit(runtime, dev.name)
+        step = serving_fit(runtime, dev.chip)
     if step is not None:
         eff = json.dumps({**json.loads(eff), "t_step_s": step[0] * 1e-6})
     if routing_skew is None:

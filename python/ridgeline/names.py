@@ -167,6 +167,16 @@ def parse_device(text: str) -> DeviceName:
     )  # fmt: skip
 
 
+def stated_memory(name: str) -> Optional[float]:
+    """The memory size a device name states (``"M3 Max 64GB"``: 64.0), None where it states
+    none or two.
+
+    >>> stated_memory("2x M3 Max 64GB"), stated_memory("H100 SXM")
+    (64.0, None)
+    """
+    return parse_device(split_count(name.strip())[0]).memory_gb
+
+
 def device_fields(dev: Mapping[str, Any], cores: Optional[int]) -> DeviceFields:
     """The fields of a catalog device (a row of the catalog's export) a name is checked against:
     the form factor its name says (A100_PCIE_80GB, H100_NVL), else its family's (name_words.csv)."""
