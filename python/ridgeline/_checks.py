@@ -55,3 +55,20 @@ def text(name: str, v: Any) -> str:
     if not v.isprintable():
         raise PlanError(f"{name}: a name holds no control characters, got {v!r}")
     return v
+
+
+def rate(v: Any, requests: int, name: str = "rate") -> float:
+    """An open loop's arrival rate (requests/s, > 0) whose ``requests`` arrivals end within 2^53
+    seconds: the simulator's clock holds its times exactly below that (at 1e-320/s the first gap
+    is infinite and the run never ends).
+
+    >>> rate(2.5, 100)
+    2.5
+    """
+    r = number(name, v, positive=True)
+    if requests / r > MAX_EXACT:
+        raise PlanError(
+            f"{name}: {r:g} requests/s spreads {requests} requests over more than 2^53 seconds; give a rate whose "
+            "run ends within the times the simulator holds exactly"
+        )
+    return r

@@ -223,3 +223,67 @@ def duckdb_readonly(path: PathLike, *, what: str) -> Iterator[Optional[Any]]:
         yield con
     finally:
         con.close()
+
+
+#: The most values a user's YAML or JSON file may hold once its aliases are expanded, and the
+#: deepest it may nest. Input bounds, not model constants: a scenario, grid or expected-changes
+#: file holds tens to thousands of values; a "billion laughs" file (anchors nested nine deep in
+#: 386 bytes) expands to 10^9 and would hang whatever walks it.
+MAX_DOCUMENT_VALUES = 1_000_000
+MAX_DOCUMENT_DEPTH = 64
+
+
+def load_yaml(text: str, *, what: str, error: type[RidgelineError] = PlanError) -> Any:
+    """A user's YAML (or JSON, which YAML reads) text, safely: plain data only (PyYAML's safe
+    loader; merge keys ``<<: *base`` are read), and refused with ``error`` naming ``what`` where
+    it is not valid YAML, nests deeper than MAX_DOCUMENT_DEPTH or expands (aliases counted each
+    time they are used) to more than MAX_DOCUMENT_VALUES values.
+
+    >>> load_yaml("base: &b {rate: 2}\\nrun: {<<: *b, tp: 2}", what="scenario")["run"] == {"rate": 2, "tp": 2}
+    True
+    >>> load_yaml("[[[1]]]", what="grid file")
+    [[[1]]]
+    """
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(e, "problem", None) or (str(e).splitlines() or [type(e).__name__])[0]
+        raise error(f"{what}: not valid YAML ({where}{problem})") from None
+    except RecursionError:
+        raise error(f"{what}: nests deeper than {MAX_DOCUMENT_DEPTH} levels") from None
+    check_document(data, what=what, error=error)
+    return data
+
+
+def check_document(data: Any, *, what: str, error: type[RidgelineError] = PlanError) -> None:
+    """Refuses parsed YAML/JSON that nests deeper than MAX_DOCUMENT_DEPTH or holds more than
+    MAX_DOCUMENT_VALUES values with shared parts (YAML aliases) counted each time they appear.
+    The count is memoised per object, so a small file with aliases nested deep costs little."""
+    sizes: dict[int, int] = {}
+
+    def size(x: Any, depth: int) -> int:
+        if depth > MAX_DOCUMENT_DEPTH:
+            raise error(f"{what}: nests deeper than {MAX_DOCUMENT_DEPTH} levels")
+        if not isinstance(x, (dict, list)):
+            return 1
+        got = sizes.get(id(x))
+        if got is None:
+            items = [*x.keys(), *x.values()] if isinstance(x, dict) else x
+            got = 1
+            for v in items:
+                got += size(v, depth + 1)
+                if got > MAX_DOCUMENT_VALUES:
+                    break
+            sizes[id(x)] = got
+        if got > MAX_DOCUMENT_VALUES:
+            raise error(
+                f"{what}: expands to more than {MAX_DOCUMENT_VALUES} values (its aliases repeat parts many times "
+                "over); write it out plainly"
+            )
+        return got
+
+    size(data, 0)

@@ -306,17 +306,16 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
     ``grid``: a list of mappings of them, each one run of a grid over the file's other keys."""
     if path is None:
         return {}
-    import yaml
-
+    from ._io import load_yaml, read_text
     from .errors import PlanError
 
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise PlanError(f"scenario: {path} could not be read as YAML or JSON: {_one_line(str(e))}") from None
+    data = load_yaml(read_text(path, what="scenario", error=PlanError), what=f"scenario {path}")
     if not isinstance(data, dict):
         raise PlanError(f"scenario: {path} must hold a mapping of simulate arguments, got {type(data).__name__}")
-    unknown = sorted(set(data) - {*_SIM_KEYS, "grid"})
+    # keys starting with x- hold parts reused through YAML anchors (``x-base: &base {...}``, then
+    # ``<<: *base``), as Compose files' extension fields do: not simulate arguments
+    data = {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("x-"))}
+    unknown = sorted(str(k) for k in set(data) - {*_SIM_KEYS, "grid"})
     if unknown:
         raise PlanError(f"scenario: {path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(_SIM_KEYS)}, grid)")
     grid = data.get("grid")
@@ -1364,9 +1363,14 @@ def catalog_show(name: str, as_json: bool) -> None:
 
     cat = default_catalog()
     canonical = cat.resolve(name)
-    row = cat.sql("SELECT * FROM hardware WHERE name = ?", [canonical]).to_dicts()[0]
+    dev = cat.get(canonical)
+    row = cat.sql("SELECT * FROM hardware WHERE name = ?", [dev.chip]).to_dicts()[0]
+    if dev.memory_of is not None:  # a memory configuration: its row with the size it states
+        row.update(name=dev.name, memory_gb=dev.memory_gb, source=dev.source)
+        row["memory_of"] = dev.memory_of
     aliases = cat.sql("SELECT alias FROM hardware_alias WHERE name = ? ORDER BY alias", [canonical])["alias"].to_list()
     row["aliases"] = aliases
+    row["memory_sizes_gb"] = ", ".join(f"{s:g}" for s in cat.memory_sizes(dev.chip)) or None
     if as_json:
         click.echo(json.dumps(row, indent=2, default=str))
         return

@@ -279,6 +279,35 @@ def _token_auth() -> None:
         enable(warn_if_disabled=False)
 
 
+#: How long a cluster's address may take to accept a connection before it is called unreachable.
+#: A wait bound, not a model constant: Ray itself retries an address where nothing listens every
+#: few seconds for ever, so without it ``--ray host:port`` to a wrong address hangs.
+CONNECT_TIMEOUT_S = 10.0
+
+
+def _reachable(address: str) -> None:
+    """Refuses (ClusterError) a cluster address where nothing accepts a connection within
+    CONNECT_TIMEOUT_S: host:port or ray://host:port (the GCS or the client server). An empty
+    address (``auto`` without RAY_ADDRESS: Ray finds the cluster started on this machine, or
+    says at once there is none) and one without a port are left to Ray."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if address in ("", "auto", "local") or not sep or not port.isdigit():
+        return
+    host = host.strip("[]")  # an IPv6 literal
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except (OSError, ValueError, OverflowError) as e:
+        timed_out = isinstance(e, (TimeoutError, socket.timeout))
+        why = f"no answer within {CONNECT_TIMEOUT_S:g} s" if timed_out else (
+            getattr(e, "strerror", None) or str(e) or type(e).__name__)  # fmt: skip
+        raise ClusterError(
+            f"cannot connect to the Ray cluster at {address!r}: {why} (is `ray start --head` running there, and is "
+            "the port its GCS or client server?)"
+        ) from None
+
+
 def _connect(ray: Any, address: Optional[str]) -> bool:
     """Joins the cluster at ``address`` (``auto``: the one running on this machine or named by
     RAY_ADDRESS; host:port or ray://host:port: that one) or, with none or ``local``, starts a
@@ -292,6 +321,8 @@ def _connect(ray: Any, address: Optional[str]) -> bool:
         _token_auth()
     env = {k: os.environ[k] for k in _CATALOG_ENV if k in os.environ}
     target = None if address in (None, "local") else address
+    if target is not None:
+        _reachable(os.environ.get("RAY_ADDRESS", "") if target == "auto" else target)
     kw: dict[str, Any] = {"include_dashboard": False} if target is None else {}
     try:
         # Ray's own notes (connecting, started) at warning level: the command's output is its result

@@ -200,6 +200,8 @@ def recommend(
         _checks.whole("output", lengths["output"]["value"], 2)
     (p_mean, p_max), (o_mean, o_max) = (length_bounds(lengths[k]) for k in ("prompt", "output"))
     requests, max_devices = _checks.whole("requests", requests, 10), _checks.whole("max_devices", max_devices, 1)
+    if rate is not None:
+        _checks.rate(rate, requests)
     tps = sorted({_checks.whole("tp", t, 1) for t in tp})
     years = None if amortise_years is None else _checks.number("amortise_years", amortise_years, positive=True)
     names = [cat.resolve(h) for h in hardware] if hardware else [n for n in cat.names() if cat.offers(n, years)]
@@ -209,6 +211,19 @@ def recommend(
     # continuous-batching scheduler in the simulator)
     runtimes = _listed("runtime", runtime) or ["vllm"]
     dtypes = _listed("weight_dtype", weight_dtype) or [None]
+    # a name no plan could take is the caller's mistake, not a refused candidate: said up front
+    from . import quant
+    from .runtimes import check_runtime
+
+    for r in runtimes:
+        check_runtime(r, cat)
+    for d in dtypes:
+        if d is not None:
+            quant.resolve(m, "bf16", d)
+    if kv_link_gbs is not None:
+        _checks.number("kv_link_gbs", kv_link_gbs, positive=True)
+    if kv_link_latency_us is not None:
+        _checks.number("kv_link_latency_us", kv_link_latency_us)
     moe = bool(m.is_moe)
     # the simulator streams p50, p90 and p99: the plans show the nearest at or above the percentile
     shown = "p50" if pct <= 50 else "p90" if pct <= 90 else "p99"

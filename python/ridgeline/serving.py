@@ -453,6 +453,13 @@ def _cluster_labels(c: Mapping[str, Any]) -> dict[str, Any]:
             "kv_link": c.get("kv_link"), "describe": text}  # fmt: skip
 
 
+#: The burstiness (coefficient of variation of the gaps between arrivals) a gamma arrival process
+#: takes: an input bound, not a model constant. Its shape 1/cv^2 must be a number the sampler draws
+#: from: at cv 1e-320 it is infinite (the run never ends), at 1e308 it is 0 (the sampler fails).
+#: Within [1e-3, 1e3] the gaps run from regular to within 0.1% to a burst of near-zero gaps.
+BURSTINESS_RANGE = (1e-3, 1e3)
+
+
 def simulate(
     model: Any,
     hardware: Any,
@@ -568,7 +575,7 @@ def simulate(
     elif p.held_runtime is not None:
         from ._fits import serving_request
 
-        front = serving_request(p.held_runtime, p.dev.name)
+        front = serving_request(p.held_runtime, p.dev.chip)
     if front is not None and front[0] < 0:
         raise PlanError(f"request_overhead_us: must be >= 0 us, got {front[0]:g}")
     sched = scheduler_defaults(runtime_name, p.dev)
@@ -612,10 +619,18 @@ def simulate(
     else:
         per_s = _checks.number("rate", rate, positive=True)
         cv = _checks.number("burstiness", burstiness, positive=True)
+        if not BURSTINESS_RANGE[0] <= cv <= BURSTINESS_RANGE[1]:
+            lo, hi = BURSTINESS_RANGE
+            raise PlanError(
+                f"burstiness: must be in [{lo:g}, {hi:g}] (the gaps' coefficient of variation: 1 Poisson, < 1 more "
+                f"regular, > 1 burstier), got {cv:g}"
+            )
         arrivals = {"kind": "poisson", "rate": per_s} if cv == 1.0 else {"kind": "gamma", "rate": per_s, "cv": cv}
     n = None if requests is None else _checks.whole("requests", requests, 1)
     if n is None and trace is None:
         n = 1000
+    if arrivals["kind"] in ("poisson", "gamma") and n is not None:
+        _checks.rate(arrivals["rate"], n)
     work = {
         "arrivals": arrivals,
         "requests": n if n is not None else len(arrivals["rows"]),

@@ -194,13 +194,20 @@ def load_expected(path: Optional[str | Path]) -> list[dict[str, Any]]:
     optional key filters such as model, hardware, tp (globs or lists)}."""
     if path is None or not Path(path).is_file():
         return []
-    text = Path(path).read_text()
-    if str(path).endswith(".json"):
-        data = json.loads(text)
-    else:
-        import yaml
+    from ._io import check_document, load_yaml, read_text
 
-        data = yaml.safe_load(text) or {}
+    what = f"expected changes {path}"
+    text = read_text(path, what="expected changes", error=PlanError)
+    if str(path).endswith(".json"):
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise PlanError(
+                f"{what}: not valid JSON ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+            ) from None
+        check_document(data, what=what)
+    else:
+        data = load_yaml(text, what=what) or {}
     changes = data.get("changes", []) if isinstance(data, Mapping) else []
     for c in changes:
         if not isinstance(c, Mapping) or not c.get("columns") or not c.get("why"):

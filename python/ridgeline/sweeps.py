@@ -178,22 +178,14 @@ def load_grid_file(path: str | Path) -> dict[str, Any]:
     ...
     ridgeline.errors.PlanError: grid file /no/such/grid.yaml: not found
     """
-    from ._io import read_text
+    from ._io import check_document, load_yaml, read_text
 
     what = f"grid file {path}"
     shape = "a grid file holds one mapping of axis names to values, e.g. {model: ..., hardware: ..., batch: 1..64:x2}"
     text = read_text(path, what="grid file", error=PlanError)
     yaml_file = str(path).endswith((".yaml", ".yml"))
     if yaml_file:
-        import yaml
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-            problem = getattr(e, "problem", None) or (str(e).splitlines() or [type(e).__name__])[0]
-            raise PlanError(f"{what}: not valid YAML ({where}{problem})") from None
+        data = load_yaml(text, what=what)
     elif not text.strip():
         data = None
     else:
@@ -202,6 +194,7 @@ def load_grid_file(path: str | Path) -> dict[str, Any]:
         except (ValueError, RecursionError) as e:
             detail = f"line {e.lineno}, column {e.colno}: {e.msg}" if isinstance(e, json.JSONDecodeError) else str(e)
             raise PlanError(f"{what}: not valid JSON ({detail}; a .yaml or .yml file is read as YAML)") from None
+        check_document(data, what=what)
     if data is None:
         raise PlanError(f"{what}: empty; {shape}")
     if not isinstance(data, dict):
