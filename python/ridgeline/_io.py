@@ -164,6 +164,12 @@ def read_text(path: PathLike, *, what: str, error: type[RidgelineError]) -> str:
     """
     p = Path(path)
     try:
+        special = p.exists() and not p.is_file() and not p.is_dir()
+    except OSError:
+        special = False
+    if special:  # a device or a pipe (/dev/zero never ends)
+        raise error(f"{what} {p}: not a regular file")
+    try:
         data = p.read_bytes()
     except FileNotFoundError:
         raise error(f"{what} {p}: not found") from None

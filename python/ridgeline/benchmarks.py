@@ -79,9 +79,35 @@ def _int(v: str) -> Optional[int]:
     return int(float(v)) if re.fullmatch(r"[0-9.]+", v) else None
 
 
-# llama.cpp and TensorRT-LLM precision names -> ridgeline weight formats (data/quant_formats.csv)
+# llama.cpp and TensorRT-LLM precision names -> ridgeline weight formats (data/quant_formats.csv).
+# TensorRT-LLM's perf overview writes its quantised checkpoints "FP8 (ModelOpt checkpoint)" and
+# "FP4 (ModelOpt checkpoint)": ModelOpt's FP8 and NVFP4 (its FP4 format on Blackwell) weights.
 _QUANT = {"F16": "fp16", "FP16": "fp16", "BF16": "bf16", "Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_K_M": "q4_k_m",
-          "FP8": "fp8", "MXFP4": "gguf_mxfp4"}  # fmt: skip
+          "FP8": "fp8", "MXFP4": "gguf_mxfp4", "FP4": "nvfp4", "NVFP4": "nvfp4"}  # fmt: skip
+
+
+def trtllm_precision(label: str) -> tuple[Optional[str], Optional[str]]:
+    """A TensorRT-LLM table's precision label as (weight format, why not): its name with a
+    parenthesised note set aside ("FP4 (ModelOpt checkpoint)": nvfp4); a label ridgeline does not
+    read is (None, the reason), never the activation dtype.
+
+    >>> trtllm_precision("FP4 (ModelOpt checkpoint)"), trtllm_precision("FP16")
+    (('nvfp4', None), ('fp16', None))
+    >>> trtllm_precision("W4A8")[1]
+    "precision 'W4A8' is not a weight format ridgeline reads (FP16, BF16, FP8, FP4, with or without a note)"
+    """
+    key = re.sub(r"\s*\(.*\)\s*$", "", label.strip()).upper()
+    fmt = _QUANT.get(key)
+    if fmt is None:
+        read = "FP16, BF16, FP8, FP4, with or without a note"
+        return None, f"precision {label!r} is not a weight format ridgeline reads ({read})"
+    return fmt, None
+
+
+# The precisions whose TensorRT-LLM rows run an FP8 KV cache (the FP8 rows, as before); an FP4
+# checkpoint's KV dtype is not stated by its label (nvidia's NVFP4 checkpoints hold an FP8 KV
+# scheme in some configs and none in others): the plan's default
+_FP8_KV = ("fp8",)
 
 
 def _llamacpp_test(test: str) -> tuple[Optional[str], int]:
@@ -238,13 +264,14 @@ def _trtllm_latency(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
             why = _TTFT_UNDER_LOAD
         elif why is None and metric not in ("ttft_ms", "tpot_ms"):
             why = f"a serving run's {r['metric'].replace('_', ' ')}: needs the serving simulator"
+        fmt, unread = trtllm_precision(r["precision"])
         yield _row(
             file, i, source=_trt_source(r), file_hardware=r["hardware"],
             file_model=r["model"], runtime="trtllm", runtime_version=r["trtllm_version"],
-            weight_quant=_QUANT.get(r["precision"]), tp=_int(r["tp"]) or 1, batch=c,
-            kv_dtype="fp8" if r["precision"] == "FP8" else None,
+            weight_quant=fmt, tp=_int(r["tp"]) or 1, batch=c,
+            kv_dtype="fp8" if fmt in _FP8_KV else None,
             prompt_tokens=_int(r["input_tokens"]), output_tokens=_int(r["output_tokens"]), depth=0, phase=phase,
-            metric=metric, value=value, unit=unit, notes=r["scenario"], not_priced=why,
+            metric=metric, value=value, unit=unit, notes=r["scenario"], not_priced=unread or why,
         )  # fmt: skip
 
 
@@ -253,16 +280,17 @@ def _trtllm_throughput(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Ro
     static plan) and fixed-batch throughput (priced: batch x output / E2E)."""
     for i, r in enumerate(rows, start=2):
         fixed = "fixed batch" in r["scenario"]
+        fmt, unread = trtllm_precision(r["precision"])
         out = _row(
             file, i, source=_trt_source(r), file_hardware=r["hardware"],
             file_model=r["model"], runtime="trtllm", runtime_version=r["trtllm_version"],
-            weight_quant=_QUANT.get(r["precision"]), tp=_int(r["tp"]) or 1, pp=_int(r["pp"]) or 1,
-            kv_dtype="fp8" if r["precision"] == "FP8" else None,
+            weight_quant=fmt, tp=_int(r["tp"]) or 1, pp=_int(r["pp"]) or 1,
+            kv_dtype="fp8" if fmt in _FP8_KV else None, not_priced=unread,
             batch=_int(r["batch"]), prompt_tokens=_int(r["input_tokens"]), output_tokens=_int(r["output_tokens"]),
             depth=0, phase="e2e", metric="throughput_tok_s", value=float(r["value"]), unit=r["unit"],
             notes=r["scenario"],
         )  # fmt: skip
-        if not fixed:
+        if not fixed and not unread:
             out["not_priced"] = "offline max throughput with a runtime-chosen batch: needs the serving simulator"
         elif "per GPU" in r["unit"]:
             out["flags"] = "per_gpu"

@@ -1074,7 +1074,11 @@ def _calibrate_comm(out: str, force: bool, kernels: str) -> None:
     help="With --comm: also the runtimes' measured collectives under this folder (AIConfigurator layout; "
          "a source checkout has data/benchmarks/aic, read by default when it is there).",
 )  # fmt: skip
-@click.option("--rows", "rows_file", type=click.Path(exists=True, dir_okay=False), help="Predict the rows of this CSV.")
+@click.option(
+    "--rows", "rows_file", type=click.Path(exists=True),
+    help="Predict the rows of this CSV, or price kernel tables in AIConfigurator's layout (a folder of "
+         "<system>/<family>/<framework>/<version>/*.parquet, or one such table) as calibrate reports them.",
+)  # fmt: skip
 @click.option(
     "--serving",
     is_flag=True,
@@ -1153,7 +1157,33 @@ def _validate_models(as_json: bool, per_row: bool, plot_dir: Optional[str]) -> N
 _COMM_LABEL = "protocol model (NCCL protocol table, the catalog's link and latency)"
 
 
+def _validate_kernel_tables(path: str, as_json: bool) -> None:
+    """Kernel tables priced by the shipped calibration, per device, table and kernel (``kernel_table_report``)."""
+    from .validate import kernel_table_report
+
+    rep = kernel_table_report(path)
+    if as_json:
+        click.echo(json.dumps(rep, indent=2, default=str))
+        return
+    left = sum(x["rows"] for x in rep["left_out"])
+    click.echo(f"{rep['rows']:,} rows: {rep['priced']:,} priced, {left:,} left out, "
+               f"{rep['rows'] - rep['priced'] - left:,} in tables not priced")  # fmt: skip
+    head = ("hardware", "runtime", "kernel", "rows", "obs/pred", "<1.5x", "calibration or why not", "table")
+    cells = [(r["hardware"], r["runtime"], r["kernel"], f"{r['rows']:,}",
+              "-" if r["median_obs_over_pred"] is None else f"{r['median_obs_over_pred']:.3f}",
+              "-" if r["within_1_5x"] is None else f"{r['within_1_5x']:.1%}",
+              r["reason"] or r["calibration"], r["table"]) for r in rep["tables"]]  # fmt: skip
+    widths = [max(len(str(c[i])) for c in (head, *cells)) for i in range(len(head))]
+    for row in (head, *cells) if cells else ():
+        click.echo(("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths))).rstrip())
+    for x in rep["left_out"]:
+        click.echo(f"  left out x{x['rows']:,}: {x['file']}: {x['reason']}")
+
+
 def _validate_rows(path: str, as_json: bool) -> None:
+    if Path(path).is_dir() or path.endswith(".parquet"):
+        _validate_kernel_tables(path, as_json)
+        return
     from ._io import read_text
     from .benchmarks import import_file
     from .catalog import default_catalog
@@ -1235,8 +1265,10 @@ def _validate_comm(as_json: bool, per_row: bool, kernels: Optional[str]) -> None
         click.echo(json.dumps(out, indent=2, default=str))
     else:
         click.echo(f"communication rows: {rep['rows']} ({rep['priced']} priced)"
-                   + (f"; kernel tables: {kernels} ({rep['kernel_rows_left_out']} eager rows left out)"
+                   + (f"; kernel tables: {kernels} ({rep['kernel_rows_left_out']:,} rows left out)"
                       if kernels else "; no kernel tables (--kernels)"))  # fmt: skip
+        for why, n in sorted(rep["kernel_rows_left_out_by_reason"].items(), key=lambda x: (-x[1], x[0])):
+            click.echo(f"  left out x{n:,}: {why}")
         click.echo("  obs/pred: observed over predicted rate (busBW); held out: predicted from the other devices' fits")
         for kind in ("metric", "size_bucket", "setup"):
             click.echo(f"\n  by {kind.replace('_', ' ')}:")

@@ -40,7 +40,7 @@ def words() -> dict[tuple[str, str], dict[str, str]]:
     return out
 
 
-_UPPER = {("device", k) for k in ("brand", "form_factor", "memory_type", "arch")}
+_UPPER = {("device", k) for k in ("brand", "form_factor", "memory_type", "arch", "cooling")}
 
 
 def _kind(applies: str, kind: str) -> dict[str, str]:
@@ -136,7 +136,8 @@ def parse_device(text: str) -> DeviceName:
     s = _CORES.sub(" ", s)
     sizes = {float(m.group(1)) for m in _MEMORY.finditer(s)}
     s = _MEMORY.sub(" ", s)
-    brands, forms = _kind("device", "brand"), _kind("device", "form_factor")
+    # brand and cooling words say nothing of which part it is ("NVIDIA B300 SXM6 AC" is the B300)
+    brands, forms = {**_kind("device", "brand"), **_kind("device", "cooling")}, _kind("device", "form_factor")
     mtypes, archs = _kind("device", "memory_type"), _kind("device", "arch")
     kept: list[str] = []
     arch: list[str] = []

@@ -24,6 +24,7 @@ from .calibrate import SKEW, UNCALIBRATED, Batch, _memtech, _profile_rows, fit_a
 from .catalog import Catalog, default_catalog
 from .collectives import _protocol_json, bus_factor
 from .decompose import MODEL_METRICS, Decomposed, decompose, decompose_all
+from .errors import PlanError
 from .fitted import formats_of, lookup, shipped_fits
 
 # Protocol efficiencies of the link-rate bound: every protocol at the full link rate.
@@ -78,11 +79,12 @@ def _link_bw(cat: Catalog, row: dict[str, Any], bound: bool) -> Optional[float]:
     return None
 
 
-def kernel_comm_rows(kernels: str, cat: Catalog) -> tuple[list[dict[str, Any]], int]:
+def kernel_comm_rows(kernels: str, cat: Catalog) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The runtimes' measured collectives under ``kernels`` (``kernels.comm_rows``) as comm rows:
     busBW observed and predicted with the device's own link measurements of that library, and
     ``held_out``: predicted with the median of the other measured devices of its vendor and
-    fabric (what a device without measurements gets). Returns the rows and how many were left out."""
+    fabric (what a device without measurements gets). Returns the rows and how many were left
+    out for each reason (eager launches, devices the catalog does not name, unreadable cells)."""
     from . import comm_fit
     from .kernels import comm_rows as read
 
@@ -94,7 +96,10 @@ def kernel_comm_rows(kernels: str, cat: Catalog) -> tuple[list[dict[str, Any]], 
     ]
     every = read(kernels)
     rows = [r for r in every if r["excluded"] is None]
-    left_out = len(every) - len(rows)
+    left_out: dict[str, int] = {}
+    for r in every:
+        if r["excluded"] is not None:
+            left_out[r["excluded"]] = left_out.get(r["excluded"], 0) + 1
     out = []
     groups: dict[tuple[str, str, str, int], list[dict[str, Any]]] = {}
     for r in rows:
@@ -174,7 +179,7 @@ def comm_report(catalog: Optional[Catalog] = None, kernels: Optional[str] = None
     leave-one-device-out prediction beside the device's own)."""
     cat = catalog or default_catalog()
     rows = comm_rows(cat)
-    left_out = 0
+    left_out: dict[str, int] = {}
     if kernels is not None:
         extra, left_out = kernel_comm_rows(kernels, cat)
         rows += extra
@@ -209,7 +214,8 @@ def comm_report(catalog: Optional[Catalog] = None, kernels: Optional[str] = None
     return {
         "rows": len(rows),
         "priced": len(priced),
-        "kernel_rows_left_out": left_out,
+        "kernel_rows_left_out": sum(left_out.values()),
+        "kernel_rows_left_out_by_reason": left_out,
         "not_priced": [{"id": r["id"], "reason": r["reason"]} for r in rows if not r["bound"]],
         "violations": violations,
         "unexplained_violations": [v for v in violations if not v["in_switch_reduction"]],
@@ -638,3 +644,92 @@ def _is_moe(model: str) -> bool:
 def _context_bucket(r: dict[str, Any]) -> str:
     ctx = int(r["depth"] or 0) + int(r["prompt_tokens"] or 0) + int(r["output_tokens"] or 0)
     return "<=2k" if ctx <= 2048 else ("2k-8k" if ctx <= 8192 else ">8k")
+
+
+#: Kernel table families ridgeline prices (the rest are counted and said not priced).
+_PRICED_FAMILIES = {"gemm", "attention", "comm"}
+
+
+def kernel_table_report(root: str, catalog: Optional[Catalog] = None) -> dict[str, Any]:
+    """Kernel tables in AIConfigurator's layout (``<system>/<family>/<framework>/<version>/*.parquet``;
+    ``root`` a folder of them or one table inside one) priced by the shipped calibration an
+    estimate of that device takes under the runtime the path names, as ``ridgeline calibrate
+    --production`` reports its own: per device, table and dtype (GEMM), kernel (attention) or
+    library and collective (comm), the rows, the median observed/predicted and the share within
+    1.5x. Every row is counted: the ones not priced (a device the catalog does not name, a dtype
+    or family ridgeline does not price, a cell that is not a number) with why."""
+    from pathlib import Path
+
+    from ._fits import ATTENTION_PARAMS, attention_of
+    from .kernel_fit import attention_batch, attention_time, gemm_batch, params
+    from .kernels import attention_tables, gemm_tables, layout_of
+
+    cat = catalog or default_catalog()
+    base = Path(root)
+    skipped: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = []
+
+    def priced(rec: dict[str, Any], ratio: Any) -> None:
+        out.append({**rec, "priced": len(ratio), "median_obs_over_pred": float(np.median(ratio)),
+                    "within_1_5x": within_share(ratio), "reason": None})  # fmt: skip
+
+    def refused(rec: dict[str, Any], why: str) -> None:
+        out.append({**rec, "priced": 0, "median_obs_over_pred": None, "within_1_5x": None, "reason": why})
+
+    for t in gemm_tables(base, skipped=skipped):
+        dev, fmt = cat.get(t["hardware"]), t["format"]
+        label, f = lookup(dev.chip, t["runtime"], cat)
+        rec = {"hardware": dev.name, "runtime": t["runtime"], "table": t["file"], "kernel": f"GEMM {fmt or 'bf16'}",
+               "rows": len(t["m"]), "calibration": label}  # fmt: skip
+        if f is None:
+            refused(rec, f"no calibration of {t['runtime']} prices {dev.name}")
+        elif fmt == "nvfp4" and not dev.tflops_fp4:
+            refused(rec, f"{dev.name} has no fp4 tensor path in the catalog")
+        else:
+            own = formats_of(f).get(fmt) if fmt else None
+            p = params(float(f["eta_mem"]), float(f["eta_compute"]), float(f["t_launch_us"]))
+            priced(rec, t["latency_ms"] / gemm_batch(t, dev).predict(p, {fmt: own} if own else None))
+    for t in attention_tables(base, every_kernel=True, skipped=skipped):
+        dev = cat.get(t["hardware"])
+        label, f = lookup(dev.chip, t["runtime"], cat)
+        a = attention_of(f).get(t["phase"]) if f is not None else None
+        rec = {"hardware": dev.name, "runtime": t["runtime"], "table": t["file"], "rows": t["rows"],
+               "kernel": f"{t['phase']} attention ({t['kernel']})", "calibration": label}  # fmt: skip
+        if a is None:
+            refused(rec, f"no fitted {t['phase']} attention kernel of {t['runtime']} prices {dev.name}")
+        elif t["rows"]:
+            c, mem, items = attention_batch(t, dev)
+            priced(rec, t["latency_ms"] * 1e-3 / attention_time([a[p] for p in ATTENTION_PARAMS], c, mem, items))
+    comm = [p for p in _parquets(base) if layout_of(p)[1] == "comm"]
+    if comm:
+        rows, left = kernel_comm_rows(str(base), cat)
+        groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+        for r in rows:
+            groups.setdefault((r["hardware"], r["library"], r["op"]), []).append(r)
+        for (hw, lib, op), g in sorted(groups.items()):
+            links = cat.get(hw).links_source or "no links"
+            rec = {"hardware": hw, "runtime": lib, "table": ", ".join(sorted({str(r["source"]) for r in g})),
+                   "kernel": f"{op} (busBW)", "rows": len(g), "calibration": links}  # fmt: skip
+            priced(rec, [r["obs_over_pred"] for r in g])
+        skipped += [{"file": "comm tables", "rows": n, "reason": why} for why, n in sorted(left.items())]
+    for p in _parquets(base):
+        family = layout_of(p)[1]
+        if family not in _PRICED_FAMILIES:
+            import polars as pl
+
+            rel = p.relative_to(base.resolve() if base.is_dir() else p.parents[4]).as_posix()
+            try:
+                n = pl.scan_parquet(p).select(pl.len()).collect().item()
+            except (OSError, pl.exceptions.PolarsError) as e:
+                first = (str(e).splitlines() or [type(e).__name__])[0]
+                raise PlanError(f"kernel tables: {rel}: not a readable Parquet table ({first})") from None
+            skipped.append({"file": rel, "rows": int(n), "reason": f"{family} tables are not priced by ridgeline yet"})
+    total = sum(r["rows"] for r in out) + sum(s["rows"] for s in skipped)
+    return {"tables": out, "left_out": skipped, "rows": total, "priced": sum(r["priced"] for r in out)}
+
+
+def _parquets(root: Any) -> list[Any]:
+    """The Parquet tables under ``root`` in AIConfigurator's layout (or ``root`` itself, one table)."""
+    if root.is_file():
+        return [root.resolve()]
+    return sorted(p.resolve() for p in root.glob("*/*/*/*/*.parquet"))
