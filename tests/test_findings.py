@@ -133,3 +133,21 @@ def test_catalog_devices_resolve_with_their_memory_as_named():
         for gb in cat.memory_sizes(name):
             dev = cat.get(f"{name}_{gb:g}GB") if gb != cat.get(name).memory_gb else cat.get(name)
             assert dev.memory_gb == gb and dev.chip == name
+
+
+@pytest.mark.parametrize("argv", [["validate", "--rows"], [*SIM, "--rate", "1", "--scenario"], ["sweep", "--grid"]])
+def test_a_device_file_is_refused_not_read_for_ever(argv):
+    code, _, err = run_main(*argv, "/dev/zero")
+    _one_error(code, err, 2, "/dev/zero", "not a regular file")
+
+
+@pytest.mark.parametrize("option", ["--speculative", "--mtp", "--draft-model", "--n-cpu-moe", "--cpu-offload-gb"])
+def test_options_for_what_is_not_modelled_say_so(option):
+    code, _, err = run_main("estimate", "-m", "openai/gpt-oss-20b", "-H", "RTX_4090", option, "1")
+    _one_error(code, err, 2, f"no such option {option}", "is not modelled yet")
+
+
+def test_a_plan_that_does_not_fit_says_its_times_assume_every_weight_resident():
+    e = ridgeline.estimate("openai/gpt-oss-120b", "RTX_4090", allow_no_fit=True)
+    assert not e.fits and any("offload to host memory is not modelled" in w for w in e.warnings)
+    assert not any("offload" in w for w in ridgeline.estimate("openai/gpt-oss-20b", "H100_SXM").warnings)

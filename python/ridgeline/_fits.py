@@ -13,6 +13,7 @@ import csv
 import functools
 import io
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
@@ -114,6 +115,51 @@ def lookup(
             what = f"{_named(runtime, prof)}, {memory} memory" if memory != "*" else _named(runtime, prof)
             return f"runtime-profile ({what}, {prof['n_rows']} rows)", with_formats(prof)
     return "uncalibrated", None
+
+
+#: What a result's numbers rest on (every estimate, sweep row, simulation and recommended plan
+#: says it, and rankings keep bound ones apart): the device's own fit (measured), a fit of other
+#: devices (borrowed: its architecture's, or the runtime's profile), or none (the efficiency-1
+#: bound, an optimistic upper bound on speed).
+MEASURED, BORROWED, BOUND = "measured", "borrowed", "bound"
+BASES = (MEASURED, BORROWED, BOUND)
+
+
+def basis(label: str) -> str:
+    """What a calibration label (``lookup``'s) rests on: MEASURED, BORROWED or BOUND.
+
+    >>> basis("calibrated (H100_SXM, vllm 0.24.0, 107425 rows)"), basis("runtime-profile (vllm, 474206 rows)")
+    ('measured', 'borrowed')
+    >>> basis("uncalibrated")
+    'bound'
+    """
+    if label.startswith("calibrated"):
+        return MEASURED
+    if label.startswith(("architecture-profile", "runtime-profile")):
+        return BORROWED
+    return BOUND
+
+
+def basis_from(label: str, row: Optional[Mapping[str, Any]]) -> str:
+    """Whose fit a result took, in words: the device's own, another device's of its architecture,
+    the runtime's profile over the devices it names (its source), or none.
+
+    >>> basis_from("uncalibrated", None)
+    'no calibration: the efficiency-1 bound'
+    """
+    kind = basis(label)
+    if kind == BOUND or row is None:
+        return "no calibration: the efficiency-1 bound"
+    runtime = _named(str(row["runtime"]), row)
+    if kind == MEASURED:
+        return f"{row['hardware']}'s own {runtime} fit ({row['n_rows']} rows)"
+    if row["hardware"] != "*":
+        return f"{row['hardware']}'s {runtime} fit, borrowed (same architecture)"
+    over = re.search(r"median over (.+?) of ", str(row.get("source") or ""))
+    if over:
+        return f"{row['runtime']}'s profile, borrowed: the median over {over.group(1)}"
+    memory = "" if row["memory"] == "*" else f" on {row['memory']} memory"
+    return f"{row['runtime']}'s profile, borrowed: fitted on {row['n_rows']} measured rows of other devices{memory}"
 
 
 def _named(runtime: str, row: Mapping[str, Any]) -> str:

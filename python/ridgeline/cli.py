@@ -36,6 +36,15 @@ _AMORTISE_YEARS = click.option(
 )  # fmt: skip
 
 
+#: The rankings' option (sweep's summary, recommend): plans that rest on no calibration are kept
+#: apart from calibrated ones unless asked.
+_INCLUDE_BOUND = click.option(
+    "--include-bound", is_flag=True,
+    help="Rank plans that rest on no calibration (basis bound: the efficiency-1 bound, an optimistic upper bound "
+         "on speed) beside calibrated ones, marked; by default they are counted apart.",
+)  # fmt: skip
+
+
 #: The option of the commands whose work can run on a Ray cluster (sweep, simulate, recommend).
 _RAY = click.option(
     "--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
@@ -755,6 +764,7 @@ def collective(
 @click.option("--columns", "show_columns", is_flag=True, help="Print the output columns with their units and exit.")
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True,
               help="Without --out: the best plans the summary lists per ranking.")  # fmt: skip
+@_INCLUDE_BOUND
 @_AMORTISE_YEARS
 @_RAY
 def sweep(
@@ -780,6 +790,7 @@ def sweep(
     chunk_size: int,
     show_columns: bool,
     top: int,
+    include_bound: bool,
     amortise_years: Optional[float],
     ray_address: Optional[str],
 ) -> None:
@@ -843,7 +854,7 @@ def sweep(
     dt = time.perf_counter() - t0
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if df is not None:
-        click.echo(summary(df, top))
+        click.echo(summary(df, top, include_bound=include_bound))
     where = "" if out is None else f", written to {out}" + (f" (read as {Path(out) / '*.parquet'})" if folder else "")
     click.echo(f"{rows:,} plans in {dt:.2f} s ({rows / dt:,.0f} plans/s), peak RSS {rss_mb:,.0f} MB{where}", err=True)
     if report is not None:
@@ -1576,7 +1587,7 @@ def model_show(name: str, as_json: bool) -> None:
 @click.option("--weight-dtype", default=None, help="Weight format(s) to try, comma-separated (as estimate).")
 @click.option("--runtime", default=None,
               help="vllm, sglang and/or trtllm (comma-separated): each with its calibration and scheduler "
-                   "(default vllm).")  # fmt: skip
+                   "(default: each device's own, as estimate picks it).")  # fmt: skip
 @click.option("--disaggregate", is_flag=True, help="Also try each sized fleet split into prefill and decode pools.")
 @click.option(
     "--kv-link-gbs",
@@ -1597,6 +1608,7 @@ def model_show(name: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Every plan and refusal as JSON.")
 @click.option("--plot", "plot_path", default=None, help="Write the cost-TTFT frontier here (.png or .svg).")
 @click.option("--force", is_flag=True, help="Replace an existing --plot file.")
+@_INCLUDE_BOUND
 @_AMORTISE_YEARS
 @_RAY
 def recommend(
@@ -1605,7 +1617,8 @@ def recommend(
     prompt: str, output: str, hardware: tuple[str, ...], tp: str, weight_dtype: Optional[str],
     runtime: Optional[str], disaggregate: bool, kv_link_gbs: Optional[float], kv_link_latency_us: Optional[float],
     requests: int, max_devices: int, top: int, verbose: bool,
-    as_json: bool, plot_path: Optional[str], force: bool, amortise_years: Optional[float], ray_address: Optional[str],
+    as_json: bool, plot_path: Optional[str], force: bool, include_bound: bool, amortise_years: Optional[float],
+    ray_address: Optional[str],
 ) -> None:  # fmt: skip
     """The cheapest plans (device, runtime, weights, TP/EP, replicas, prefill/decode split) that serve a rate
     within TTFT and TPOT objectives, with the cost-TTFT Pareto frontier."""
@@ -1624,7 +1637,7 @@ def recommend(
             tp=parse_axis("tp", tp), weight_dtype=weight_dtype, runtime=runtime, disaggregate=disaggregate,
             kv_link_gbs=kv_link_gbs, kv_link_latency_us=kv_link_latency_us, requests=requests,
             max_devices=max_devices, progress=progress, amortise_years=amortise_years,
-            backend=_ray_backend(ray_address), ray_address=ray_address)  # fmt: skip
+            backend=_ray_backend(ray_address), ray_address=ray_address, include_bound=include_bound)  # fmt: skip
     if bar is not None:
         bar.render_finish()
     click.echo(json.dumps(r.to_dict(), indent=2) if as_json else r.summary(top, refused=verbose))
@@ -1750,6 +1763,33 @@ def _one_line(msg: str) -> str:
     return msg.replace("\r", "\\r").replace("\n", "\\n")
 
 
+#: The options people reach for that name what ridgeline does not model yet: speculative
+#: decoding (vLLM's --speculative-config, SGLang's --speculative-algorithm, llama.cpp's
+#: --model-draft / -md) and weights kept in host memory (llama.cpp's -ngl / --n-gpu-layers and
+#: --n-cpu-moe, vLLM's --cpu-offload-gb).
+_NOT_MODELLED = {
+    "speculative decoding (MTP, EAGLE, draft models, n-gram lookup)": (
+        "--speculative", "--speculative-config", "--speculative-algorithm", "--mtp", "--eagle", "--draft",
+        "--draft-model", "--model-draft", "--num-speculative-tokens", "--spec",
+    ),
+    "weights kept in host memory (offload)": (
+        "--offload", "--cpu-offload-gb", "--n-cpu-moe", "--cpu-moe", "--ngl", "--n-gpu-layers", "--gpu-layers",
+    ),
+}  # fmt: skip
+
+
+def _not_modelled(e: click.UsageError) -> str:
+    """For an unknown option that names a feature ridgeline does not model yet, the error saying
+    so (empty for any other error)."""
+    if not isinstance(e, click.NoSuchOption):
+        return ""
+    for what, options in _NOT_MODELLED.items():
+        if e.option_name in options:
+            return (f"no such option {e.option_name}: {what} is not modelled yet; every estimate prices a plan "
+                    "without it (docs/concepts.md)")  # fmt: skip
+    return ""
+
+
 def _command_path(e: click.UsageError) -> str:
     """The subcommand a usage error came from ("estimate", "catalog sql"), for its help hint."""
     path = e.ctx.command_path if e.ctx is not None else ""
@@ -1769,7 +1809,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         if debug:
             raise
         hint = " ".join(w for w in ("ridgeline", _command_path(e), "--help") if w)
-        click.echo(f"error: {_one_line(e.format_message())} (see `{hint}`)", err=True)
+        click.echo(f"error: {_not_modelled(e) or _one_line(e.format_message())} (see `{hint}`)", err=True)
         sys.exit(2)
     except click.ClickException as e:
         click.echo(f"error: {_one_line(e.format_message())}", err=True)

@@ -20,6 +20,13 @@ from .runtimes import _NO_RUNTIME_EXECUTION, KERNEL_RUNTIMES, choose_runtime, co
 
 GB = 1e9
 
+#: What an estimate of a plan that does not fit says (``allow_no_fit``): its times are those of a
+#: device holding every weight and the whole KV cache; weights kept in host memory (llama.cpp's
+#: -ngl / --n-cpu-moe, vLLM's --cpu-offload-gb) and speculative decoding are not modelled yet.
+NO_FIT_WARNING = (
+    "the plan does not fit: its times are priced as if every weight and the KV cache were resident in device "
+    "memory; offload to host memory is not modelled"
+)
 #: What every estimate says about its efficiencies until calibration exists.
 UNCALIBRATED = "uncalibrated"
 UNCALIBRATED_NOTE = (
@@ -114,6 +121,8 @@ class _Prepared(NamedTuple):
     #: timestamp can miss a rewrite within its tick).
     stamp: Optional[bytes]
     amortise_years: Optional[float] = None
+    #: Whose fit priced the plan, in words (``_fits.basis_from``).
+    basis_from: str = ""
 
 
 #: The numbers of a plan, in ``estimate_prepared``'s order.
@@ -246,6 +255,20 @@ class Estimate:
         """Its efficiencies, or why there are none."""
         return str(self._p.note)
 
+    @property
+    def basis(self) -> str:
+        """What the numbers rest on: ``measured`` (the device's own fit), ``borrowed`` (a fit of
+        other devices: its architecture's or the runtime's profile) or ``bound`` (no calibration:
+        the efficiency-1 bound, an optimistic upper bound on speed). Rankings keep bound plans apart."""
+        from ._fits import basis
+
+        return basis(self._p.label)
+
+    @property
+    def basis_from(self) -> str:
+        """Whose fit priced the plan, in words: the device's own, the one it borrowed, or none."""
+        return self._p.basis_from
+
     #: Which runtime the plan runs under and why (the default for the device, the one given, or none),
     #: said the same by every door: estimate, sweep and the CLI choose through ``choose_runtime``.
     @property
@@ -303,7 +326,9 @@ class Estimate:
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        return (*self._dict["warnings"], *self._p.warnings)
+        # a plan that does not fit is priced as if it did: said, since offload is not modelled
+        spill = () if self.fits else (NO_FIT_WARNING,)
+        return (*self._dict["warnings"], *self._p.warnings, *spill)
 
     @property
     def held_out(self) -> Mapping[str, Any]:
@@ -384,7 +409,8 @@ class Estimate:
     #: The keys of ``to_dict``, in order (documented in the README).
     KEYS = (
         "model", "hardware", "plan", "ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "prefill_tok_s", "prefill",
-        "decode", "memory", "power", "cost", "fits", "calibration", "calibration_note", "fitted", "runtime_note",
+        "decode", "memory", "power", "cost", "fits", "calibration", "calibration_note", "basis", "basis_from",
+        "fitted", "runtime_note",
         "held_out", "verified", "estimated", "gemm_dtype", "attention_dtype", "peak_tflops", "memory_bw_gbs", "params",
         "parallel", "warnings",
     )  # fmt: skip
@@ -704,7 +730,7 @@ def _prepare(
     if scaleout_latency_us is not None:
         scaleout_latency_us = _number("scaleout_latency_us", scaleout_latency_us)
     topo = resolve_topology(dev, devices_per_node, scaleout_gbs, scaleout_latency_us)
-    from ._fits import attention_efficiency, efficiency_json, lookup
+    from ._fits import attention_efficiency, basis_from, efficiency_json, lookup
     from ._fits import serving_step as serving_fit
 
     label, fit_row = lookup(dev.chip, runtime, cat) if calibrated else (UNCALIBRATED, None)
@@ -744,6 +770,7 @@ def _prepare(
         plan_labels={"runtime": runtime, "from_runtime": from_runtime, "weights": weights.label,
                      "weights_source": weights.source, "topology": topo.source},
         stamp=None if isinstance(model, Model) or m.source.startswith("bundled") else _stamp(model),
+        basis_from=basis_from(label, fit_row),
     )  # fmt: skip
 
 

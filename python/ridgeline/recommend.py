@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from . import _checks
+from ._fits import BOUND
 from ._fmt import ms, sig
 from ._fmt import table as _table
 from .catalog import Catalog, default_catalog
@@ -60,6 +61,9 @@ class Recommendation:
     workload: dict[str, Any]
     plans: list[dict[str, Any]]
     refused: list[dict[str, Any]]
+    #: Plans that meet the SLOs resting on no calibration (basis ``bound``: the efficiency-1 bound,
+    #: an optimistic upper bound on speed), kept apart from the ranking unless ``include_bound``.
+    bound: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     #: Where the candidates were searched (tasks per node, times); not part of the answer.
     run: Optional[RunReport] = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -70,7 +74,8 @@ class Recommendation:
         return f"Recommendation(model={self.model!r}, plans={len(self.plans)}, refused={len(self.refused)}{first})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "workload": self.workload, "plans": self.plans, "refused": self.refused}
+        return {"model": self.model, "workload": self.workload, "plans": self.plans, "bound": self.bound,
+                "refused": self.refused}  # fmt: skip
 
     def frame(self) -> Any:
         """The plans as a Polars DataFrame (the offer as its provider and date)."""
@@ -100,12 +105,18 @@ class Recommendation:
             # the runtime and weight columns where the search varied them
             varied = [k for k in ("runtime", "weights") if len({r[k] for r in self.plans}) > 1]
             head = ["", "hardware", "plan", "replicas", "devices", *varied, "$/M out", "$/hour", f"{q} TTFT",
-                    f"{q} TPOT", "within SLO", "J/token", "calibration", "offer"]  # fmt: skip
+                    f"{q} TPOT", "within SLO", "J/token", "basis", "offer"]  # fmt: skip
+            # a borrowed plan is marked with whose fit it took, as a numbered note under the table
+            notes = list(dict.fromkeys(r["basis_from"] for r in (*shown, *front) if r["basis"] != "measured"))
+
+            def basis_cell(r: dict[str, Any]) -> str:
+                return r["basis"] if r["basis"] == "measured" else f"{r['basis']} [{notes.index(r['basis_from']) + 1}]"
+
             cells = [["*" if r["frontier"] else "", r["hardware"], plan_label(r), str(r["replicas"]), str(r["devices"]),
                       *(str(r[k]) for k in varied), f"${sig(r['usd_per_million_output_tokens'])}",
                       f"${sig(r['usd_per_hour'])}", ms(r["ttft_q_s"]), ms(r["tpot_q_s"]), f"{r['within_slo']:.0%}",
                       "-" if r["j_per_output_token"] is None else sig(r["j_per_output_token"]),
-                      r["calibration"].split(" (")[0], f"{r['offer']['provider']}, {r['offer']['as_of']}"]
+                      basis_cell(r), f"{r['offer']['provider']}, {r['offer']['as_of']}"]
                      for r in (*shown, *front)]  # fmt: skip
             widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
             rows = [head, *cells]
@@ -114,6 +125,12 @@ class Recommendation:
             lines.append(
                 f"  * on the Pareto frontier of cost and {q} TTFT{more}; {len(self.plans)} plans meet the SLOs"
             )
+            lines += [f"  [{i}] {note}" for i, note in enumerate(notes, 1)]
+        if self.bound:
+            where = ", ".join(sorted({r["hardware"] for r in self.bound}))
+            lines.append(f"{len(self.bound)} plans that meet the SLOs rest on no calibration ({where}: the "
+                         "efficiency-1 bound, an optimistic upper bound on speed): not ranked; --include-bound ranks "
+                         "them, marked")  # fmt: skip
         if self.refused and refused:
             lines.append("refused:")
             lines.append(_table([(r["candidate"], r["reason"]) for r in self.refused]))
@@ -146,6 +163,7 @@ def recommend(
     amortise_years: Optional[float] = None,
     backend: str = "local",
     ray_address: Optional[str] = None,
+    include_bound: bool = False,
 ) -> Recommendation:
     """The plans that serve ``rate`` requests/s (Poisson), or ``concurrency`` clients each sending
     its next request when its last ends, of ``prompt`` + ``output`` tokens with ``percentile`` % of
@@ -162,7 +180,8 @@ def recommend(
             its experts spread over the TP group (EP = TP).
         weight_dtype: the weight formats to try (one or several; default: the model's own).
         runtime: the runtimes to try, each with its calibration and scheduler (one or several of
-            vllm, sglang, trtllm; default vllm).
+            vllm, sglang, trtllm; default: each device's own default, the one ``estimate`` picks;
+            a device whose default has no serving scheduler, llama.cpp or none, is refused saying so).
         disaggregate: also try each sized fleet split into a prefill and a decode pool.
         kv_link_gbs, kv_link_latency_us: the link a disaggregated prompt's KV crosses, per rank
             (default: the device's scale-out link, where the catalog has its bandwidth and latency).
@@ -171,6 +190,8 @@ def recommend(
         progress: called with (candidates done, candidates) as the search goes.
         amortise_years: rank by the devices' cheapest published purchase prices spread over this
             many years, instead of their on-demand rentals (``Catalog.offers``).
+        include_bound: rank plans that rest on no calibration (``basis`` bound) beside the others,
+            marked; by default they are kept apart in ``Recommendation.bound``.
         backend: ``"ray"`` searches each candidate as a task on a Ray cluster (``ray_address``:
             none or ``"local"`` starts one here, ``"auto"`` joins the running one, or host:port);
             the plans are the same as a local search's, in the same order.
@@ -209,14 +230,17 @@ def recommend(
         raise PlanError("hardware: no device to search")
     # a serving question: vLLM unless told otherwise (llama.cpp, the default on some parts, has no
     # continuous-batching scheduler in the simulator)
-    runtimes = _listed("runtime", runtime) or ["vllm"]
+    # the runtime each device defaults to, as estimate, sweep and simulate choose it (one default
+    # a device through every door), unless runtimes are named
+    runtimes = _listed("runtime", runtime) or [None]
     dtypes = _listed("weight_dtype", weight_dtype) or [None]
     # a name no plan could take is the caller's mistake, not a refused candidate: said up front
     from . import quant
     from .runtimes import check_runtime
 
     for r in runtimes:
-        check_runtime(r, cat)
+        if r is not None:
+            check_runtime(r, cat)
     for d in dtypes:
         if d is not None:
             quant.resolve(m, "bf16", d)
@@ -251,11 +275,13 @@ def recommend(
         refused += [{"candidate": label, "hardware": hw, "tp": t, "ep": ep, "runtime": rt, "weight_dtype": wd,
                      "reason": r} for r in why]  # fmt: skip
     plans.sort(key=lambda r: (r["usd_per_million_output_tokens"], r["ttft_q_s"]))
+    bound = [] if _checks.flag("include_bound", include_bound) else [r for r in plans if r["basis"] == BOUND]
+    plans = [r for r in plans if r not in bound]
     best_ttft = math.inf
     for r in plans:  # cheapest first: a plan is on the frontier when no cheaper one is as fast
         r["frontier"] = r["ttft_q_s"] < best_ttft
         best_ttft = min(best_ttft, r["ttft_q_s"])
-    return Recommendation(model=str(model), workload=workload, plans=plans, refused=refused, run=report)
+    return Recommendation(model=str(model), workload=workload, plans=plans, refused=refused, run=report, bound=bound)
 
 
 def _listed(name: str, v: Any) -> list[Any]:
@@ -282,7 +308,7 @@ def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str,
     """One device, TP and EP degree, runtime and weight format: its plans (aggregated, and with
     ``disaggregate`` the smallest prefill/decode split meeting the SLOs) and why any was refused."""
     from .estimate import estimate
-    from .serving import max_rate, simulate
+    from .serving import has_scheduler, max_rate, simulate
 
     offers = cat.offers(hw, w["amortise_years"])
     if not offers:
@@ -293,6 +319,11 @@ def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str,
         e = estimate(model, hw, tp=tp, ep=ep, prompt=prompt, output=output, allow_no_fit=True, **plan_kw)
     except RidgelineError as err:
         return [], [str(err).splitlines()[0]]
+    if plan_kw.get("runtime") is None and not has_scheduler(e.plan["runtime"]):
+        default = e.plan["runtime"] or "none (the efficiency-1 bound)"
+        named = "--runtime vllm, sglang or trtllm serves it under that runtime's calibration"
+        return [], [f"its default runtime, {default}, has no serving scheduler in the simulator (estimate prices it "
+                    f"the same); {named}"]  # fmt: skip
     if not e.fits:
         used, usable = (e.memory[k] / 1e9 for k in ("total_bytes", "budget_bytes"))
         return [], [f"does not fit ({used:.1f} GB a device, {usable:.1f} usable)"]
@@ -329,7 +360,8 @@ def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str,
             "usd_per_million_output_tokens": usd_per_million(price * devices, s.output_tok_s),
             "per_instance_rate": per_instance, "within_slo": s.good_requests / s.finished,
             "ttft_q_s": float(s.ttft_s[q]), "tpot_q_s": float(s.tpot_s[q]), "output_tok_s": s.output_tok_s,
-            "j_per_output_token": en.get("j_per_output_token"), "calibration": e.calibration, "frontier": False,
+            "j_per_output_token": en.get("j_per_output_token"), "calibration": e.calibration, "basis": e.basis,
+            "basis_from": e.basis_from, "frontier": False,
         }  # fmt: skip
 
     def too_many(n: int) -> Optional[str]:

@@ -51,6 +51,16 @@ def _scheduler_rows() -> tuple[dict[str, str], ...]:
     return tuple(csv.DictReader(_data.read_text(_SCHEDULERS).splitlines()))
 
 
+def has_scheduler(runtime: Optional[str]) -> bool:
+    """Whether the simulator knows how ``runtime`` schedules (runtime_schedulers.csv has rows for
+    it): the continuous-batching servers do; llama.cpp and the runtime-less bound do not.
+
+    >>> has_scheduler("vllm"), has_scheduler("llamacpp-cuda"), has_scheduler(None)
+    (True, False, False)
+    """
+    return any(r["runtime"] == runtime for r in _scheduler_rows())
+
+
 def scheduler_defaults(runtime: Optional[str], dev: Device) -> Optional[dict[str, Any]]:
     """How ``runtime`` schedules on ``dev`` by default (its row of runtime_schedulers.csv for the
     device's memory and name, with the row's source), or None where the table has no row.
@@ -221,6 +231,15 @@ class Simulation:
     amortise_years: Optional[float] = None
     #: The engine's energy over the run (joules, mean watts, per pool), or why there is none.
     energy_run: Any = field(default=None, repr=False)
+    #: Whose fit priced the run, in words (``Estimate.basis_from``).
+    basis_from: str = ""
+
+    @property
+    def basis(self) -> str:
+        """What the numbers rest on: ``measured``, ``borrowed`` or ``bound`` (``Estimate.basis``)."""
+        from ._fits import basis
+
+        return basis(self.calibration)
 
     @property
     def energy(self) -> dict[str, Any]:
@@ -284,7 +303,7 @@ class Simulation:
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k not in ("requests", "series", "itl_hist")}
-        out.update(request_rate_req_s=self.request_rate_req_s, output_tok_s=self.output_tok_s,
+        out.update(basis=self.basis, request_rate_req_s=self.request_rate_req_s, output_tok_s=self.output_tok_s,
                    total_tok_s=self.total_tok_s, goodput_req_s=self.goodput_req_s, cost=self.cost,
                    energy=self.energy)  # fmt: skip
         out.pop("offers", None)
@@ -687,7 +706,7 @@ def simulate(
         work["arrivals"] = {"kind": "trace", "rows": len(arrivals["rows"])}
     warnings = (*p.warnings, *r["warnings"])
     return Simulation(
-        model=p.model, hardware=p.dev.name, runtime=runtime_name, calibration=p.label,
+        model=p.model, hardware=p.dev.name, runtime=runtime_name, calibration=p.label, basis_from=p.basis_from,
         calibration_note=p.note + ("" if front is None else f"; {front[1]}"),
         runtime_note=p.runtime_note, plan={"tp": cluster["pools"][0]["tp"], "ep": cluster["pools"][0]["ep"],
                                            "dtype": p.plan_tail["dtype"], "weights": p.plan_labels["weights"]},

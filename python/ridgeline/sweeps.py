@@ -77,6 +77,11 @@ SWEEP_COLUMNS = {
     "calibration": (
         "calibration label: the device's own fit, the runtime's profile, or uncalibrated (an optimistic bound)"
     ),
+    "basis": (
+        "what the numbers rest on: measured (the device's own fit), borrowed (a fit of other devices: its "
+        "architecture's or the runtime's profile) or bound (no calibration: the efficiency-1 bound, an optimistic "
+        "upper bound on speed); the summary ranks measured and borrowed plans and counts bound ones apart"
+    ),
     "estimated": "true when the device row is not vendor-verified",
     "error": "why the plan cannot be priced (null when it can)",
 }
@@ -237,6 +242,7 @@ def iter_sweep(
     each, in grid order; ``chunk_size`` is then not used."""
     import numpy as np
 
+    from ._fits import basis
     from .estimate import _prepare, price_of, pricing
     from .runtimes import runtime_execution
 
@@ -281,7 +287,8 @@ def iter_sweep(
         extra = np.asarray([w["swa_cache_extra"] for w in ways], dtype=np.int64)
         dt = p.plan_tail["dtype"]
         consts = {"model": p.model, "hardware": p.dev.name, "dtype": dt, "weights": p.plan_labels["weights"],
-                  "kv_dtype": p.plan_tail["kv_dtype"] or dt, "runtime": rt, "calibration": p.label}  # fmt: skip
+                  "kv_dtype": p.plan_tail["kv_dtype"] or dt, "runtime": rt, "calibration": p.label,
+                  "basis": basis(p.label)}  # fmt: skip
         for start, stop in todo:
             r = _core.sweep_grid(p.core, tp, pp, ep, dp, chunks, batch, prompt, output, threads, start, stop, extra)
             if progress:
@@ -337,7 +344,7 @@ def _frame(
     )
     return df.select(
         *(text(k) for k in _STRINGS), *NUMERIC_AXES, "devices", *_FLOATS, "memory_gb", "fits", "mfu_prefill",
-        "mbu_decode", *_POWER, usd, text("calibration"), pl.lit(estimated).alias("estimated"), "error",
+        "mbu_decode", *_POWER, usd, text("calibration"), text("basis"), pl.lit(estimated).alias("estimated"), "error",
     ).with_columns(pl.col(pl.Float64).fill_nan(None))  # fmt: skip
 
 
@@ -556,10 +563,13 @@ _PLAN_COLUMNS = ("model", "hardware", "runtime", "weights", "kv_dtype", "tp", "p
                  "prompt", "output")  # fmt: skip
 
 
-def summary(df: Any, top: int = 5) -> str:
+def summary(df: Any, top: int = 5, include_bound: bool = False) -> str:
     """A sweep's result for people: how many plans were priced, fit and failed (with the commonest
     reasons), which plan columns vary, and the best fitting plans by throughput and by latency
-    (TPOT, then TTFT) with only the varying columns. Numbers rounded, with units."""
+    (TPOT, then TTFT) with only the varying columns. Numbers rounded, with units. Plans that rest
+    on no calibration (``basis`` bound: an optimistic upper bound on speed) are counted apart and
+    not ranked beside calibrated ones unless ``include_bound``; a ranking whose plans do not all
+    rest on their device's own fit shows the ``basis`` column."""
     import polars as pl
 
     from ._fmt import ms, sig
@@ -584,6 +594,19 @@ def summary(df: Any, top: int = 5) -> str:
     if fit.height == 0:
         lines.append("no priced plan fits in memory")
         return "\n".join(lines)
+    bound = fit.filter(pl.col("basis") == "bound") if "basis" in fit.columns else fit.clear()
+    if bound.height and not include_bound:
+        where = ", ".join(sorted(set(bound["hardware"].to_list())))
+        apart = "not ranked below; --include-bound ranks them, marked"
+        lines.append(f"{bound.height:,} plans that fit rest on no calibration ({where}: the efficiency-1 bound, an "
+                     f"optimistic upper bound on speed): {apart}")  # fmt: skip
+        fit = fit.filter(pl.col("basis") != "bound")
+        if fit.height == 0:
+            lines.append("no plan that fits rests on a calibration")
+            return "\n".join(lines)
+    marked = "basis" in fit.columns and set(fit["basis"].to_list()) != {"measured"}
+    if marked and "basis" not in varying:
+        varying = [*varying, "basis"]
 
     priced_usd = (
         "usd_per_million_output_tokens" in fit.columns
