@@ -7,6 +7,8 @@ shares them."""
 from __future__ import annotations
 
 import math
+import os
+import sys
 from typing import Any
 
 from .errors import PlanError
@@ -41,7 +43,16 @@ def flag(name: str, v: Any) -> bool:
 
 
 def number(name: str, v: Any, *, positive: bool = False) -> float:
-    """A finite real number >= 0 (> 0 where ``positive``)."""
+    """A finite real number >= 0 (> 0 where ``positive``); an integer beyond a float is refused too.
+
+    >>> number("rate", 10**400)
+    Traceback (most recent call last):
+    ...
+    ridgeline.errors.PlanError: rate: must be a finite number >= 0, got an integer beyond any float (401 digits)
+    """
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > sys.float_info.max:
+        raise PlanError(f"{name}: must be a finite number {'> 0' if positive else '>= 0'}, got an integer beyond any "
+                        f"float ({len(str(abs(v)))} digits)")  # fmt: skip
     ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
     if not ok or (positive and v == 0):
         raise PlanError(f"{name}: must be a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
@@ -72,3 +83,17 @@ def rate(v: Any, requests: int, name: str = "rate") -> float:
             "run ends within the times the simulator holds exactly"
         )
     return r
+
+
+def threads(v: Any) -> int:
+    """A thread count for the core: 0 (all of this machine's cores) up to its core count; more
+    buys nothing and a pool of 100,000 threads costs their stacks.
+
+    >>> threads(0)
+    0
+    """
+    n = whole("threads", v, 0)
+    cores = os.cpu_count() or 1
+    if n > cores:
+        raise PlanError(f"threads: this machine has {cores} cores; give 0 (all of them) to {cores}, got {n}")
+    return n

@@ -58,6 +58,34 @@ def check_output(path: PathLike, *, force: bool, what: str = "out", hint: str = 
     return p
 
 
+def check_folder(path: PathLike, *, what: str) -> Path:
+    """Refuses, before any work is done, a folder an output would be written into that cannot be
+    one: an empty path, an existing file, a path under a file, or one whose nearest existing
+    folder is not writable. The folder is not created here (a run that fails leaves nothing).
+
+    >>> check_folder("", what="plot")
+    Traceback (most recent call last):
+    ...
+    ridgeline.errors.PlanError: plot: an empty path; give a folder
+    """
+    s = os.fspath(path)
+    if not s.strip():
+        raise PlanError(f"{what}: an empty path; give a folder")
+    p = Path(s)
+    try:
+        up = p
+        while not up.exists() and up != up.parent:
+            up = up.parent
+        if up.exists() and not up.is_dir():
+            where = "is a file" if up == p else f"is under {up}, a file"
+            raise PlanError(f"{what}: {p} {where}, not a folder")
+        if not os.access(up, os.W_OK | os.X_OK):
+            raise PlanError(f"{what}: {up} is not writable")
+    except OSError as e:
+        raise PlanError(f"{what}: {p} cannot be a folder here ({e.strerror or e})") from None
+    return p
+
+
 def _new_file_mode(target: Path) -> int:
     """The mode the output gets: the replaced file's, else what the umask gives a new file
     (a temporary file is created 0600)."""

@@ -65,6 +65,10 @@ _TABLES = frozenset({*_TABLE_FILES, *(t for t, _ in _OPTIONAL_FILES), "benchmark
 _EXPORT_KEYS: dict[str, type] = {
     "devices": list, "aliases": dict, "constants": dict, "overridden": dict, "runtimes": list, "memory": dict,
 }  # fmt: skip
+#: How long ``Catalog.sql`` lets a query run before interrupting it: a work bound, not a model
+#: constant (the catalog's tables hold hundreds to thousands of rows and its audits take
+#: milliseconds; a cross join of the catalog four times or range(10^10) would run for minutes).
+SQL_TIMEOUT_S = 60.0
 #: Hours in a year (365.25 days), the unit a purchase price is amortised over.
 HOURS_PER_YEAR = 365.25 * 24
 #: The shipped data's export, compiled into the extension (``ridgeline catalog export`` writes it).
@@ -559,10 +563,17 @@ class Catalog:
         config = {"enable_external_access": False, "memory_limit": f"{budget}B", "lock_configuration": True}
 
         def run() -> Any:
+            import threading
+
             con = self._open(config, check_tables=False)
+            # a query that runs past SQL_TIMEOUT_S is interrupted (DuckDB has no statement timeout)
+            timer = threading.Timer(SQL_TIMEOUT_S, con.interrupt)
+            timer.daemon = True
+            timer.start()
             try:
                 return _query_frame(con, query, params, budget, str(self.path))
             finally:
+                timer.cancel()
                 con.close()
 
         try:
@@ -656,6 +667,11 @@ def _query_frame(con: Any, query: str, params: Optional[Sequence[Any]], budget: 
 
             return _widen(pl.DataFrame(rel), ids)
         return _frame(rel.fetchall(), cols)
+    except duckdb.InterruptException:
+        raise CatalogError(
+            f"the query ran past {SQL_TIMEOUT_S:g} s and was stopped (a cross join or a range of billions of rows); "
+            "narrow it, or query the tables from your own DuckDB"
+        ) from None
     except (duckdb.OutOfMemoryException, MemoryError):
         raise CatalogError(
             f"the result does not fit in memory (the query ran out of the {_gib(budget)} DuckDB may use here); "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -318,6 +319,9 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
     from ._io import load_yaml, read_text
     from .errors import PlanError
 
+    if not path.strip():
+        raise PlanError("scenario: an empty path; give a YAML or JSON file")
+
     data = load_yaml(read_text(path, what="scenario", error=PlanError), what=f"scenario {path}")
     if not isinstance(data, dict):
         raise PlanError(f"scenario: {path} must hold a mapping of simulate arguments, got {type(data).__name__}")
@@ -413,7 +417,7 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
               help="USD per device-hour for the cost (default: the cheapest published on-demand offer).")  # fmt: skip
 @_AMORTISE_YEARS
 @click.option("--sample-ms", type=float, default=100.0, show_default=True, help="Time-series interval with --out.")
-@click.option("--force", is_flag=True, help="Overwrite files in --out.")
+@click.option("--force", is_flag=True, help="Overwrite files in --out and figures in --plot.")
 @click.option(
     "--plot",
     "plot_dir",
@@ -452,17 +456,27 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
     for k in ("model", "hardware"):
         if k not in args and not (grid and all(k in g for g in grid)):
             raise PlanError(f"{k}: required (--{k} or the scenario file's {k} key)")
+    from ._io import check_folder
+
+    for what, v in (("out", out), ("plot", plot_dir)):
+        if v is not None:
+            check_folder(v, what=what)
     files = []
     if out is not None:
         files = [Path(out) / "requests.parquet", Path(out) / "series.parquet"]
         there = [str(f) for f in files if f.exists()]
         if there and not force:
             raise PlanError(f"out: {', '.join(there)} already exist(s); pass --force to overwrite")
+    if plot_dir is not None:  # the figures a run writes there, checked before it runs
+        figures = [Path(plot_dir) / f"{name}.{fmt}" for name in ("latency_cdf", "queue_kv", "rate_curve")]
+        there = [str(f) for f in figures if f.exists() or f.is_symlink()]
+        if there and not force:
+            raise PlanError(f"plot: {', '.join(there)} already exist(s); pass --force to overwrite")
     model, hardware = args.pop("model", None), args.pop("hardware", None)
     rates = _rates(args.pop("rate", None))
     if grid or len(rates) > 1:
         if out is not None or max_share is not None:
-            raise PlanError(f"{'out' if out is not None else '--max-share'}: one run at a time (a grid or a list of "
+            raise PlanError(f"{'out' if out is not None else '--max-rate'}: one run at a time (a grid or a list of "
                             "rates runs several)")  # fmt: skip
         # the grid's entries, each at every rate given (a rate of the entry's own is kept)
         at: list[Optional[float]] = [*rates] or [None]
@@ -474,7 +488,7 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
         from .serving import max_rate
 
         if backend == "ray":
-            raise PlanError("--max-share: its bisection runs one rate after another, here; leave out --ray")
+            raise PlanError("--max-rate: its bisection runs one rate after another, here; leave out --ray")
 
         rate, s = max_rate(model, hardware, share=max_share, calibrated=not uncalibrated, **args)
         if as_json:
@@ -586,8 +600,8 @@ def _grid_run(model: Optional[str], hardware: Optional[str], runs: list[dict[str
             cols.append("calibration")
         cells = [[str({**shared, **r}.get(k, "-")) for k in varying]
                  + ([s.calibration.split(",")[0] + ")"] if len(fixed[3]) > 1 else []) + [
-            f"{s.request_rate_req_s:.2f}", f"{s.output_tok_s:,.0f}", f"{s.ttft_s['p50'] * 1e3:.1f}",
-            f"{s.ttft_s['p99'] * 1e3:.1f}", f"{s.tpot_s['p50'] * 1e3:.2f}", f"{s.tpot_s['p99'] * 1e3:.2f}",
+            f"{s.request_rate_req_s:.2f}", f"{s.output_tok_s:,.0f}", _in_ms(s.ttft_s["p50"], 1),
+            _in_ms(s.ttft_s["p99"], 1), _in_ms(s.tpot_s["p50"], 2), _in_ms(s.tpot_s["p99"], 2),
             f"{s.goodput_req_s:.2f}"] for r, s in zip(runs, sims)]  # fmt: skip
         heads = [*cols, "req/s", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "goodput/s"]
         widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
@@ -1123,10 +1137,13 @@ def validate(
 
 
 def _validate_models(as_json: bool, per_row: bool, plot_dir: Optional[str]) -> None:
+    from ._io import check_folder
     from .acceptance import envelope, group_summaries
     from .plot import validation as plot
     from .validate import validation
 
+    if plot_dir is not None:  # before the validation runs, not after it
+        check_folder(plot_dir, what="plot")
     v = validation()
     recs = v["rows"]
     if plot_dir:
@@ -1372,9 +1389,17 @@ def catalog() -> None:
     """The hardware catalog (DuckDB, built from data/hardware/*.csv)."""
 
 
+def _in_ms(seconds: Optional[float], digits: int) -> str:
+    """Seconds as milliseconds with ``digits`` decimals; ``-`` where the metric has no value."""
+    return "-" if seconds is None else f"{seconds * 1e3:.{digits}f}"
+
+
 def _frame_out(df: Any, fmt: str) -> None:
     if fmt == "json":
-        click.echo(json.dumps(df.to_dicts(), indent=2, default=str))
+        # JSON has no NaN or Infinity: a number that is not finite has no value (null)
+        rows = [{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in r.items()}
+                for r in df.to_dicts()]  # fmt: skip
+        click.echo(json.dumps(rows, indent=2, default=str))
     elif fmt == "csv":
         click.echo(df.write_csv(), nl=False)
     else:
@@ -1622,9 +1647,12 @@ def recommend(
 ) -> None:  # fmt: skip
     """The cheapest plans (device, runtime, weights, TP/EP, replicas, prefill/decode split) that serve a rate
     within TTFT and TPOT objectives, with the cost-TTFT Pareto frontier."""
+    from ._io import check_output
     from .recommend import recommend as run
     from .sweeps import parse_axis
 
+    if plot_path is not None:  # before the search, not after it
+        check_output(plot_path, force=force, what="plot")
     bar = click.progressbar(length=1, label="candidates", file=sys.stderr) if sys.stderr.isatty() else None
 
     def progress(done: int, total: int) -> None:
@@ -1666,7 +1694,9 @@ def _plot_plan_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--uncalibrated", is_flag=True, help="The efficiency-1 bound of the same plan."),
         click.option("--out", "-o", required=True, help="The figure: a .png or .svg path."),
         click.option("--force", is_flag=True, help="Replace an existing --out file."),
-    ]
+        click.option("--allow-no-fit", is_flag=True,
+                     help="Draw a plan that does not fit (its title says so) instead of failing (exit 4)."),
+    ]  # fmt: skip
     for o in reversed(opts):
         f = o(f)
     return f
@@ -1678,7 +1708,7 @@ def _plot_estimate(hardware: str, kw: dict[str, Any], breakdown: bool = True) ->
     plan = {k: kw[k] for k in ("batch", "prompt", "output", "tp", "ep", "pp", "dtype", "weight_dtype", "kv_dtype",
                                "runtime")}  # fmt: skip
     return run(kw["model"], hardware, **plan, calibrated=not kw["uncalibrated"], breakdown=breakdown,
-               allow_no_fit=True)  # fmt: skip
+               allow_no_fit=kw["allow_no_fit"])  # fmt: skip
 
 
 @cli.group()

@@ -955,6 +955,10 @@ def _state_bytes(cfg: Mapping[str, Any], key: str) -> Optional[float]:
 
 
 def _mamba(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    heads, groups = _count(cfg, ("mamba_num_heads",)), _count(cfg, ("n_groups",))
+    if heads % groups:
+        # Mamba2's B and C projections are shared by groups of heads (vLLM MambaMixer2: num_heads % n_groups == 0)
+        raise ModelConfigError(f"model config key 'n_groups': {groups} groups do not divide the {heads} Mamba2 heads")
     return {
         "chunk": _count(cfg, ("chunk_size", "mamba_chunk_size"), required=False),
         "state_bytes": _state_bytes(cfg, "mamba_ssm_cache_dtype"),
@@ -1121,6 +1125,12 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
         )
     moe_layers = [False] * n_layers
     moe: dict[str, Any] = {}
+    routed = _count(cfg, ("num_experts_per_tok", "experts_per_token", "moe_topk"), required=False, allow_zero=True)
+    if n_exp <= 1 and routed > 1:
+        raise ModelConfigError(
+            f"model config key 'num_experts_per_tok': routes each token to {routed} experts of {n_exp}; a config that "
+            "routes over experts it does not have is neither counted nor priced (as dense it would drop the experts)"
+        )
     if n_exp > 1:
         top_k = _count(cfg, ("num_experts_per_tok", "experts_per_token", "moe_topk"))
         if top_k > n_exp:

@@ -74,7 +74,10 @@ class Folder:
             names = sorted(os.listdir(p))
         except OSError as e:
             raise PlanError(f"out: cannot use folder '{p}' ({e.strerror or e})") from None
-        foreign = [n for n in names if not (_PART.match(n) or _TEMP.match(n) or n in (HEADER, LOG))]
+        # a name ridgeline writes that holds something other than a file (a folder named like a
+        # part or the header) is not ridgeline's: never removed, even with force
+        foreign = [n for n in names if not (_PART.match(n) or _TEMP.match(n) or n in (HEADER, LOG))
+                   or (p / n).is_symlink() or not (p / n).is_file()]  # fmt: skip
         if foreign:
             shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
             raise PlanError(f"out: folder '{p}' holds files ridgeline did not write ({shown}); give an empty or "

@@ -138,8 +138,9 @@ def _breakdown(e: Any) -> list[dict[str, Any]]:
 def _title(e: Any) -> str:
     p = e.plan
     par = "".join(f", {k.upper()} {p[k]}" for k in ("tp", "ep", "pp") if p[k] > 1)
+    spill = "" if e.fits else "; does NOT fit: priced as if every weight were resident"
     return (f"{e.model} on {e.hardware}{par}: batch {p['batch']}, prompt {p['prompt']}, "
-            f"{p['weights']} weights; {p['runtime'] or 'no runtime'}, {e.calibration.split(' (')[0]}")  # fmt: skip
+            f"{p['weights']} weights; {p['runtime'] or 'no runtime'}, {e.basis}{spill}")  # fmt: skip
 
 
 def roofline(e: Any) -> Any:
@@ -259,6 +260,11 @@ def scaling(model: str, hardware: Sequence[str], axis: str, values: Sequence[int
     grid = {**{k: v for k, v in plan.items() if v is not None}, "model": model, "hardware": list(hardware),
             axis: list(values)}  # fmt: skip
     df = sweep(grid)
+    drawn = df.filter(pl.col("error").is_null() & pl.col("fits"))
+    if drawn.height == 0:
+        why = df.filter(pl.col("error").is_not_null())["error"].to_list()
+        raise PlanError(f"plot scaling: no plan of {model} over {axis} {', '.join(map(str, values))} fits on "
+                        f"{', '.join(hardware)}" + (f" ({why[0]})" if why else "") + "; nothing to draw")  # fmt: skip
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
     for hw in hardware:
         d = df.filter((pl.col("hardware") == hw) & pl.col("error").is_null() & pl.col("fits")).sort(axis)

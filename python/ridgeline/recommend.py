@@ -34,6 +34,10 @@ from .cluster import RunReport, by_name, check_backend, run_tasks
 from .errors import PlanError, RidgelineError
 from .estimate import missing_price, price_of, usd_per_million
 
+#: The most requests one of a search's simulated runs takes: a work bound, not a model constant
+#: (each candidate runs the simulator ten to twenty times; 10^8 requests a run, as a fuzzer gave,
+#: would search for hours). 2^20 requests settle any percentile the search reads.
+MAX_SEARCH_REQUESTS = 1 << 20
 #: Replicas added after the sized fleet misses the SLOs in its confirming simulation, at most.
 _CONFIRM_STEPS = 3
 
@@ -221,9 +225,14 @@ def recommend(
         _checks.whole("output", lengths["output"]["value"], 2)
     (p_mean, p_max), (o_mean, o_max) = (length_bounds(lengths[k]) for k in ("prompt", "output"))
     requests, max_devices = _checks.whole("requests", requests, 10), _checks.whole("max_devices", max_devices, 1)
+    if requests > MAX_SEARCH_REQUESTS:
+        raise PlanError(f"requests: a search simulates each candidate several times, each run at most "
+                        f"{MAX_SEARCH_REQUESTS:,} requests; got {requests:,}")  # fmt: skip
     if rate is not None:
         _checks.rate(rate, requests)
-    tps = sorted({_checks.whole("tp", t, 1) for t in tp})
+    # one degree given alone is checked as one
+    degrees: list[Any] = [tp] if isinstance(tp, (str, bytes)) or not isinstance(tp, (Sequence, set)) else list(tp)
+    tps = sorted({_checks.whole("tp", t, 1) for t in degrees})
     years = None if amortise_years is None else _checks.number("amortise_years", amortise_years, positive=True)
     names = [cat.resolve(h) for h in hardware] if hardware else [n for n in cat.names() if cat.offers(n, years)]
     if not names:
@@ -289,7 +298,10 @@ def _listed(name: str, v: Any) -> list[Any]:
     if v is None:
         return []
     if isinstance(v, str):
-        return [x.strip() for x in v.split(",") if x.strip()]
+        names = [x.strip() for x in v.split(",") if x.strip()]
+        if not names:  # an empty name is a mistake, never the default
+            raise PlanError(f"{name}: an empty name in {v!r}")
+        return names
     if isinstance(v, Sequence):
         return list(v)
     raise PlanError(f"{name}: expected a name or a list of names, got {v!r}")

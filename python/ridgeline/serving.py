@@ -51,6 +51,15 @@ def _scheduler_rows() -> tuple[dict[str, str], ...]:
     return tuple(csv.DictReader(_data.read_text(_SCHEDULERS).splitlines()))
 
 
+def _stats(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A metric's summary from the core; an empty one (no request had the metric: TPOT with one
+    output token) has a count of 0 and no value for any statistic (None, null in JSON), never 0."""
+    out = dict(summary)
+    if not out.get("count"):
+        out.update({k: None for k in out if k != "count"})
+    return out
+
+
 def has_scheduler(runtime: Optional[str]) -> bool:
     """Whether the simulator knows how ``runtime`` schedules (runtime_schedulers.csv has rows for
     it): the continuous-batching servers do; llama.cpp and the runtime-less bound do not.
@@ -100,6 +109,15 @@ def parse_lengths(name: str, v: Any, hi: int) -> dict[str, Any]:
         if kind != "fixed":
             spec.setdefault("lo", 1)
             spec.setdefault("hi", hi)
+        # every field checked here, each named (the core's parser would name only its position)
+        fields = {*_LENGTH_KINDS[kind], *(("lo", "hi") if kind != "fixed" else ())}
+        unknown = sorted(str(k) for k in spec if k != "kind" and k not in fields)
+        if unknown or any(f not in spec for f in fields):
+            raise PlanError(f"{name}: a {kind} distribution has {', '.join(sorted(fields))}; got "
+                            f"{', '.join(sorted(str(k) for k in spec if k != 'kind')) or 'none'}")  # fmt: skip
+        for f in fields:
+            counts = f in ("value", "lo", "hi")
+            spec[f] = _checks.whole(f"{name} {f}", spec[f], 1) if counts else _checks.number(f"{name} {f}", spec[f])
         return spec
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return {"kind": "fixed", "value": _checks.whole(name, v, 1)}
@@ -327,8 +345,11 @@ class Simulation:
             ("E2E s", self.e2e_s),
         ):
             k = 1.0 if name.endswith(" s") else 1e3
+            if not st["count"]:
+                table.append(f"  {name:<10}{'-':>10}")
+                continue
             vals = "".join(f"{sig(st[q] * k):>10}" for q in ("mean", "p50", "p90", "p99", "max"))
-            table.append(f"  {name:<10}{vals}" if st["count"] else f"  {name:<10}{'-':>10}")
+            table.append(f"  {name:<10}{vals}")
         rows = [
             ("throughput", f"{sig(self.request_rate_req_s)} req/s, {sig(self.output_tok_s)} output tok/s, "
              f"{sig(self.total_tok_s)} total tok/s over {sig(self.duration_s)} s"
@@ -445,8 +466,11 @@ def _cluster(dev: Device, sched: Mapping[str, Any], *, tp: Any, ep: Any, instanc
     lat = dev.scaleout_latency_us if kv_link_latency_us is None else _checks.number("kv_link_latency_us",
                                                                                      kv_link_latency_us)  # fmt: skip
     if bw is None or lat is None:
-        raise PlanError(f"kv_link_gbs: {dev.name} has no scale-out link in the catalog "
-                        f"(bandwidth {bw}, latency {lat} us); give kv_link_gbs and kv_link_latency_us")  # fmt: skip
+        lacking = " and ".join(w for w, v in (("bandwidth", bw), ("latency", lat)) if v is None)
+        name = "kv_link_gbs" if bw is None else "kv_link_latency_us"
+        raise PlanError(f"{name}: {dev.name} has no scale-out {lacking} in the catalog (the link a prompt's KV crosses "
+                        "to a decode instance); give it: --kv-link-gbs and --kv-link-latency-us (CLI), kv_link_gbs= "
+                        "and kv_link_latency_us= (Python)")  # fmt: skip
     pools = [
         {"instances": _checks.whole(f"{k}_instances", n, 1),
          "tp": _checks.whole(f"{k}_tp", t if t is not None else tp, 1),
@@ -711,7 +735,7 @@ def simulate(
         runtime_note=p.runtime_note, plan={"tp": cluster["pools"][0]["tp"], "ep": cluster["pools"][0]["ep"],
                                            "dtype": p.plan_tail["dtype"], "weights": p.plan_labels["weights"]},
         scheduler={**sched, "max_model_len": mml}, workload=work, counts=dict(r["counts"]),
-        ttft_s=dict(r["ttft"]), tpot_s=dict(r["tpot"]), itl_s=dict(r["itl"]), e2e_s=dict(r["e2e"]),
+        ttft_s=_stats(r["ttft"]), tpot_s=_stats(r["tpot"]), itl_s=_stats(r["itl"]), e2e_s=_stats(r["e2e"]),
         duration_s=float(r["duration_s"]), output_tokens=int(r["output_tokens"]), prompt_tokens=int(r["prompt_tokens"]),
         steps=int(r["steps"]), preemptions=int(r["preemptions"]), good_requests=int(r["good_requests"]),
         kv_blocks=tuple(int(b) for b in r["kv_blocks"]), max_model_len=mml, max_running=int(r["max_running"]),
@@ -752,6 +776,8 @@ def simulate_grid(
     >>> [s.counts["completed"] for s in sims]
     [50, 50]
     """
+    if isinstance(scenarios, (str, bytes, Mapping)) or not isinstance(scenarios, Sequence):
+        raise PlanError(f"scenarios: a list of mappings of simulate arguments, got {type(scenarios).__name__}")
     if not scenarios:
         raise PlanError("scenarios: none given")
     bad = [sc for sc in scenarios if not isinstance(sc, Mapping)]

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from . import _core
+from . import _checks, _core
 from ._checks import MAX_EXACT, flag, whole
 from .catalog import Catalog, default_catalog
 from .cluster import RunReport, check_backend, fingerprint, run_tasks
@@ -246,7 +246,7 @@ def iter_sweep(
     from .estimate import _prepare, price_of, pricing
     from .runtimes import runtime_execution
 
-    whole("threads", threads, 0)
+    _checks.threads(threads)
     whole("chunk_size", chunk_size, 1)
     cat = catalog or default_catalog()
     g = normalise_grid(grid)
@@ -436,7 +436,7 @@ def write_folder(
     from .parts import Folder, run_key
 
     check_backend(backend, ray_address)
-    whole("threads", threads, 0)
+    _checks.threads(threads)
     calibrated = flag("calibrated", calibrated)
     force = flag("force", force)
     pieces = sweep_parts(grid, chunk_size)
@@ -547,7 +547,7 @@ def sweep(
         if catalog is not None:
             raise PlanError("catalog: Ray workers use their own default catalog (set RIDGELINE_HARDWARE on every "
                             "node for extra devices); leave catalog unset with backend='ray'")  # fmt: skip
-        whole("threads", threads, 0)
+        _checks.threads(threads)
         return gather(grid, backend=backend, ray_address=ray_address, calibrated=calibrated,
                       amortise_years=amortise_years)[0]  # fmt: skip
     if not flag("lazy", lazy):

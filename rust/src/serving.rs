@@ -582,7 +582,7 @@ pub fn simulate_cluster(
         next_report: 0,
         rho: plan.power_rho.unwrap_or(0.0),
     };
-    w.run(&mut src);
+    w.run(&mut src)?;
     let shapes_built = w.pools.iter().map(|p| p.pricer.shapes_built).sum();
     let mt = w.metrics;
     debug_assert!(mt.counts.conserved(), "{:?}", mt.counts);
@@ -654,6 +654,15 @@ enum Role {
     /// Decode only: requests arrive with their prompt's KV.
     Decode,
 }
+
+/// Memory bounds of one run (input bounds, not model constants: a queued request holds its
+/// ~120-byte record, a kept one ~64 bytes, a sample 32): a queue past `MAX_WAITING` requests
+/// means the arrivals outpace the fleet, and the run stops there rather than hold them all
+/// (`--rate 1000 --requests 100000000` grew ~125 bytes a request until the allocator failed);
+/// a record of every request (`--out`) and the time series are bounded the same way.
+pub const MAX_WAITING: u64 = 1 << 20;
+pub const MAX_KEPT: usize = 1 << 21;
+pub const MAX_SAMPLES: usize = 1 << 21;
 
 /// A request in the cluster.
 #[derive(Clone, Copy, Debug)]
@@ -1422,9 +1431,15 @@ impl World<'_, '_> {
         self.start(to);
     }
 
-    fn sample(&mut self) {
-        let Some(dt) = self.metrics.opts.sample_s else { return };
+    /// Records the time series up to now; false when it would pass `MAX_SAMPLES` points.
+    fn sample(&mut self) -> bool {
+        let Some(dt) = self.metrics.opts.sample_s else {
+            return true;
+        };
         while self.metrics.now >= self.metrics.next_sample {
+            if self.metrics.series.len() >= MAX_SAMPLES {
+                return false;
+            }
             let total: u64 = self.instances.iter().map(|x| x.total_blocks).sum();
             let free: u64 = self.instances.iter().map(|x| x.free_blocks).sum();
             let m = &mut self.metrics;
@@ -1436,9 +1451,36 @@ impl World<'_, '_> {
             });
             m.next_sample += dt;
         }
+        true
     }
 
-    fn run(&mut self, src: &mut Source) {
+    /// Why the run cannot go on within its memory bounds, if it cannot: a queue past
+    /// `MAX_WAITING` requests (the arrivals outpace the fleet, and the queue grows for the rest
+    /// of the run) or more kept requests than `MAX_KEPT`.
+    fn over_bounds(&self, total: u64) -> Option<Error> {
+        let m = &self.metrics;
+        let ended = m.counts.ended();
+        if m.counts.waiting > MAX_WAITING {
+            return Some(Error::plan(
+                "rate",
+                format!(
+                    "the queue grew past {MAX_WAITING} waiting requests at {:.1} s ({ended} of {total} requests ended): \
+                     the arrivals outpace what the fleet serves and the queue would grow for the rest of the run; \
+                     lower the rate, add instances, or give fewer requests or a horizon",
+                    m.now
+                ),
+            ));
+        }
+        if m.requests.len() > MAX_KEPT {
+            return Some(Error::plan(
+                "keep_requests",
+                format!("a record of every request (--out, keep_requests=True) holds at most {MAX_KEPT}; give fewer requests"),
+            ));
+        }
+        None
+    }
+
+    fn run(&mut self, src: &mut Source) -> Result<()> {
         let closed = src.closed_loop();
         match closed {
             Some((c, ramp)) => {
@@ -1463,7 +1505,15 @@ impl World<'_, '_> {
                 break;
             }
             self.metrics.now = e.t;
-            self.sample();
+            if !self.sample() {
+                return Err(Error::plan(
+                    "sample_s",
+                    format!(
+                        "the time series (--sample-ms) would pass {MAX_SAMPLES} points at {:.3} s; sample less often",
+                        self.metrics.now
+                    ),
+                ));
+            }
             match e.kind {
                 EventKind::Arrival(a) => {
                     self.arrive(a, src, closed.is_some());
@@ -1480,6 +1530,9 @@ impl World<'_, '_> {
                 EventKind::StepEnd(i) => self.end_step(i, closed.is_some(), src),
                 EventKind::Transfer { req, to } => self.receive(req, to, closed.is_some(), src),
             }
+            if let Some(err) = self.over_bounds(src.total()) {
+                return Err(err);
+            }
             self.report(src.total());
         }
         // the last hundredth, however it ended
@@ -1488,6 +1541,7 @@ impl World<'_, '_> {
             self.next_report = ended;
             self.report(src.total());
         }
+        Ok(())
     }
 }
 

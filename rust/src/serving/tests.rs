@@ -833,3 +833,22 @@ fn a_rejected_client_sends_its_next_request() {
     assert_eq!(r.counts.rejected_prompt_too_long, 50);
     assert!(r.counts.conserved());
 }
+
+/// A queue that outgrows `MAX_WAITING` stops the run with an error naming the rate, in memory
+/// bounded by it (issue 42: `--rate 1000 --requests 100000000` grew until the allocator failed).
+#[test]
+fn an_overloaded_run_stops_at_the_queue_bound() {
+    let w = poisson(1e5, 1 << 22, fixed(512), fixed(64), 1);
+    let r = simulate(&llama31_8b(), &h100(), &plan(), &eff(), proto(), &vllm(), &w, &opts());
+    let Err(e) = r else {
+        panic!("the queue passes the bound")
+    };
+    let e = e.to_string();
+    assert!(
+        e.starts_with("rate: the queue grew past 1048576 waiting requests"),
+        "{e}"
+    );
+    // a run whose queue stays under the bound is unchanged
+    let ok = poisson(10.0, 200, fixed(512), fixed(64), 1);
+    assert_eq!(sim(&vllm(), &ok, &opts()).counts.completed, 200);
+}
