@@ -1049,6 +1049,8 @@ def _calibrate_production(out: str, force: bool, kernels: str) -> None:
                 click.echo(f"  TPOT {t['runtime']:<7} {t['hardware']:<9} {t['rows']:>4} runs, {label:<15} MedAPE "
                            f"{v['medape']:6.1%}, within 1.5x {v['within_1_5x']:6.1%}, median obs/pred "
                            f"{v['median_obs_over_pred']:.3f}")  # fmt: skip
+    for x in measured.skipped:
+        click.echo(f"  left out x{x['rows']:,}: {x['file']}: {x['reason']}")
     for g in gemm_holdout(kernels, measured=measured):
         click.echo(f"  GEMM {g['runtime']:<7} {g['hardware']:<14} {g['format']:<13} {g['rows']:>6} rows within 1.5x: "
                    f"in sample {g['in_sample_within_1_5x']:6.1%}, held out {g['held_out_within_1_5x']:6.1%} "

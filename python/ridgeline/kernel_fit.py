@@ -241,19 +241,23 @@ class Measured:
     serving: dict[tuple[str, str], list[Decomposed]]
     attention_tables: dict[tuple[str, str], dict[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
     attention: dict[tuple[str, str], dict[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    #: Tables and rows read but not fitted, each with why (a device the catalog does not name, a
+    #: dtype or KV dtype not read, cells that are not numbers): counted, never skipped silently.
+    skipped: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def measure(root: str | os.PathLike[str] = KERNEL_DIR, catalog: Optional[Catalog] = None) -> Measured:
     cat = catalog or default_catalog()
     tables: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for t in gemm_tables(root):
+    skipped: list[dict[str, Any]] = []
+    for t in gemm_tables(root, skipped=skipped):
         if t["runtime"] in KERNEL_RUNTIMES:
             tables.setdefault((t["runtime"], t["hardware"]), []).append(t)
     if not tables:
         raise PlanError(f"kernel tables: no {', '.join(KERNEL_RUNTIMES)} GEMM tables under {str(root)!r}")
     kernel = {key: fit_gemm(ts, cat.get(key[1]), cat) for key, ts in sorted(tables.items())}
     att_tables: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
-    for t in attention_tables(root):
+    for t in attention_tables(root, skipped=skipped):
         if (t["runtime"], t["hardware"]) in kernel:
             att_tables.setdefault((t["runtime"], t["hardware"]), {})[t["phase"]] = t
     attention = {key: {ph: fit_attention(t, cat.get(key[1]), cat) for ph, t in sorted(ts.items())}
@@ -262,7 +266,7 @@ def measure(root: str | os.PathLike[str] = KERNEL_DIR, catalog: Optional[Catalog
     serving: dict[tuple[str, str], list[Decomposed]] = {}
     for d in serving_rows(root, cat, fit_production(root, cat, provisional)):
         serving.setdefault((d.row["runtime"], d.row["hardware"]), []).append(d)
-    return Measured(tables, kernel, serving, att_tables, attention)
+    return Measured(tables, kernel, serving, att_tables, attention, skipped)
 
 
 def attention_columns(fits: dict[str, dict[str, Any]]) -> dict[str, Any]:
