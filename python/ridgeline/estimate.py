@@ -552,8 +552,8 @@ def estimate(
         PlanError, ModelConfigError, UnknownNameError, DoesNotFitError.
 
     >>> e = estimate("meta-llama/Llama-3.1-8B", "H100_SXM")
-    >>> e.calibration, e.fits
-    ('runtime-profile (llamacpp-cuda, hbm memory, 108 rows)', True)
+    >>> e.calibration, e.basis, e.fits
+    ('calibrated (H100_SXM, vllm 0.24.0, 107425 rows)', 'measured', True)
     """
     # What the plan's numbers do not change (model, device, precisions, runtime, calibration,
     # links) is resolved once and kept: a warm call checks the numbers and prices them. Each
