@@ -3,6 +3,10 @@
 //! and the engine and the parameter counter read nothing else.
 
 use crate::error::{Error, Result};
+pub use crate::limits::{MAX_EXPERTS, MAX_LAYERS};
+
+/// The parameter count of a model, by class (a concern of the model, in its own file).
+pub mod params;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -438,15 +442,6 @@ pub struct Model {
     pub max_model_len: u64,
 }
 
-/// Layers a model may have: the normaliser and the builder do work per layer group and the
-/// pipeline per stage, so this bounds one estimate's work; 512 times the deepest published
-/// decoders (about 128 layers). A work bound, not a physical limit.
-pub const MAX_LAYERS: u64 = 1 << 16;
-
-/// Routed experts a MoE layer may have: skewed routing sums over each expert; over 100 times
-/// the largest published expert counts (about 384). A work bound, not a physical limit.
-pub const MAX_EXPERTS: u64 = 1 << 16;
-
 impl Model {
     pub fn from_json(s: &str) -> Result<Model> {
         let m: Model = serde_json::from_str(s).map_err(|e| Error::Input(format!("model: {e}")))?;
@@ -515,7 +510,7 @@ impl Model {
         pos("hidden_size", self.hidden_size)?;
         pos("vocab_size", self.vocab_size)?;
         pos("max_model_len", self.max_model_len)?;
-        if self.max_model_len > crate::plan::MAX_EXACT {
+        if self.max_model_len > crate::limits::MAX_EXACT {
             return Err(Error::model(
                 "max_position_embeddings",
                 format!(
@@ -661,7 +656,7 @@ impl Model {
                 }
             }
         }
-        if !crate::params::fits_u64(self) {
+        if !params::fits_u64(self) {
             return Err(Error::model(
                 "hidden_size",
                 "the model's dimensions give more than 2^63 parameters (check hidden_size, vocab_size, \

@@ -5,6 +5,7 @@ use crate::attention::DecodeKeys;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::AttnPhase;
+pub use crate::limits::{MAX_EXACT, MAX_SHAPES};
 use crate::model::{Ffn, Model};
 use crate::weights::{Role, WeightFormats, N_ROLES};
 use serde::Deserialize;
@@ -106,17 +107,6 @@ pub struct Plan {
 fn one() -> u64 {
     1
 }
-
-/// The largest integer every f64 holds exactly (2^53): token, device and step counts stay
-/// below it so that no count the engine forms rounds or wraps. A representation limit.
-pub const MAX_EXACT: u64 = 1 << 53;
-
-/// Distinct shapes one estimate builds and prices: prefill steps (each a pass over the model's
-/// operators, about a microsecond) and, per attention window, runs of decode contexts with one
-/// closed form. A work bound that keeps one call within seconds, not a physical limit: real
-/// plans take a handful (a chunk dividing the prompt: prompt / chunk steps; KV padded to 256
-/// cells: output / 256 runs).
-pub const MAX_SHAPES: u64 = 1 << 20;
 
 /// Devices per node and the per-device scale-out link (NIC line rate per
 /// direction), as the caller resolved them.
@@ -523,7 +513,7 @@ impl Plan {
                 ));
             }
         }
-        let schedule = crate::engine::PrefillSchedule::new(self.batch, self.prompt, self.prefix, self.chunk);
+        let schedule = crate::schedule::PrefillSchedule::new(self.batch, self.prompt, self.prefix, self.chunk);
         if schedule.distinct() > MAX_SHAPES {
             return Err(Error::plan(
                 "chunk",

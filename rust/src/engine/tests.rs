@@ -1,5 +1,6 @@
 use super::*;
 use crate::device::tests::h100;
+use crate::graph::Segment;
 use crate::model::tests::llama31_8b;
 use proptest::prelude::*;
 

@@ -455,7 +455,7 @@ fn kv_blocks_follow_the_memory_left() {
     // vLLM keeps 0.9 x 80 GiB for weights (16.06 GB), workspace and cache
     let r = sim(&vllm(), &closed(1, 1, fixed(10), fixed(2), 0), &opts());
     let per_block = 131072.0 * 16.0;
-    let weights = crate::params::count(&llama31_8b()).total as f64 * 2.0;
+    let weights = crate::model::params::count(&llama31_8b()).total as f64 * 2.0;
     let gib = 1073741824.0;
     let upper = ((0.9 * 80.0 * gib - weights) / per_block).floor() as u64;
     assert!(
