@@ -2,6 +2,7 @@
 module imports one that imports it back, at module level or inside a function."""
 
 import ast
+import re
 from pathlib import Path
 
 import ridgeline
@@ -49,3 +50,45 @@ def test_the_package_itself_is_imported_by_no_module():
     # `from . import __version__` made the package's __init__ a dependency of the layers below it
     graph = _imports()
     assert all("__init__" not in deps for m, deps in graph.items() if m != "__init__")
+
+
+RUST_SRC = Path(__file__).resolve().parents[1] / "rust" / "src"
+
+
+def _rust_imports() -> dict[str, set[str]]:
+    """Each top-level module of rust/src (a file, or a folder with its file) and the others its
+    non-test code names (``crate::x``): a module's ``#[cfg(test)]`` tail and its tests.rs files are
+    left out (a test may use a layer above the code it tests)."""
+    mods = {p.stem for p in RUST_SRC.glob("*.rs")} | {p.name for p in RUST_SRC.iterdir() if p.is_dir()}
+    mods.discard("lib")
+    out: dict[str, set[str]] = {m: set() for m in mods}
+    for p in sorted(RUST_SRC.rglob("*.rs")):
+        top = p.relative_to(RUST_SRC).parts[0].removesuffix(".rs")
+        if top == "lib" or p.name == "tests.rs":
+            continue
+        text = p.read_text()
+        cut = text.find("#[cfg(test)]")
+        text = text if cut < 0 else text[:cut]
+        out[top] |= {m for m in re.findall(r"crate::(\w+)", text) if m in mods and m != top}
+    return out
+
+
+def test_no_rust_module_uses_one_that_uses_it_back():
+    # engine, graph, model, params, plan, power and roofline imported each other in one circle
+    # (issue 43): limits, the prefill schedule and the parameter count now sit where the layers allow
+    graph = _rust_imports()
+    assert len(graph) > 15 and "limits" in graph["plan"] and "schedule" in graph["plan"]
+    assert "engine" not in graph["plan"] and "plan" not in graph["model"]
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph[m]):
+            assert state.get(n) != 1, f"rust module cycle: {' -> '.join([*path[path.index(n) :], n])}"
+            if n not in state:
+                visit(n, [*path, n])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
