@@ -1,6 +1,6 @@
 //! Criterion benchmarks of the Rust core (release build, opt-in):
 //!
-//!     cargo bench --bench engine
+//!     cargo bench --bench engine --features fixtures
 //!
 //! One plan (prefill + 255 decode steps, summed exactly) inside Rust, and the
 //! plans-per-second of the grid sweep on 1 and 2 threads for a dense 8B model

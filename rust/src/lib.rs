@@ -11,6 +11,7 @@ pub mod dtype;
 pub mod embedded;
 pub mod engine;
 pub mod error;
+#[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod graph;
 pub mod limits;
