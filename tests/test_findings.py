@@ -329,3 +329,42 @@ def test_a_dataset_folder_holding_a_folder_where_a_file_goes_is_refused_and_kept
     )
     _one_error(code, err, 2, "holds files ridgeline did not write", name)
     assert (tmp_path / name / "mine.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    "call,fragment",
+    [
+        (lambda: ridgeline.sweep(None), "grid: a mapping of axis names to values"),
+        (lambda: ridgeline.sweep(""), "grid: a mapping of axis names to values"),
+        (
+            lambda: ridgeline.recommend(MODEL8B, rate=5, slo_tpot_ms=50, hardware=-1, tp=[1]),
+            "hardware: expected a name",
+        ),
+        (
+            lambda: ridgeline.recommend(MODEL8B, rate=5, slo_tpot_ms=50, hardware=[1], tp=[1]),
+            "hardware: expected names",
+        ),
+        (
+            lambda: ridgeline.recommend(
+                MODEL8B, rate=5, slo_tpot_ms=50, hardware=["H100_SXM"], tp=[1], weight_dtype=[1]
+            ),
+            "weight_dtype: expected names",
+        ),
+        (lambda: ridgeline.recommend(MODEL8B, rate=5, slo_tpot_ms=50, hardware=[], tp=[1]), "hardware: an empty list"),
+    ],
+)
+def test_the_python_doors_answer_wrong_types_with_typed_errors(call, fragment):
+    with pytest.raises(ridgeline.errors.PlanError, match=fragment):
+        call()
+
+
+def test_a_top_beyond_any_count_lists_every_plan():
+    code, out, err = run_main("sweep", "-m", MODEL8B, "-H", "H100_SXM", "--batch", "1,2", "--top", "9" * 30)
+    assert code == 0, err
+    assert "highest throughput (of 2 that fit)" in out
+
+
+@pytest.mark.parametrize("argv", [["validate", "--rows"], ["sweep", "--grid"], ["simulate", "--scenario"]])
+def test_a_nul_byte_in_an_argument_is_a_usage_error(argv):
+    code, _, err = run_main(*argv, "a\x00b")
+    _one_error(code, err, 2, "holds a NUL byte")

@@ -1832,6 +1832,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     """Entry point: every error ends as one line on stderr with its exit code."""
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
+    nul = next((a for a in args if "\x00" in a), None)
+    if nul is not None:  # no path, name or number holds one (the OS refuses it in a path)
+        click.echo(f"error: argument {nul!r} holds a NUL byte; no path, name or number does", err=True)
+        sys.exit(2)
     try:
         cli.main(args=args, prog_name="ridgeline", standalone_mode=False)
     except click.exceptions.Exit as e:

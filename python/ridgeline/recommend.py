@@ -234,7 +234,10 @@ def recommend(
     degrees: list[Any] = [tp] if isinstance(tp, (str, bytes)) or not isinstance(tp, (Sequence, set)) else list(tp)
     tps = sorted({_checks.whole("tp", t, 1) for t in degrees})
     years = None if amortise_years is None else _checks.number("amortise_years", amortise_years, positive=True)
-    names = [cat.resolve(h) for h in hardware] if hardware else [n for n in cat.names() if cat.offers(n, years)]
+    given = _listed("hardware", hardware) if hardware is not None else []
+    if hardware is not None and not given:
+        raise PlanError("hardware: an empty list; give devices, or leave it out to search every device with an offer")
+    names = [cat.resolve(h) for h in given] if given else [n for n in cat.names() if cat.offers(n, years)]
     if not names:
         raise PlanError("hardware: no device to search")
     # a serving question: vLLM unless told otherwise (llama.cpp, the default on some parts, has no
@@ -302,7 +305,10 @@ def _listed(name: str, v: Any) -> list[Any]:
         if not names:  # an empty name is a mistake, never the default
             raise PlanError(f"{name}: an empty name in {v!r}")
         return names
-    if isinstance(v, Sequence):
+    if isinstance(v, Sequence) and not isinstance(v, bytes):
+        bad = [x for x in v if not (isinstance(x, str) and x.strip()) and x is not None]
+        if bad:
+            raise PlanError(f"{name}: expected names, got {bad[0]!r}")
         return list(v)
     raise PlanError(f"{name}: expected a name or a list of names, got {v!r}")
 

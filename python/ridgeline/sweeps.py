@@ -157,6 +157,9 @@ def parse_axis(name: str, value: Any) -> list[Any]:
 
 
 def normalise_grid(grid: Mapping[str, Any]) -> dict[str, list[Any]]:
+    if not isinstance(grid, Mapping):
+        raise PlanError(f"grid: a mapping of axis names to values, e.g. {{'model': [...], 'hardware': [...]}}, "
+                        f"got {type(grid).__name__}")  # fmt: skip
     unknown = set(grid) - set(NUMERIC_AXES) - set(CATEGORICAL_AXES)
     if unknown:
         raise PlanError(
@@ -576,6 +579,7 @@ def summary(df: Any, top: int = 5, include_bound: bool = False) -> str:
 
     if df.height == 0:
         return "0 plans"
+    top = min(top, df.height)  # a list never holds more plans than there are (Polars takes no bigger count)
     priced = df.filter(pl.col("error").is_null())
     fit = priced.filter(pl.col("fits"))
     lines = [f"{df.height:,} plans: {priced.height:,} priced ({fit.height:,} fit in memory, "
