@@ -30,13 +30,17 @@ def _imports() -> dict[str, set[str]]:
 def test_no_module_imports_one_that_imports_it_back():
     graph = _imports()
     assert len(graph) > 15 and "runtimes" in graph["estimate"]
-    # depth-first search for a back edge: the first cycle found is named
+    _assert_acyclic(graph, "import cycle")
+
+
+def _assert_acyclic(graph: dict[str, set[str]], what: str) -> None:
+    """A depth-first search for a back edge: the first cycle found is named."""
     state: dict[str, int] = {}
 
     def visit(m: str, path: list[str]) -> None:
         state[m] = 1
         for n in sorted(graph.get(m, ())):
-            assert state.get(n) != 1, f"import cycle: {' -> '.join([*path[path.index(n) :], n])}"
+            assert state.get(n) != 1, f"{what}: {' -> '.join([*path[path.index(n) :], n])}"
             if n not in state:
                 visit(n, [*path, n])
         state[m] = 2
@@ -79,16 +83,4 @@ def test_no_rust_module_uses_one_that_uses_it_back():
     graph = _rust_imports()
     assert len(graph) > 15 and "limits" in graph["plan"] and "schedule" in graph["plan"]
     assert "engine" not in graph["plan"] and "plan" not in graph["model"]
-    state: dict[str, int] = {}
-
-    def visit(m: str, path: list[str]) -> None:
-        state[m] = 1
-        for n in sorted(graph[m]):
-            assert state.get(n) != 1, f"rust module cycle: {' -> '.join([*path[path.index(n) :], n])}"
-            if n not in state:
-                visit(n, [*path, n])
-        state[m] = 2
-
-    for m in sorted(graph):
-        if m not in state:
-            visit(m, [m])
+    _assert_acyclic(graph, "rust module cycle")

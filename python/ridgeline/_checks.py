@@ -50,12 +50,11 @@ def number(name: str, v: Any, *, positive: bool = False) -> float:
     ...
     ridgeline.errors.PlanError: rate: must be a finite number >= 0, got an integer beyond any float (401 digits)
     """
-    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > sys.float_info.max:
-        raise PlanError(f"{name}: must be a finite number {'> 0' if positive else '>= 0'}, got an integer beyond any "
-                        f"float ({len(str(abs(v)))} digits)")  # fmt: skip
-    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+    huge = isinstance(v, int) and not isinstance(v, bool) and abs(v) > sys.float_info.max  # isfinite would raise
+    ok = not huge and not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
     if not ok or (positive and v == 0):
-        raise PlanError(f"{name}: must be a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
+        got = f"an integer beyond any float ({len(str(abs(v)))} digits)" if huge else repr(v)
+        raise PlanError(f"{name}: must be a finite number {'> 0' if positive else '>= 0'}, got {got}")
     return float(v)
 
 

@@ -293,6 +293,24 @@ def load_yaml(text: str, *, what: str, error: type[RidgelineError] = PlanError) 
     return data
 
 
+def load_json(text: str, *, what: str, hint: str = "", error: type[RidgelineError] = PlanError) -> Any:
+    """A user's JSON text, refused with ``error`` naming ``what`` (and the line and column, and
+    ``hint``) where it is not valid JSON, and past the bounds ``check_document`` sets.
+
+    >>> load_json('{"a": [1, 2]}', what="grid file")
+    {'a': [1, 2]}
+    """
+    import json
+
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        detail = f"line {e.lineno}, column {e.colno}: {e.msg}" if isinstance(e, json.JSONDecodeError) else str(e)
+        raise error(f"{what}: not valid JSON ({detail}{f'; {hint}' if hint else ''})") from None
+    check_document(data, what=what, error=error)
+    return data
+
+
 def check_document(data: Any, *, what: str, error: type[RidgelineError] = PlanError) -> None:
     """Refuses parsed YAML/JSON that nests deeper than MAX_DOCUMENT_DEPTH or holds more than
     MAX_DOCUMENT_VALUES values with shared parts (YAML aliases) counted each time they appear.

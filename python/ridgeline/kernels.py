@@ -54,9 +54,17 @@ def layout_of(table: Path) -> tuple[str, str, str, str]:
     return system, family, framework, version
 
 
-def _base(root: Path) -> Path:
+def table_base(root: Path) -> Path:
     """The folder table paths are relative to: ``root``, or for one table the folder above its system."""
     return root.resolve().parents[4] if root.is_file() else root
+
+
+def table_files(root: Path) -> list[Path]:
+    """Every Parquet table under ``root`` in AIConfigurator's layout, of any family (or ``root``
+    itself, one table), resolved."""
+    if root.is_file():
+        return [root.resolve()]
+    return sorted(p.resolve() for p in root.glob("*/*/*/*/*.parquet"))
 
 
 def comm_rows(root: str | os.PathLike[str] = KERNEL_DIR) -> list[dict[str, Any]]:
@@ -71,7 +79,7 @@ def comm_rows(root: str | os.PathLike[str] = KERNEL_DIR) -> list[dict[str, Any]]
     files = _tables(Path(root), "comm", "nccl_perf.parquet") + _tables(
         Path(root), "comm", "custom_allreduce_perf.parquet"
     )
-    base = _base(Path(root))
+    base = table_base(Path(root))
     if not files:
         raise PlanError(f"kernel tables: no comm tables under {str(base)!r}")
     mapped: dict[str, tuple[Any, ...]] = {}
@@ -118,8 +126,22 @@ def read_table(f: Path, rel: str) -> Any:
     try:
         return pl.read_parquet(f)
     except (OSError, pl.exceptions.PolarsError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise PlanError(f"kernel tables: {rel}: not a readable Parquet table ({first})") from None
+        raise _unreadable(rel, e) from None
+
+
+def table_height(f: Path, rel: str) -> int:
+    """A kernel table's row count, read from its metadata (the table is not loaded)."""
+    import polars as pl
+
+    try:
+        return int(pl.scan_parquet(f).select(pl.len()).collect().item())
+    except (OSError, pl.exceptions.PolarsError) as e:
+        raise _unreadable(rel, e) from None
+
+
+def _unreadable(rel: str, e: Exception) -> PlanError:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return PlanError(f"kernel tables: {rel}: not a readable Parquet table ({first})")
 
 
 def _require(d: Any, rel: str, columns: tuple[str, ...]) -> None:
@@ -160,6 +182,14 @@ def _positive(v: Any) -> Optional[float]:
     return x if math.isfinite(x) and x > 0 else None
 
 
+def _table_hardware(d: Any, f: Path, base: Path) -> tuple[Optional[str], str]:
+    """The catalog device a whole table was measured on (its ``device`` column, else its system
+    folder), and why not where it names none or several."""
+    devices = d["device"].unique().to_list() if "device" in d.columns else [f.relative_to(base).parts[0]]
+    hw, _, unnamed = identify_device(devices[0]) if len(devices) == 1 else (None, None, "several devices")
+    return hw, f"device {', '.join(map(str, devices))} does not name one catalog device ({unnamed})"
+
+
 def table_device(row: dict[str, Any], f: Path, base: Path) -> str:
     """The device a kernel table's row was measured on: its ``device`` column, else the system
     folder the table sits under (``<system>/<family>/<framework>/<version>/``; AIConfigurator
@@ -183,18 +213,16 @@ def gemm_tables(
     import numpy as np
     import polars as pl
 
-    base = _base(Path(root))
+    base = table_base(Path(root))
     out = []
     for f in _tables(Path(root), "gemm", "gemm_perf.parquet"):
         rel = f.relative_to(base).as_posix()
         d = _numbers(read_table(f, rel), rel, ("m", "n", "k", "latency"), ("gemm_dtype",), skipped)
-        devices = d["device"].unique().to_list() if "device" in d.columns else [f.relative_to(base).parts[0]]
-        hw, _, unnamed = identify_device(devices[0]) if len(devices) == 1 else (None, None, "several devices")
+        hw, why = _table_hardware(d, f, base)
         if hw is None:
-            why = f"device {', '.join(map(str, devices))} does not name one catalog device ({unnamed})"
             if skipped is None:
                 raise PlanError(f"kernel tables: {f}: {why}")
-            skipped.append({"file": f.relative_to(base).as_posix(), "rows": d.height, "reason": why})
+            skipped.append({"file": rel, "rows": d.height, "reason": why})
             continue
         for dtype in sorted(d["gemm_dtype"].unique().to_list()):
             if dtype not in GEMM_FORMATS:
@@ -234,19 +262,17 @@ def attention_tables(
     import numpy as np
     import polars as pl
 
-    base = _base(Path(root))
+    base = table_base(Path(root))
     out = []
     for name, phase in ATTENTION_TABLES.items():
         for f in _tables(Path(root), "attention", name):
             rel = f.relative_to(base).as_posix()
             cols = ("batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim", "latency")
             d = _numbers(read_table(f, rel), rel, cols, ("kernel_source", "kv_cache_dtype"), skipped)
-            devices = d["device"].unique().to_list() if "device" in d.columns else [f.relative_to(base).parts[0]]
-            hw, _, unnamed = identify_device(devices[0]) if len(devices) == 1 else (None, None, "several devices")
+            hw, why = _table_hardware(d, f, base)
             if hw is None:  # a device the catalog does not hold (Intel B60 under vLLM XPU): said when asked
                 if skipped is not None:
-                    why = f"device {', '.join(map(str, devices))} does not name one catalog device ({unnamed})"
-                    skipped.append({"file": f.relative_to(base).as_posix(), "rows": d.height, "reason": why})
+                    skipped.append({"file": rel, "rows": d.height, "reason": why})
                 continue
             unread = d.filter(~pl.col("kv_cache_dtype").is_in(list(_KV_BYTES)))
             if skipped is not None and unread.height:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from . import _checks
-from ._fits import BOUND
+from ._fits import BOUND, MEASURED
 from ._fmt import ms, sig
 from ._fmt import table as _table
 from .catalog import Catalog, default_catalog
@@ -111,10 +111,10 @@ class Recommendation:
             head = ["", "hardware", "plan", "replicas", "devices", *varied, "$/M out", "$/hour", f"{q} TTFT",
                     f"{q} TPOT", "within SLO", "J/token", "basis", "offer"]  # fmt: skip
             # a borrowed plan is marked with whose fit it took, as a numbered note under the table
-            notes = list(dict.fromkeys(r["basis_from"] for r in (*shown, *front) if r["basis"] != "measured"))
+            notes = list(dict.fromkeys(r["basis_from"] for r in (*shown, *front) if r["basis"] != MEASURED))
 
             def basis_cell(r: dict[str, Any]) -> str:
-                return r["basis"] if r["basis"] == "measured" else f"{r['basis']} [{notes.index(r['basis_from']) + 1}]"
+                return r["basis"] if r["basis"] == MEASURED else f"{r['basis']} [{notes.index(r['basis_from']) + 1}]"
 
             cells = [["*" if r["frontier"] else "", r["hardware"], plan_label(r), str(r["replicas"]), str(r["devices"]),
                       *(str(r[k]) for k in varied), f"${sig(r['usd_per_million_output_tokens'])}",

@@ -194,18 +194,12 @@ def load_expected(path: Optional[str | Path]) -> list[dict[str, Any]]:
     optional key filters such as model, hardware, tp (globs or lists)}."""
     if path is None or not Path(path).is_file():
         return []
-    from ._io import check_document, load_yaml, read_text
+    from ._io import load_json, load_yaml, read_text
 
     what = f"expected changes {path}"
     text = read_text(path, what="expected changes", error=PlanError)
     if str(path).endswith(".json"):
-        try:
-            data = json.loads(text)
-        except (ValueError, RecursionError) as e:
-            raise PlanError(
-                f"{what}: not valid JSON ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
-            ) from None
-        check_document(data, what=what)
+        data = load_json(text, what=what)
     else:
         data = load_yaml(text, what=what) or {}
     changes = data.get("changes", []) if isinstance(data, Mapping) else []

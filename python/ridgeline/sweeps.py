@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import os
 import re
@@ -186,7 +185,7 @@ def load_grid_file(path: str | Path) -> dict[str, Any]:
     ...
     ridgeline.errors.PlanError: grid file /no/such/grid.yaml: not found
     """
-    from ._io import check_document, load_yaml, read_text
+    from ._io import load_json, load_yaml, read_text
 
     what = f"grid file {path}"
     shape = "a grid file holds one mapping of axis names to values, e.g. {model: ..., hardware: ..., batch: 1..64:x2}"
@@ -197,12 +196,7 @@ def load_grid_file(path: str | Path) -> dict[str, Any]:
     elif not text.strip():
         data = None
     else:
-        try:
-            data = json.loads(text)
-        except (ValueError, RecursionError) as e:
-            detail = f"line {e.lineno}, column {e.colno}: {e.msg}" if isinstance(e, json.JSONDecodeError) else str(e)
-            raise PlanError(f"{what}: not valid JSON ({detail}; a .yaml or .yml file is read as YAML)") from None
-        check_document(data, what=what)
+        data = load_json(text, what=what, hint="a .yaml or .yml file is read as YAML")
     if data is None:
         raise PlanError(f"{what}: empty; {shape}")
     if not isinstance(data, dict):
@@ -575,6 +569,7 @@ def summary(df: Any, top: int = 5, include_bound: bool = False) -> str:
     rest on their device's own fit shows the ``basis`` column."""
     import polars as pl
 
+    from ._fits import BOUND, MEASURED
     from ._fmt import ms, sig
 
     if df.height == 0:
@@ -598,17 +593,17 @@ def summary(df: Any, top: int = 5, include_bound: bool = False) -> str:
     if fit.height == 0:
         lines.append("no priced plan fits in memory")
         return "\n".join(lines)
-    bound = fit.filter(pl.col("basis") == "bound") if "basis" in fit.columns else fit.clear()
+    bound = fit.filter(pl.col("basis") == BOUND) if "basis" in fit.columns else fit.clear()
     if bound.height and not include_bound:
         where = ", ".join(sorted(set(bound["hardware"].to_list())))
         apart = "not ranked below; --include-bound ranks them, marked"
         lines.append(f"{bound.height:,} plans that fit rest on no calibration ({where}: the efficiency-1 bound, an "
                      f"optimistic upper bound on speed): {apart}")  # fmt: skip
-        fit = fit.filter(pl.col("basis") != "bound")
+        fit = fit.filter(pl.col("basis") != BOUND)
         if fit.height == 0:
             lines.append("no plan that fits rests on a calibration")
             return "\n".join(lines)
-    marked = "basis" in fit.columns and set(fit["basis"].to_list()) != {"measured"}
+    marked = "basis" in fit.columns and set(fit["basis"].to_list()) != {MEASURED}
     if marked and "basis" not in varying:
         varying = [*varying, "basis"]
 

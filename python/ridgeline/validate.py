@@ -24,7 +24,6 @@ from .calibrate import SKEW, UNCALIBRATED, Batch, _memtech, _profile_rows, fit_a
 from .catalog import Catalog, default_catalog
 from .collectives import _protocol_json, bus_factor
 from .decompose import MODEL_METRICS, Decomposed, decompose, decompose_all
-from .errors import PlanError
 from .fitted import formats_of, lookup, shipped_fits
 
 # Protocol efficiencies of the link-rate bound: every protocol at the full link rate.
@@ -662,7 +661,7 @@ def kernel_table_report(root: str, catalog: Optional[Catalog] = None) -> dict[st
 
     from ._fits import ATTENTION_PARAMS, attention_of
     from .kernel_fit import attention_batch, attention_time, gemm_batch, params
-    from .kernels import attention_tables, gemm_tables, layout_of
+    from .kernels import attention_tables, gemm_tables, layout_of, table_base, table_files, table_height
 
     cat = catalog or default_catalog()
     base = Path(root)
@@ -700,8 +699,8 @@ def kernel_table_report(root: str, catalog: Optional[Catalog] = None) -> dict[st
         elif t["rows"]:
             c, mem, items = attention_batch(t, dev)
             priced(rec, t["latency_ms"] * 1e-3 / attention_time([a[p] for p in ATTENTION_PARAMS], c, mem, items))
-    comm = [p for p in _parquets(base) if layout_of(p)[1] == "comm"]
-    if comm:
+    files = table_files(base)
+    if any(layout_of(f)[1] == "comm" for f in files):
         rows, left = kernel_comm_rows(str(base), cat)
         groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
         for r in rows:
@@ -712,24 +711,11 @@ def kernel_table_report(root: str, catalog: Optional[Catalog] = None) -> dict[st
                    "kernel": f"{op} (busBW)", "rows": len(g), "calibration": links}  # fmt: skip
             priced(rec, [r["obs_over_pred"] for r in g])
         skipped += [{"file": "comm tables", "rows": n, "reason": why} for why, n in sorted(left.items())]
-    for p in _parquets(base):
-        family = layout_of(p)[1]
+    for table in files:
+        family = layout_of(table)[1]
         if family not in _PRICED_FAMILIES:
-            import polars as pl
-
-            rel = p.relative_to(base.resolve() if base.is_dir() else p.parents[4]).as_posix()
-            try:
-                n = pl.scan_parquet(p).select(pl.len()).collect().item()
-            except (OSError, pl.exceptions.PolarsError) as e:
-                first = (str(e).splitlines() or [type(e).__name__])[0]
-                raise PlanError(f"kernel tables: {rel}: not a readable Parquet table ({first})") from None
-            skipped.append({"file": rel, "rows": int(n), "reason": f"{family} tables are not priced by ridgeline yet"})
+            rel = table.relative_to(table_base(base).resolve()).as_posix()
+            n = table_height(table, rel)
+            skipped.append({"file": rel, "rows": n, "reason": f"{family} tables are not priced by ridgeline yet"})
     total = sum(r["rows"] for r in out) + sum(s["rows"] for s in skipped)
     return {"tables": out, "left_out": skipped, "rows": total, "priced": sum(r["priced"] for r in out)}
-
-
-def _parquets(root: Any) -> list[Any]:
-    """The Parquet tables under ``root`` in AIConfigurator's layout (or ``root`` itself, one table)."""
-    if root.is_file():
-        return [root.resolve()]
-    return sorted(p.resolve() for p in root.glob("*/*/*/*/*.parquet"))
