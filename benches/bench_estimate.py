@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import ridgeline
 from ridgeline import _core
-from ridgeline.catalog import default_catalog
-from ridgeline.estimate import _prepare
-from ridgeline.models import Model
+from ridgeline.catalog.store import default_catalog
+from ridgeline.engine.estimate import prepare
+from ridgeline.models.config import Model
 
 LLAMA = "meta-llama/Llama-3.1-8B"
 
@@ -44,7 +44,7 @@ def test_10k_plans_one_rust_call(benchmark, threads, model):
     cat = default_catalog()
     m = Model.from_config(model)
     dev = cat.get("H100_SXM")
-    prepared = _prepare(m, dev, runtime="none").core  # the plan as written, at the bound
+    prepared = prepare(m, dev, runtime="none").core  # the plan as written, at the bound
     grid = _grid()
     out = benchmark(_core.estimate_many, prepared, *grid, threads)
     assert np.isfinite(out["e2e_s"]).all()

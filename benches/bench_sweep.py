@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ridgeline import _core
-from ridgeline.catalog import default_catalog
-from ridgeline.estimate import _prepare
-from ridgeline.models import Model
+from ridgeline.catalog.store import default_catalog
+from ridgeline.engine.estimate import prepare
+from ridgeline.models.config import Model
 
 
 def _axes(n_batch=1000, n_tp=4):
@@ -32,7 +32,7 @@ def _axes(n_batch=1000, n_tp=4):
 def test_sweep_plans_per_second(benchmark, model, threads):
     cat = default_catalog()
     m, dev = Model.from_config(model), cat.get("H100_SXM")
-    prepared = _prepare(m, dev, runtime="none").core  # the plan as written, at the bound
+    prepared = prepare(m, dev, runtime="none").core  # the plan as written, at the bound
     axes = _axes()
     n = int(np.prod([len(a) for a in axes]))
     out = benchmark(_core.sweep_grid, prepared, *axes, threads)

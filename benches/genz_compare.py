@@ -86,9 +86,9 @@ def main() -> None:
         ours.append({"ttft_ms": e.ttft_s * 1e3, "tpot_ms": (e.tpot_s or 0) * 1e3, "attn_flop": att["flops"].sum()})
     # the sweep path on the same 20 plans: each model's plans tiled into one Rust call
     from ridgeline import _core
-    from ridgeline.catalog import default_catalog
-    from ridgeline.estimate import _prepare
-    from ridgeline.models import Model
+    from ridgeline.catalog.store import default_catalog
+    from ridgeline.engine.estimate import prepare
+    from ridgeline.models.config import Model
 
     cat = default_catalog()
     dev = cat.get("H100_SXM")
@@ -98,7 +98,7 @@ def main() -> None:
         cols = [
             np.tile(np.array([p[k] for p in ps], dtype=np.int64), reps) for k in ("batch", "prompt", "output", "tp")
         ]
-        r = _core.estimate_many(_prepare(Model.from_config(m), dev, cat, runtime="none").core, *cols)
+        r = _core.estimate_many(prepare(Model.from_config(m), dev, cat, runtime="none").core, *cols)
         total += len(r["e2e_s"])
     ours_rate = total / (time.perf_counter() - t0)
     n_layers = {m: Model.from_config(m).num_layers for m in MODELS}

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import polars as pl
 from ridgeline import _core
-from ridgeline.catalog import default_catalog
+from ridgeline.catalog.store import default_catalog
 
 DEVICES = {"h100_sxm": "H100_SXM", "b200_sxm": "B200"}
 

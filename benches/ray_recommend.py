@@ -39,7 +39,7 @@ def main() -> None:
 
     from ray_local import local_cluster
     from ridgeline import __version__, recommend
-    from ridgeline.cluster import RunReport
+    from ridgeline.sweeps.cluster import RunReport
 
     kw = {**SEARCH, "requests": args.requests}
     recommend(MODEL, **{**kw, "hardware": ["H100_SXM"], "tp": (8,), "requests": 50})  # warm the caches

@@ -126,7 +126,7 @@ def one_cpu() -> int | None:
 def write_stand_in_profile(root: Path) -> dict[str, str]:
     """Vidur-format compute profile (mlp.csv.xz, attention.csv.xz) from ridgeline's per-operator times."""
     import ridgeline
-    from ridgeline.models import Model
+    from ridgeline.models.config import Model
 
     layers = Model.from_config(MODEL).num_layers
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ridgeline import cluster
+from ridgeline.sweeps import cluster
 
 
 def _free_port() -> int:
@@ -57,7 +57,7 @@ def local_cluster(workers: int = 2) -> Iterator[str]:
                 break
             except OSError:
                 time.sleep(0.1)
-        cluster._token_auth()  # as a driver joining it does (ridgeline.cluster)
+        cluster._token_auth()  # as a driver joining it does (ridgeline.sweeps.cluster)
         ray.init(address=address, logging_level="WARNING")
         try:
             # one worker at a time: two raylets starting at once on one machine race for a socket name

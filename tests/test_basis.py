@@ -8,8 +8,8 @@ import polars as pl
 import pytest
 import ridgeline
 from cli_in_process import run_main
-from ridgeline.catalog import default_catalog
-from ridgeline.sweeps import summary
+from ridgeline.catalog.store import default_catalog
+from ridgeline.sweeps.sweep import summary
 
 MODEL = "meta-llama/Llama-3.1-8B"
 FOUR = ["H100_SXM", "H200_SXM", "MI300X", "RTX_4090"]

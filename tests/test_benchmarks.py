@@ -6,8 +6,8 @@ import json
 
 import pytest
 from ridgeline import CatalogError, _data
-from ridgeline.benchmarks import COLUMNS, SIDE_FILES, exclusions, import_file, shipped_rows
-from ridgeline.catalog import default_catalog
+from ridgeline.catalog.benchmarks import COLUMNS, SIDE_FILES, exclusions, import_file, shipped_rows
+from ridgeline.catalog.store import default_catalog
 
 FILES = [f for f in _data.list_files("data/benchmarks/") if f.endswith(".csv") and not f.endswith(SIDE_FILES)]
 
@@ -131,7 +131,7 @@ def test_a_trtllm_serving_table_labels_each_metric_by_what_it_is():
 
 def test_validate_rows_prices_collectives_by_the_collective_model(tmp_path):
     from cli_in_process import run_main
-    from ridgeline.validate import comm_report
+    from ridgeline.calibration.validate import comm_report
 
     for name in ("op_allreduce_busbw.csv", "op_memory_link_bandwidth.csv"):
         p = tmp_path / name

@@ -11,11 +11,11 @@ import pytest
 import ridgeline
 from fit_tables import assert_same_fit_table
 from ridgeline import CatalogError, _data
-from ridgeline.calibrate import calibrate, to_csv
-from ridgeline.catalog import default_catalog
-from ridgeline.fitted import PARAMS, formats_of, lookup, shipped_fits
+from ridgeline.calibration.calibrate import calibrate, to_csv
+from ridgeline.calibration.validate import validation
+from ridgeline.catalog.store import default_catalog
+from ridgeline.engine.fitted import PARAMS, formats_of, lookup, shipped_fits
 from ridgeline.snapshot import structure_version
-from ridgeline.validate import validation
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +45,8 @@ def test_the_calibration_table_holds_the_shipped_fits():
 
 
 def test_a_group_with_fewer_rows_than_free_parameters_is_refused():
-    from ridgeline.calibrate import Batch, fit
-    from ridgeline.decompose import decompose_all
+    from ridgeline.calibration.calibrate import Batch, fit
+    from ridgeline.calibration.decompose import decompose_all
 
     cat = default_catalog()
     rows = [d for d in decompose_all(cat)[0] if d.row["hardware"] == "RTX_3070"]
@@ -128,8 +128,8 @@ def test_validate_rows_matches_the_in_sample_path(checked):
 
 
 def test_shipped_held_out_ranges_are_the_fresh_leave_one_device_out(checked):
-    from ridgeline.acceptance import holdout, holdout_csv
-    from ridgeline.fitted import HOLDOUT_FILE
+    from ridgeline.calibration.acceptance import holdout, holdout_csv
+    from ridgeline.engine.fitted import HOLDOUT_FILE
 
     fresh = holdout(checked["rows"])
     assert holdout_csv(fresh) == _data.read_text(HOLDOUT_FILE)  # refit and validate agree byte for byte
@@ -154,7 +154,7 @@ def test_validate_rows_takes_the_unified_schema(checked, tmp_path):
     # the benchmarks table written out as CSV (the unified schema) predicts as the in-sample path
     import csv
 
-    from ridgeline.benchmarks import COLUMNS
+    from ridgeline.catalog.benchmarks import COLUMNS
 
     v = {r["id"]: r for r in checked["rows"]}
     df = default_catalog().sql(f"SELECT {', '.join(COLUMNS)} FROM benchmarks WHERE hardware IN ('GB10', 'M2_ULTRA')")
@@ -241,10 +241,10 @@ def test_no_row_beats_the_physical_bound(checked):
 def test_the_engine_prices_a_row_as_the_fit_does(row_id):
     # `ridgeline estimate` with the shipped calibration and the fit's decomposition must agree,
     # or the fitted constants would describe a different model than the one users run.
-    from ridgeline.calibrate import Batch, params_of
-    from ridgeline.catalog import default_catalog
-    from ridgeline.decompose import _estimate_kwargs, decompose
-    from ridgeline.models import Model
+    from ridgeline.calibration.calibrate import Batch, params_of
+    from ridgeline.calibration.decompose import _estimate_kwargs, decompose
+    from ridgeline.catalog.store import default_catalog
+    from ridgeline.models.config import Model
 
     cat = default_catalog()
     r = cat.sql("SELECT * FROM benchmarks WHERE id = ?", [row_id]).to_dicts()[0]
@@ -266,8 +266,8 @@ def test_the_engine_prices_a_row_as_the_fit_does(row_id):
 def test_llamacpp_rows_are_priced_with_the_attention_they_ran():
     # llama.cpp fuses attention only with -fa 1 (the row's flash_attn flag); the 2024
     # XiongjieDai runs did not, the DGX Spark runs did (fa=1), and the GPU scoreboard has both.
-    from ridgeline.catalog import default_catalog
-    from ridgeline.decompose import _estimate_kwargs, has_flag
+    from ridgeline.calibration.decompose import _estimate_kwargs, has_flag
+    from ridgeline.catalog.store import default_catalog
 
     cat = default_catalog()
     rows = cat.sql("SELECT * FROM benchmarks WHERE runtime LIKE 'llamacpp%' AND not_priced IS NULL").to_dicts()
@@ -291,7 +291,7 @@ def test_the_envelope_lines_that_hold_keep_holding(checked):
     # Spec 50's envelope, line by line (`ridgeline validate` prints it). These lines hold on the
     # shipped data; a change that breaks one fails here. The group medians held out and the
     # batched-bench decode keystone line are open work (issue notes).
-    from ridgeline.acceptance import envelope, group_summaries
+    from ridgeline.calibration.acceptance import envelope, group_summaries
 
     env = envelope(checked["rows"], group_summaries(checked["rows"]))
     assert len(env) == 8

@@ -4,7 +4,7 @@ import pytest
 import ridgeline
 from cli_in_process import run_main
 from ridgeline import Catalog, CatalogError, UnknownNameError, _data
-from ridgeline.catalog import EXPORT_COMMAND, EXPORT_FILE, default_catalog, engine_export_text
+from ridgeline.catalog.store import EXPORT_COMMAND, EXPORT_FILE, default_catalog, engine_export_text
 
 REQUIRED = [
     "H100_SXM",

@@ -12,8 +12,8 @@ from pathlib import Path
 import duckdb
 import pytest
 from ridgeline import Catalog, CatalogError
-from ridgeline import catalog as catalog_module
-from ridgeline.catalog import default_catalog
+from ridgeline.catalog import store as catalog_module
+from ridgeline.catalog.store import default_catalog
 
 REPO = Path(__file__).resolve().parents[1]
 HEADER = "name,vendor,arch,family,kind,year,tflops_bf16,tflops_fp32,memory_gb,memory_bw_gbs,verified,source"

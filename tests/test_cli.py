@@ -61,7 +61,7 @@ def test_estimate_output_has_no_exponent_and_verbose_gives_fitted_parameters_in_
     assert fitted["memory efficiency"].rstrip().endswith("of the memory roof")
     step = fitted["step overhead"].split()
     assert step[-2] in ("us", "ms") or step[-3] in ("us", "ms")
-    from ridgeline._fits import lookup
+    from ridgeline.engine.fits import lookup
 
     row = lookup(hardware, ridgeline.estimate(model, hardware).plan["runtime"])[1]
     assert row is not None

@@ -1,4 +1,4 @@
-"""The Ray backend (ridgeline.cluster) and the dataset folders it writes (ridgeline.parts).
+"""The Ray backend (ridgeline.sweeps.cluster) and the dataset folders it writes (ridgeline.sweeps.parts).
 
 The tests on a cluster start a real one on 127.0.0.1: a head with no CPUs of its own and two
 workers of one CPU each (``ray start --head``, then ``ray start --address``), run a sweep, a grid
@@ -23,11 +23,11 @@ import pytest
 from cli_in_process import run_main
 from ray_local import local_cluster
 from ridgeline import ClusterError, PlanError
-from ridgeline.cluster import RunReport, check_backend, run_tasks
-from ridgeline.parts import HEADER, LOG, part_name
 from ridgeline.recommend import recommend
-from ridgeline.serving import simulate_grid
-from ridgeline.sweeps import sweep, sweep_parts, write_folder
+from ridgeline.serving.simulator import simulate_grid
+from ridgeline.sweeps.cluster import RunReport, check_backend, run_tasks
+from ridgeline.sweeps.parts import HEADER, LOG, part_name
+from ridgeline.sweeps.sweep import sweep, sweep_parts, write_folder
 
 GRID = {"model": "meta-llama/Llama-3.1-8B", "hardware": ["H100_SXM", "B200"], "batch": "1..256:x2", "tp": [1, 2],
         "prompt": "128..8192:x4"}  # fmt: skip
@@ -268,7 +268,7 @@ def test_sweep_simulate_and_recommend_on_the_cluster_are_the_local_ones(cluster)
 
 def test_a_worker_running_another_ridgeline_is_refused(cluster):
     import ray
-    from ridgeline import cluster as backend
+    from ridgeline.sweeps import cluster as backend
 
     ray.init(address=cluster, logging_level="WARNING")
     try:

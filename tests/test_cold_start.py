@@ -14,7 +14,7 @@ LLAMA = "meta-llama/Llama-3.1-8B"
 REPORT = f"""
 import json, sys
 print(json.dumps({{"heavy": sorted(m for m in {HEAVY!r} if m in sys.modules),
-                  "structure_version": "ridgeline.snapshot" in sys.modules}}))
+                  "structure_version": "ridgeline.engine.structure" in sys.modules}}))
 """
 API = f"""
 import ridgeline

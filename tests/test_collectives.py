@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import ridgeline
 from ridgeline import PlanError
-from ridgeline.catalog import default_catalog
-from ridgeline.collectives import FLAT_RING_NOTE, collective, parse_size
-from ridgeline.validate import comm_report
+from ridgeline.calibration.validate import comm_report
+from ridgeline.catalog.store import default_catalog
+from ridgeline.engine.collectives import FLAT_RING_NOTE, collective, parse_size
 
 MIB = 2**20
 

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 from ridgeline import PlanError
-from ridgeline.catalog import default_catalog
-from ridgeline.comm_fit import fit_links, holdout, links_csv
-from ridgeline.kernels import comm_rows
-from ridgeline.validate import comm_report
+from ridgeline.calibration.comm_fit import fit_links, holdout, links_csv
+from ridgeline.calibration.kernels import comm_rows
+from ridgeline.calibration.validate import comm_report
+from ridgeline.catalog.store import default_catalog
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "data" / "benchmarks" / "aic"

@@ -8,7 +8,7 @@ import ridgeline
 from cli_in_process import run_main
 from ridgeline import _data
 from ridgeline.errors import DoesNotFitError, ModelConfigError, PlanError, UnknownNameError
-from ridgeline.models import Model, _bundled
+from ridgeline.models.config import Model, _bundled
 
 LLAMA = "meta-llama/Llama-3.1-8B"
 

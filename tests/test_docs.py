@@ -68,9 +68,9 @@ def test_every_command_shown_runs_and_prints_what_is_shown(doc, tmp_path):
 
 
 def test_the_cli_reference_is_generated_from_the_commands():
-    from ridgeline.clidoc import reference
+    from ridgeline.cli.reference import reference
 
-    assert (REPO / "docs" / "cli.md").read_text() == reference(), "run: python -m ridgeline.clidoc > docs/cli.md"
+    assert (REPO / "docs" / "cli.md").read_text() == reference(), "run: python -m ridgeline.cli.reference > docs/cli.md"
     # every command is in it, the plot ones included
     for cmd in ("ridgeline estimate", "ridgeline plot roofline", "ridgeline plot compare", "ridgeline catalog sql"):
         assert f"## `{cmd}`" in reference()

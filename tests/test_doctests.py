@@ -10,7 +10,12 @@ import pkgutil
 import pytest
 import ridgeline
 
-MODULES = sorted(m.name for m in pkgutil.iter_modules(ridgeline.__path__, "ridgeline.") if not m.name.endswith("_core"))
+# every module of the package and its subpackages (not the compiled core, not ``python -m``'s entry)
+MODULES = sorted(
+    m.name
+    for m in pkgutil.walk_packages(ridgeline.__path__, "ridgeline.")
+    if not m.name.endswith(("_core", "__main__"))
+)
 
 
 def test_the_package_has_examples():

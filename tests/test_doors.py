@@ -8,7 +8,7 @@ import pytest
 import ridgeline
 from click.testing import CliRunner
 from ridgeline.cli import cli
-from ridgeline.sweeps import sweep
+from ridgeline.sweeps.sweep import sweep
 
 LLAMA = "meta-llama/Llama-3.1-8B"
 

@@ -6,8 +6,8 @@ import math
 import pytest
 import ridgeline
 from ridgeline import DoesNotFitError, Model, PlanError, UnknownNameError, _data
-from ridgeline.catalog import Catalog, default_catalog
-from ridgeline.models import bundled_names
+from ridgeline.catalog.store import Catalog, default_catalog
+from ridgeline.models.config import bundled_names
 
 LLAMA = "meta-llama/Llama-3.1-8B"
 
@@ -215,7 +215,7 @@ def test_a_plain_estimate_for_a_measured_row_is_priced_as_the_calibration_priced
     # The plan the calibration prices a llama.cpp row with, less everything the runtime decides
     # (only the run's -ub kept, as --chunk), gives the same times through a plain estimate:
     # one row per (runtime, batch 1 or several, flash attention or not), windowed models included.
-    from ridgeline.decompose import _estimate_kwargs, n_ubatch
+    from ridgeline.calibration.decompose import _estimate_kwargs, n_ubatch
 
     cat = default_catalog()
     q = "SELECT * FROM benchmarks WHERE runtime LIKE 'llamacpp%' AND not_priced IS NULL AND model IS NOT NULL"
@@ -258,8 +258,8 @@ def test_llamacpp_kv_padding_and_replayed_decode_graphs():
 
 
 def test_a_runtime_prices_only_the_devices_it_runs_on(tmp_path):
-    from ridgeline.fitted import default_runtime, shipped_fits
-    from ridgeline.runtimes import known_runtimes, runs_on, runtime_platforms
+    from ridgeline.engine.fitted import default_runtime, shipped_fits
+    from ridgeline.engine.runtimes import known_runtimes, runs_on, runtime_platforms
 
     cat = default_catalog()
     # every runtime ridgeline has data for says where it runs, and every measured or fitted
@@ -294,7 +294,7 @@ def test_a_runtime_prices_only_the_devices_it_runs_on(tmp_path):
 def test_a_warm_estimate_is_the_cold_one_and_checks_what_it_is_given(tmp_path):
     # what a plan's numbers do not change is prepared once per process; a warm call answers as
     # the first did, and the cache never lets a value through that the full path refuses
-    from ridgeline.estimate import _PREPARED
+    from ridgeline.engine.estimate import _PREPARED
 
     kw = dict(batch=8, prompt=2048, tp=2, runtime="llamacpp-cuda", chunk=512, kv_pad=256)
     _PREPARED.clear()

@@ -11,7 +11,7 @@ import pytest
 import ridgeline
 from cli_in_process import run_main
 from ridgeline import _core
-from ridgeline.catalog import default_catalog
+from ridgeline.catalog.store import default_catalog
 from ridgeline.errors import RidgelineError
 
 MODEL8B = "meta-llama/Llama-3.1-8B"
@@ -174,7 +174,7 @@ def test_integers_beyond_a_float_are_typed_errors(kw):
 
 
 def test_wrong_types_at_the_python_doors_are_typed_errors():
-    from ridgeline.serving import simulate_grid
+    from ridgeline.serving.simulator import simulate_grid
 
     with pytest.raises(ridgeline.errors.PlanError, match="scenarios: a list of mappings"):
         simulate_grid(MODEL8B, "H100_SXM", {"rate": 1}, requests=10)
@@ -274,9 +274,9 @@ def test_unbounded_work_is_refused_or_stopped(monkeypatch):
     code, _, err = run_main("recommend", "-m", MODEL8B, "-H", "H100_SXM", "--rate", "5", "--slo-tpot-ms", "50",
                             "--requests", "100000000")  # fmt: skip
     _one_error(code, err, 2, "requests: a search simulates each candidate several times")
-    import ridgeline.catalog
+    import ridgeline.catalog.store
 
-    monkeypatch.setattr(ridgeline.catalog, "SQL_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(ridgeline.catalog.store, "SQL_TIMEOUT_S", 1.0)
     t0 = time.monotonic()
     with pytest.raises(ridgeline.errors.CatalogError, match="the query ran past 1 s and was stopped"):
         default_catalog().sql("SELECT sum(a.range * b.range) FROM range(300000) a, range(300000) b")

@@ -286,7 +286,7 @@ GRID_AXES = [
     threads=st.sampled_from([0, 1, 2, -1, 2**64]),
 )
 def test_sweep_grids_answer_every_axis(models, hws, axes, threads):
-    from ridgeline.sweeps import grid_size, sweep
+    from ridgeline.sweeps.sweep import grid_size, sweep
 
     grid = {"model": models, "hardware": hws, **axes}
     try:
@@ -344,7 +344,7 @@ CONFIG_VALUE = st.one_of(
 )
 def test_config_files_answer_every_value(edits, base):
     from ridgeline import _data
-    from ridgeline.models import Model, _bundled
+    from ridgeline.models.config import Model, _bundled
 
     cfg = json.loads(_data.read_text(_bundled()[base]))
     cfg = copy.deepcopy(cfg)
@@ -382,7 +382,7 @@ def test_user_hardware_csvs_answer_every_cell(cells, tmp_path_factory):
     import csv
 
     from ridgeline import _data
-    from ridgeline.catalog import Catalog
+    from ridgeline.catalog.store import Catalog
 
     shipped = list(csv.DictReader(io.StringIO(_data.read_text("data/hardware/devices.csv"))))
     row = {**next(r for r in shipped if r["name"] == "H100_SXM"), "name": "MY_FUZZ_GPU", **cells}

@@ -12,10 +12,10 @@ import pytest
 from cli_in_process import run_main
 from ridgeline import _data
 from ridgeline._io import read_text
-from ridgeline.benchmarks import import_file
+from ridgeline.catalog.benchmarks import import_file
 from ridgeline.errors import CatalogError, ModelConfigError, PlanError, UnknownNameError
-from ridgeline.models import Model
-from ridgeline.sweeps import load_grid_file
+from ridgeline.models.config import Model
+from ridgeline.sweeps.sweep import load_grid_file
 
 
 def _cfg(name):

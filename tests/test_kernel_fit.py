@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import ridgeline
 from fit_tables import assert_same_fit_table
-from ridgeline.catalog import default_catalog
-from ridgeline.kernel_fit import (
+from ridgeline.calibration.kernel_fit import (
     fit_production,
     gemm_batch,
     gemm_tables,
@@ -18,6 +17,7 @@ from ridgeline.kernel_fit import (
     params,
     transfer,
 )
+from ridgeline.catalog.store import default_catalog
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "data" / "benchmarks" / "aic"
@@ -30,7 +30,7 @@ def fitted():
 
 def test_the_shipped_kernel_fits_are_the_fit_of_the_shipped_tables(fitted):
     assert_same_fit_table(kernel_fits_csv(fitted), (ROOT / "data" / "calibration" / "kernel_fits.csv").read_text())
-    from ridgeline.acceptance import holdout_csv
+    from ridgeline.calibration.acceptance import holdout_csv
 
     held = holdout_csv(holdout_rows(transfer(KERNELS, fitted)))
     assert_same_fit_table(held, (ROOT / "data" / "calibration" / "kernel_holdout.csv").read_text())
@@ -91,7 +91,7 @@ def test_an_attention_row_is_priced_as_the_engine_prices_its_kernel():
     # Llama-3.1-8B (32 layers of 32 query and 8 KV heads of 128) on H100 at the bound: a prefill of
     # 4 x 1024 tokens and the one decode step at context 1025 after it, per layer, against the
     # attention tables' closed form for the same shapes
-    from ridgeline.kernel_fit import attention_batch
+    from ridgeline.calibration.kernel_fit import attention_batch
 
     dev = default_catalog().get("H100_SXM")
     e = ridgeline.estimate("meta-llama/Llama-3.1-8B", "H100_SXM", batch=4, prompt=1024, output=2, runtime="none")
@@ -107,7 +107,7 @@ def test_an_attention_row_is_priced_as_the_engine_prices_its_kernel():
 
 def test_a_fitted_attention_kernel_recovers_the_parameters_it_was_drawn_with():
     # a synthetic decode table from known parameters: the fit gives them back
-    from ridgeline.kernel_fit import attention_batch, attention_time, fit_attention
+    from ridgeline.calibration.kernel_fit import attention_batch, attention_time, fit_attention
 
     cat = default_catalog()
     dev = cat.get("H100_SXM")
@@ -124,7 +124,7 @@ def test_a_fitted_attention_kernel_recovers_the_parameters_it_was_drawn_with():
 
 
 def test_attention_figures_the_note_reports(fitted):
-    from ridgeline._fits import attention_of
+    from ridgeline.engine.fits import attention_of
 
     rows = {(r["runtime"], r["hardware"], r["precision"]): r for r in fitted}
     # vLLM on H100 (FlashAttention-3): a floor of ~13 us a call, ~0.028 us per sequence x KV head in
@@ -152,7 +152,7 @@ def test_production_estimates_use_the_kernel_profile():
 
 def test_a_folder_without_the_tables_is_a_typed_error(tmp_path):
     from ridgeline import PlanError
-    from ridgeline.kernel_fit import measure, serving_rows
+    from ridgeline.calibration.kernel_fit import measure, serving_rows
 
     with pytest.raises(PlanError, match="no vllm, sglang, trtllm GEMM tables"):
         measure(tmp_path)
@@ -163,7 +163,7 @@ def test_a_folder_without_the_tables_is_a_typed_error(tmp_path):
 def test_an_h200_is_priced_by_its_architectures_fit_within_the_envelope_of_its_own_kernels():
     # bf16 GEMMs timed on an H200 (benches/device/h200_kernels.py; no runtime tables hold one),
     # priced by H100's vLLM fit through the H200's own peaks, as an estimate prices them
-    from ridgeline.kernel_fit import measured_holdout
+    from ridgeline.calibration.kernel_fit import measured_holdout
 
     (g,) = [h for h in measured_holdout(ROOT / "data" / "benchmarks" / "measured") if h["kernel"].startswith("bf16")]
     assert g["hardware"] == "H200_SXM" and g["rows"] == 3680

@@ -1,5 +1,6 @@
-"""The package's modules stand in layers and import only downwards (../shared/STYLE.md): no
-module imports one that imports it back, at module level or inside a function."""
+"""The package stands in layers and imports only downwards (../shared/STYLE.md): no module imports
+one that imports it back, at module level or inside a function; each subpackage imports only those
+in the layers below it; and no name private by its leading underscore is imported across packages."""
 
 import ast
 import re
@@ -9,28 +10,106 @@ import ridgeline
 
 PACKAGE = Path(ridgeline.__file__).parent
 
+#: The layers, lowest first: a module may import from its own layer's units and those below. The
+#: base layer is errors and data access, plus the name parser both models and the catalog read.
+LAYERS = (
+    {"errors", "_core", "_data", "_io", "_checks", "_fmt", "_version", "names"},
+    {"models"},
+    {"catalog"},
+    {"engine"},
+    {"sweeps"},
+    {"serving"},
+    {"calibration"},
+    {"recommend", "snapshot"},
+    {"plot"},
+    {"cli"},
+    {"__init__"},
+)
+BASE = LAYERS[0]
 
-def _imports() -> dict[str, set[str]]:
-    """Each module's imports of its siblings (``from . import x``, ``from .x import y``)."""
-    # the package's modules: its .py files and the compiled core (_core.abi3.so)
-    mods = {p.name.split(".")[0] for p in PACKAGE.iterdir() if p.suffix in (".py", ".so", ".pyd")}
-    out: dict[str, set[str]] = {}
-    for p in sorted(PACKAGE.glob("*.py")):
-        found = set()
+
+def _modules() -> dict[str, Path]:
+    """Every module by its dotted name under the package (``engine.estimate``, ``cli`` for a
+    package's ``__init__``), and the compiled core."""
+    mods = {"_core": PACKAGE}
+    for p in sorted(PACKAGE.rglob("*.py")):
+        parts = p.relative_to(PACKAGE).with_suffix("").parts
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        mods[".".join(parts)] = p
+    return mods
+
+
+def _imports() -> dict[str, set[tuple[str, str]]]:
+    """Each module's imports of the package's own modules, as (module, name imported): a
+    ``from . import x`` of a module gives (x, ""), a name from a package's ``__init__`` gives
+    (that package, name)."""
+    mods = _modules()
+    out: dict[str, set[tuple[str, str]]] = {}
+    for name, p in mods.items():
+        if name == "_core":
+            continue
+        here = name.split(".") if p.name == "__init__.py" else name.split(".")[:-1]
+        if name == "__init__":
+            here = []
+        found: set[tuple[str, str]] = set()
         for node in ast.walk(ast.parse(p.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                if node.module:
-                    found.add(node.module.split(".")[0])
-                else:  # a name that is not a sibling module comes from the package's __init__
-                    found |= {a.name if a.name in mods else "__init__" for a in node.names}
-        out[p.stem] = found & mods
+            if not (isinstance(node, ast.ImportFrom) and node.level >= 1):
+                continue
+            base = here[: len(here) - (node.level - 1)]
+            target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            for a in node.names:
+                sub = f"{target}.{a.name}" if target else a.name
+                if sub in mods:
+                    found.add((sub, ""))
+                else:
+                    found.add((target or "__init__", a.name))
+        out[name] = found
     return out
 
 
+def _unit(module: str) -> str:
+    """The layer unit a module belongs to: its top-level subpackage or module."""
+    return module.split(".")[0]
+
+
+def _layer(module: str) -> int:
+    return next(i for i, units in enumerate(LAYERS) if _unit(module) in units)
+
+
 def test_no_module_imports_one_that_imports_it_back():
-    graph = _imports()
-    assert len(graph) > 15 and "runtimes" in graph["estimate"]
+    graph = {m: {t for t, _ in deps} for m, deps in _imports().items()}
+    assert len(graph) > 30 and "engine.runtimes" in graph["engine.estimate"]
     _assert_acyclic(graph, "import cycle")
+
+
+def test_every_package_imports_only_its_layer_and_those_below():
+    imports = _imports()
+    assert {_unit(m) for m in imports} | {"_core"} == set().union(*LAYERS)
+    upward = sorted(
+        f"{m} imports {t} (layer {_layer(t)} above {_layer(m)})"
+        for m, deps in imports.items()
+        for t, _ in deps
+        if _layer(t) > _layer(m)
+    )
+    assert not upward, upward
+
+
+def test_no_private_name_crosses_a_package():
+    # a name another package needs is its package's public name (the base layer's modules
+    # _data, _io, _checks, _fmt and _version are the whole package's own, so their module names
+    # are allowed; the names imported from them are not, when private)
+    crossing = sorted(
+        f"{m} imports {t}.{name}" if name else f"{m} imports module {t}"
+        for m, deps in _imports().items()
+        for t, name in deps
+        if _unit(t) != _unit(m)
+        and (
+            (name.startswith("_") and name != "__version__")
+            or (not name and t.split(".")[-1].startswith("_") and _unit(t) not in BASE)
+        )
+    )
+    assert not crossing, crossing
 
 
 def _assert_acyclic(graph: dict[str, set[str]], what: str) -> None:
@@ -52,8 +131,7 @@ def _assert_acyclic(graph: dict[str, set[str]], what: str) -> None:
 
 def test_the_package_itself_is_imported_by_no_module():
     # `from . import __version__` made the package's __init__ a dependency of the layers below it
-    graph = _imports()
-    assert all("__init__" not in deps for m, deps in graph.items() if m != "__init__")
+    assert all(t != "__init__" for m, deps in _imports().items() if m != "__init__" for t, _ in deps)
 
 
 RUST_SRC = Path(__file__).resolve().parents[1] / "rust" / "src"

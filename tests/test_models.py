@@ -238,7 +238,7 @@ def test_malformed_configs_name_the_key(patch, key):
 
 
 def test_strict_and_lenient_json_paths():
-    from ridgeline.models import read_json
+    from ridgeline.models.config import read_json
 
     for name in [n for n in _data.list_files("data/models/") if n.endswith(".json")]:
         cfg, how = read_json(_data.read_text(name), name)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from cli_in_process import run_main
 from ridgeline import UnknownNameError, _data, estimate, names
-from ridgeline.benchmarks import import_file, shipped_rows
-from ridgeline.catalog import default_catalog
-from ridgeline.models import Model, bundled_names, identify
-from ridgeline.quant import accepted_names, named_format
+from ridgeline.catalog.benchmarks import import_file, shipped_rows
+from ridgeline.catalog.store import default_catalog
+from ridgeline.models.config import Model, bundled_names, identify
+from ridgeline.models.quant import accepted_names, named_format
 
 TABLE = Path(__file__).parent / "data" / "real_world_names.csv"
 NAMES = list(csv.DictReader(io.StringIO(TABLE.read_text(encoding="utf-8"))))

@@ -13,7 +13,7 @@ import pytest
 from cli_in_process import run_main
 from ridgeline._io import atomic_output, changed_files, write_files
 from ridgeline.errors import PlanError, UnknownNameError
-from ridgeline.sweeps import iter_sweep, write
+from ridgeline.sweeps.sweep import iter_sweep, write
 
 GRID = {"model": "meta-llama/Llama-3.2-1B", "hardware": "L4", "batch": [1, 8]}  # 2 plans
 OLD = b"the user's own file\n"
@@ -185,9 +185,9 @@ def test_catalog_audit_out_keeps_an_existing_file_unless_forced(tmp_path):
 @pytest.fixture
 def quick_fit(monkeypatch):
     """calibrate's fit (minutes) replaced by fixed texts: these tests are about the files."""
-    import ridgeline.acceptance as acc
-    import ridgeline.calibrate as cal
-    import ridgeline.validate as val
+    import ridgeline.calibration.acceptance as acc
+    import ridgeline.calibration.calibrate as cal
+    import ridgeline.calibration.validate as val
 
     monkeypatch.setattr(cal, "calibrate", lambda: [])
     monkeypatch.setattr(val, "validation", lambda fits: {"rows": []})
@@ -212,7 +212,7 @@ def test_calibrate_refreshes_its_files_only_when_asked(tmp_path, quick_fit):
 
 
 def test_calibrate_checks_its_directory_before_the_fit(tmp_path, monkeypatch):
-    import ridgeline.calibrate as cal
+    import ridgeline.calibration.calibrate as cal
 
     def no_fit():
         raise AssertionError("the fit ran before the output was checked")

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 import ridgeline
 from ridgeline import _data
-from ridgeline.power_fit import constant_row, fit, predict, priced, rows, validation
+from ridgeline.calibration.power_fit import constant_row, fit, predict, priced, rows, validation
 
 LLAMA = "meta-llama/Llama-3.1-8B"
 
@@ -76,7 +76,7 @@ def test_missing_power_is_said_never_defaulted(tmp_path):
 def test_simulated_energy_is_the_static_estimates_for_lone_requests_and_idle_power_between():
     # one client, requests back to back (no prefix shared): the fleet's energy per output token is
     # the static estimate's for one request (each step's busy fraction is its phase's)
-    from ridgeline._fits import lookup
+    from ridgeline.engine.fits import lookup
 
     kw = {"prompt": 1000, "output": 200, "runtime": "vllm"}
     t_step = float(lookup("H100_SXM", "vllm")[1]["t_step_us"])  # the estimate's step overhead

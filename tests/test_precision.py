@@ -4,7 +4,7 @@ and runtime have for it, the catalog's fp4 column, and runtimes that cannot stor
 import pytest
 import ridgeline
 from ridgeline import PlanError
-from ridgeline.catalog import default_catalog
+from ridgeline.catalog.store import default_catalog
 
 LLAMA70 = "meta-llama/Llama-3.1-70B"
 

@@ -10,9 +10,9 @@ import polars as pl
 import pytest
 import ridgeline
 from cli_in_process import run_main
-from ridgeline.catalog import default_catalog
+from ridgeline.catalog.store import default_catalog
 from ridgeline.errors import PlanError
-from ridgeline.serving import SCHEDULER_FIELDS, parse_lengths, scheduler_defaults
+from ridgeline.serving.simulator import SCHEDULER_FIELDS, parse_lengths, scheduler_defaults
 
 LLAMA = "meta-llama/Llama-3.1-8B"
 
@@ -23,7 +23,7 @@ def test_one_client_gets_the_static_estimate_of_its_runtime(runtime):
     # chunks, TPOT its decode at batch 1, both under the runtime's shipped calibration (with its
     # t_step: by default the simulator takes the overhead fitted on replayed runs instead; and no
     # front-end time, which the static estimate does not price)
-    from ridgeline._fits import lookup
+    from ridgeline.engine.fits import lookup
 
     t_step = float(lookup("H100_SXM", runtime)[1]["t_step_us"])
     s = ridgeline.simulate(LLAMA, "H100_SXM", concurrency=1, requests=3, prompt=3000, output=40, runtime=runtime,
@@ -152,7 +152,7 @@ def test_serving_runs_replay_a_fixed_subset_through_the_simulator(tmp_path):
     import io
     from pathlib import Path
 
-    from ridgeline.validate import serving_runs
+    from ridgeline.calibration.validate import serving_runs
 
     src = Path(__file__).resolve().parents[1] / "data" / "benchmarks" / "aic" / "silicon_calibration.csv"
     rows = list(csv.DictReader(io.StringIO(src.read_text())))
@@ -203,8 +203,8 @@ def test_replicas_and_disaggregation_through_the_doors():
 def test_max_throughput_rows_replay_the_datasets_trtllm_bench_sent():
     # the first shipped offline max-throughput rows (TensorRT-LLM perf-overview, Llama-3.1-8B fp8,
     # 128/128: 30,000 requests at once) priced as the simulator's output rate of that dataset
-    from ridgeline.benchmarks import trtllm_bench_requests
-    from ridgeline.validate import max_throughput_rows
+    from ridgeline.calibration.validate import max_throughput_rows
+    from ridgeline.catalog.benchmarks import trtllm_bench_requests
 
     assert trtllm_bench_requests()[(128, 128)] == 30000 and trtllm_bench_requests()[(20000, 2000)] == 1000
     recs = max_throughput_rows(limit=2)
@@ -243,7 +243,7 @@ def test_the_serving_step_fit_minimises_its_residual_and_is_held_out_across_devi
     from pathlib import Path
 
     import numpy as np
-    from ridgeline.validate import serving_runs, serving_step_fits
+    from ridgeline.calibration.validate import serving_runs, serving_step_fits
 
     src = Path(__file__).resolve().parents[1] / "data" / "benchmarks" / "aic" / "silicon_calibration.csv"
     rows = list(csv.DictReader(io.StringIO(src.read_text())))
@@ -300,7 +300,7 @@ def test_a_front_end_overhead_adds_to_ttft_and_e2e_only():
     with pytest.raises(PlanError, match="request_overhead_us"):
         ridgeline.simulate(LLAMA, "H100_SXM", request_overhead_us=-1, **kw)
     # by default a calibrated run takes its runtime's fit on the lightly loaded serving runs, and says so
-    from ridgeline._fits import serving_request
+    from ridgeline.engine.fits import serving_request
 
     fit = serving_request("vllm", "H100_SXM")
     assert fit is not None and fit[0] > 0
@@ -313,7 +313,7 @@ def test_a_front_end_overhead_adds_to_ttft_and_e2e_only():
 
 
 def test_max_rate_finds_where_the_slo_share_gives_way():
-    from ridgeline.serving import max_rate
+    from ridgeline.serving.simulator import max_rate
 
     kw = {"requests": 400, "prompt": "lognormal:1500:0.8", "output": "lognormal:200:0.8", "slo_ttft_ms": 500,
           "slo_tpot_ms": 30}  # fmt: skip

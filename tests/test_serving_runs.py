@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 import ridgeline
-from ridgeline.benchmarks import import_file
-from ridgeline.catalog import default_catalog
-from ridgeline.decompose import decompose
-from ridgeline.validate import predict_shipped, rows_summary
+from ridgeline.calibration.decompose import decompose
+from ridgeline.calibration.validate import predict_shipped, rows_summary
+from ridgeline.catalog.benchmarks import import_file
+from ridgeline.catalog.store import default_catalog
 
 SILICON = Path(__file__).resolve().parents[1] / "data" / "benchmarks" / "aic" / "silicon_calibration.csv"
 

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 import ridgeline
 from ridgeline import PlanError
-from ridgeline.sweeps import SWEEP_COLUMNS, iter_sweep, parse_axis, sweep, write
+from ridgeline.sweeps.sweep import SWEEP_COLUMNS, iter_sweep, parse_axis, sweep, write
 
 GRID = {
     "model": ["meta-llama/Llama-3.1-8B", "mistralai/Mixtral-8x7B-v0.1"],

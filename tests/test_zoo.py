@@ -3,7 +3,7 @@
 import pytest
 import ridgeline
 from ridgeline import Model, PlanError, _data
-from ridgeline.quant import use_more_bits_share
+from ridgeline.models.quant import use_more_bits_share
 
 
 def _row(e, phase, op):

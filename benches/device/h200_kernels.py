@@ -14,7 +14,7 @@ What it measures (torch only; no runtime is installed on the machine):
 Usage on the device machine: python3 benches/device/h200_kernels.py OUT_DIR [BUDGET_S]; then, here,
 python benches/device/h200_kernels.py --tables OUT_DIR data/benchmarks/measured/h200_sxm writes the
 timings as AIConfigurator-layout tables (its columns, latency in ms per call) that ridgeline's
-kernel importers read (ridgeline.kernels).
+kernel importers read (ridgeline.calibration.kernels).
 """
 
 import csv

@@ -9,7 +9,8 @@ True
 """
 
 from ._version import __version__
-from .catalog import Catalog, Device
+from .catalog.store import Catalog, Device
+from .engine.estimate import Estimate, estimate
 from .errors import (
     CatalogError,
     ClusterError,
@@ -20,11 +21,10 @@ from .errors import (
     RidgelineError,
     UnknownNameError,
 )
-from .estimate import Estimate, estimate
-from .models import Model
+from .models.config import Model
 from .recommend import Recommendation, recommend
-from .serving import Simulation, simulate, simulate_grid
-from .sweeps import Dataset, sweep, write_folder
+from .serving.simulator import Simulation, simulate, simulate_grid
+from .sweeps.sweep import Dataset, sweep, write_folder
 
 __all__ = [
     "Catalog",

@@ -250,7 +250,7 @@ def scaling(model: str, hardware: Sequence[str], axis: str, values: Sequence[int
     Returns the Figure."""
     import polars as pl
 
-    from .sweeps import sweep
+    from .sweeps.sweep import sweep
 
     if axis not in SCALING_AXES:
         raise PlanError(f"axis: must be one of {', '.join(SCALING_AXES)}, got {axis!r}")

@@ -26,13 +26,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from . import _checks
-from ._fits import BOUND, MEASURED
 from ._fmt import ms, sig
 from ._fmt import table as _table
-from .catalog import Catalog, default_catalog
-from .cluster import RunReport, by_name, check_backend, run_tasks
+from .catalog.store import Catalog, default_catalog
+from .engine.estimate import missing_price, price_of, usd_per_million
+from .engine.fits import BOUND, MEASURED
 from .errors import PlanError, RidgelineError
-from .estimate import missing_price, price_of, usd_per_million
+from .sweeps.cluster import RunReport, by_name, check_backend, run_tasks
 
 #: The most requests one of a search's simulated runs takes: a work bound, not a model constant
 #: (each candidate runs the simulator ten to twenty times; 10^8 requests a run, as a fuzzer gave,
@@ -96,7 +96,7 @@ class Recommendation:
     def summary(self, top: int = 10, refused: bool = False) -> str:
         w = self.workload
         slo = ", ".join(f"{k} {w[f'slo_{k.lower()}_ms']:g} ms" for k in ("TTFT", "TPOT") if w[f"slo_{k.lower()}_ms"])
-        from .serving import length_text
+        from .serving.simulator import length_text
 
         lines = [f"{self.model}: {load_text(w)}, prompt {length_text(w['prompt'])}, output "
                  f"{length_text(w['output'])} tokens; p{w['percentile']:g} within {slo}"]  # fmt: skip
@@ -200,8 +200,8 @@ def recommend(
             none or ``"local"`` starts one here, ``"auto"`` joins the running one, or host:port);
             the plans are the same as a local search's, in the same order.
     """
-    from .models import Model
-    from .serving import length_bounds, parse_lengths
+    from .models.config import Model
+    from .serving.simulator import length_bounds, parse_lengths
 
     if check_backend(backend, ray_address) == "ray" and catalog is not None:
         raise PlanError("catalog: Ray workers use their own default catalog (set RIDGELINE_HARDWARE on every node "
@@ -247,8 +247,8 @@ def recommend(
     runtimes = _listed("runtime", runtime) or [None]
     dtypes = _listed("weight_dtype", weight_dtype) or [None]
     # a name no plan could take is the caller's mistake, not a refused candidate: said up front
-    from . import quant
-    from .runtimes import check_runtime
+    from .engine.runtimes import check_runtime
+    from .models import quant
 
     for r in runtimes:
         if r is not None:
@@ -325,8 +325,8 @@ def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str,
                max_devices: int) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
     """One device, TP and EP degree, runtime and weight format: its plans (aggregated, and with
     ``disaggregate`` the smallest prefill/decode split meeting the SLOs) and why any was refused."""
-    from .estimate import estimate
-    from .serving import has_scheduler, max_rate, simulate
+    from .engine.estimate import estimate
+    from .serving.simulator import has_scheduler, max_rate, simulate
 
     offers = cat.offers(hw, w["amortise_years"])
     if not offers:

@@ -5,7 +5,6 @@ to the physics shows what it moved (and fails unless it was declared)."""
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import io
 import json
 from collections.abc import Mapping, Sequence
@@ -14,7 +13,8 @@ from typing import Any, Optional
 
 from . import _data
 from ._version import __version__
-from .catalog import Catalog, default_catalog
+from .catalog.store import Catalog
+from .engine.structure import structure_version
 from .errors import PlanError
 
 KEYS = ("model", "hardware", "batch", "prompt", "output", "tp")
@@ -28,83 +28,12 @@ def panel() -> dict[str, Any]:
     return data
 
 
-def structure_version(catalog: Optional[Catalog] = None) -> str:
-    """A fingerprint of the engine's physics: parameter, FLOP and byte counts of a
-    fixed panel (every bundled priced model, prefill and decode, TP 1 and 2, and at TP 1
-    the paths calibration rows take: unfused attention, skewed routing, chunked prefill,
-    a sliding-window cache larger than the window at a context beyond it, and that cache
-    read as llama.cpp reads it, padded to 256 cells with the masked tail skipped).
-    Device peaks do not enter FLOP or byte counts, so catalog edits leave it alone."""
-    cat = catalog or default_catalog()
-    if cat.fingerprint not in _STRUCTURE:
-        _STRUCTURE[cat.fingerprint] = _structure_version(cat)
-    return _STRUCTURE[cat.fingerprint]
-
-
-_STRUCTURE: dict[str, str] = {}
-
-
-def _probe_device() -> Any:
-    """A device whose numbers cancel out: only FLOP, byte and parameter counts
-    enter the fingerprint, and those do not depend on peaks or bandwidths."""
-    from .catalog import Device
-
-    none = None
-    return Device(
-        name="PROBE", vendor="-", arch="-", kind="gpu", verified=True, tflops_bf16=1.0, tflops_fp16=none,
-        tflops_fp16_acc16=none, tflops_fp8=none, tflops_fp4=none, tflops_int8=none, tflops_tf32=none, tflops_fp32=none,
-        memory_gb=1.0, memory_bw_gbs=1.0, memory_type=none, scaleup_bw_gbs=1.0, scaleup_latency_us=none,
-        scaleup_latency_source=none, scaleup_domain=none, scaleout_bw_gbs=none, scaleout_latency_us=none,
-        host_link=none, host_link_bw_gbs=none, tdp_w=none, idle_w=none, source="structure-version probe",
-    )  # fmt: skip
-
-
-def _structure_version(cat: Catalog) -> str:
-    from .estimate import estimate
-    from .models import Model, bundled_names
-
-    probe = _probe_device()
-
-    h = hashlib.sha256()
-    for name in bundled_names():
-        m = Model.from_config(name)
-        h.update(f"{name} {m.total_params} {m.active_params}".encode())
-        if m.unpriced:
-            continue
-        variants: tuple[dict[str, Any], ...] = (
-            {"tp": 1},
-            {"tp": 2},
-            {"tp": 1, "flash_attention": False, "routing_skew": 1.0, "chunk": 512},
-            {"tp": 1, "prefix": 2000, "swa_cache_extra": 512},
-            {"tp": 1, "prefix": 2000, "swa_cache_extra": 512, "kv_pad": 256, "kv_skip_masked_tail": True},
-        )
-        for v in variants:
-            try:
-                e = estimate(
-                    m,
-                    probe,
-                    batch=2,
-                    prompt=1000,
-                    output=3,
-                    allow_no_fit=True,
-                    breakdown=False,
-                    catalog=cat,
-                    runtime="none",
-                    **v,
-                )
-            except PlanError:
-                continue
-            for ph in (e.prefill, e.decode):
-                h.update(f"{v['tp']} {ph['flops']:.12e} {ph['bytes']:.12e}".encode())
-    return h.hexdigest()[:16]
-
-
 def evaluate(catalog: Optional[Catalog] = None) -> Any:
     """The panel, evaluated now: one row per (model, device, shape, TP)."""
     import polars as pl
 
-    from .models import bundled_names
-    from .sweeps import iter_sweep
+    from .models.config import bundled_names
+    from .sweeps.sweep import iter_sweep
 
     p = panel()
     frames: list[Any] = []

@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from .benchmarks import identify_device
-from .errors import PlanError
+from ..catalog.benchmarks import identify_device
+from ..errors import PlanError
 
 # Where a source checkout keeps the tables (relative to the repository root).
 KERNEL_DIR = "data/benchmarks/aic"

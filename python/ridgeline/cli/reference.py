@@ -1,5 +1,5 @@
 """The CLI reference (docs/cli.md), generated from the click commands themselves so it cannot drift:
-``python -m ridgeline.clidoc > docs/cli.md`` writes it, a test compares the two."""
+``python -m ridgeline.cli.reference > docs/cli.md`` writes it, a test compares the two."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 
 import click
 
-from .cli import cli
+from .commands import cli
 
 HEADER = """# CLI reference
 
-Generated from the commands themselves by `python -m ridgeline.clidoc > docs/cli.md`;
+Generated from the commands themselves by `python -m ridgeline.cli.reference > docs/cli.md`;
 `tests/test_docs.py` fails when this file and the commands disagree.
 
 Errors are one line on stderr: exit 2 for a bad input (the input, the value and what is

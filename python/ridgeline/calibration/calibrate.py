@@ -31,12 +31,12 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ._fits import BOUND_PARAMS, PARAMS, fit_params, memory_technology
-from ._io import csv_text
-from ._version import __version__
-from .catalog import Catalog, default_catalog
+from .._io import csv_text
+from .._version import __version__
+from ..catalog.store import Catalog, default_catalog
+from ..engine.fits import BOUND_PARAMS, PARAMS, fit_params, memory_technology
+from ..errors import PlanError
 from .decompose import MODEL_METRICS, Decomposed, _digest, decompose_all
-from .errors import PlanError
 
 UNCALIBRATED = np.array(BOUND_PARAMS)
 
@@ -126,7 +126,7 @@ class Batch:
     @functools.cached_property
     def core(self) -> Any:
         """The rows in the core (built on first use: many Batches only answer ``free``)."""
-        from . import _core
+        from .. import _core
 
         groups = list(self.moe)
         g = np.full(self.c.shape, -1, dtype=np.int64)
@@ -306,8 +306,8 @@ def _profile_rows(rows: Sequence[Decomposed], cat: Catalog, memtech: str, exclud
 def calibrate(catalog: Optional[Catalog] = None, min_device_rows: int = 8) -> list[dict[str, Any]]:
     """Fits a profile per runtime (over all its devices, and over each memory technology with two
     or more devices) and a row per (device, runtime) with enough rows of its own."""
-    from .runtimes import KERNEL_RUNTIMES
-    from .snapshot import structure_version
+    from ..engine.runtimes import KERNEL_RUNTIMES
+    from ..engine.structure import structure_version
 
     cat = catalog or default_catalog()
     rows, _ = decompose_all(cat)

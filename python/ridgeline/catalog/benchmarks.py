@@ -11,8 +11,9 @@ import re
 from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
-from . import _data, names, quant
-from .errors import CatalogError, UnknownNameError
+from .. import _data, names
+from ..errors import CatalogError, UnknownNameError
+from ..models import quant
 
 COLUMNS = (
     "id", "source", "file", "file_hardware", "hardware", "runtime", "runtime_version", "model", "weight_quant",
@@ -43,7 +44,7 @@ def model_map() -> dict[str, tuple[str, str, str]]:
 def _row(file: str, i: int, **kw: Any) -> Row:
     """A row of the unified schema; its model resolved (model_map.csv, else the name as people
     write it: ``models.identify``), its device left to ``import_file`` (which has the catalog)."""
-    from .models import Model, identify
+    from ..models.config import Model, identify
 
     out: Row = {c: None for c in COLUMNS}
     file_model = kw.pop(FILE_MODEL, None)
@@ -320,7 +321,7 @@ _AIC_QUANT = {"fp8": "fp8", "fp8_block": "fp8_block128", "nvfp4": "nvfp4", "int4
 @functools.cache
 def _ships_quantized(model: str) -> Optional[str]:
     """The checkpoint's own quantisation method (None: unquantised)."""
-    from .models import Model
+    from ..models.config import Model
 
     q = Model.from_config(model).quantization
     return str(q.get("quant_method") or "unknown") if q else None
@@ -339,7 +340,7 @@ def _keeps_checkpoint_formats(model: str, label: str) -> bool:
 
 @functools.cache
 def _is_moe(model: str) -> bool:
-    from .models import Model
+    from ..models.config import Model
 
     return bool(Model.from_config(model).is_moe)
 
@@ -510,7 +511,7 @@ def import_file(path: str, text: Optional[str] = None, catalog: Any = None) -> l
     ...
     ridgeline.errors.CatalogError: mine.csv: a header and no rows
     """
-    from .errors import RidgelineError
+    from ..errors import RidgelineError
 
     text = _data.read_text(path) if text is None else text
     unified = ", ".join(sorted(next(k for k, f in FORMATS.items() if f is _unified)))

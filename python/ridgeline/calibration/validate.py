@@ -18,13 +18,13 @@ from typing import Any, Optional
 
 import numpy as np
 
-from . import _core
+from .. import _core
+from ..catalog.store import Catalog, default_catalog
+from ..engine.collectives import bus_factor, protocol_json
+from ..engine.fitted import formats_of, lookup, shipped_fits
 from .acceptance import BOUND_TOLERANCE, within_share
 from .calibrate import SKEW, UNCALIBRATED, Batch, _memtech, _profile_rows, fit_all, params_of
-from .catalog import Catalog, default_catalog
-from .collectives import _protocol_json, bus_factor
 from .decompose import MODEL_METRICS, Decomposed, decompose, decompose_all
-from .fitted import formats_of, lookup, shipped_fits
 
 # Protocol efficiencies of the link-rate bound: every protocol at the full link rate.
 _BOUND_PROTO = {"beta_ll": 1.0, "beta_ll128": 1.0, "beta_simple": 1.0}
@@ -43,7 +43,7 @@ def size_bucket(size: Optional[float]) -> str:
 def _collective_bw(cat: Catalog, row: dict[str, Any], bound: bool) -> Optional[float]:
     """Predicted busBW (GB/s) of an all-reduce or send/recv row."""
     dev = cat.get(row["hardware"])
-    proto = json.loads(_protocol_json(cat))
+    proto = json.loads(protocol_json(cat))
     if bound:
         proto.update(_BOUND_PROTO)
     op = "sendrecv" if row["metric"] == "sendrecv_busbw_gbs" else row["op"]
@@ -110,7 +110,7 @@ def kernel_comm_rows(kernels: str, cat: Catalog) -> tuple[list[dict[str, Any]], 
         peers = comm_fit.peers(fits, dev, lib, op, cat)
         pred = comm_fit.predict(op, n, sizes, dev, mine, cat)
         bound = _core.collective(op, n, np.asarray(sizes, dtype=float), comm_fit.fabric(dev)[1], 0.0,
-                                 json.dumps({**json.loads(_protocol_json(cat)), **_BOUND_PROTO}))["time_s"]  # fmt: skip
+                                 json.dumps({**json.loads(protocol_json(cat)), **_BOUND_PROTO}))["time_s"]  # fmt: skip
         held = comm_fit.predict(op, n, sizes, dev, peers, cat) if peers else [None] * len(g)
         f = bus_factor(op, n)
         for r, tp, tb, th in zip(g, pred, bound, held):
@@ -308,12 +308,12 @@ def serving_runs(
     ``step_overhead_us``: every run's per-step overhead, or one per (runtime, device) (default:
     the shipped serving fits); ``request_overhead_us``: every run's front-end overhead (default:
     the shipped fits); ``modes``: agg and/or disagg runs; ``max_concurrency``: those runs only."""
-    from ._io import read_text
-    from .benchmarks import import_file
+    from .._io import read_text
+    from ..catalog.benchmarks import import_file
+    from ..errors import CatalogError, RidgelineError
+    from ..models.config import Model
+    from ..serving.simulator import scheduler_defaults, simulate
     from .decompose import _estimate_kwargs
-    from .errors import CatalogError, RidgelineError
-    from .models import Model
-    from .serving import scheduler_defaults, simulate
 
     cat = catalog or default_catalog()
     text = read_text(path, what="rows file", error=CatalogError)
@@ -395,11 +395,11 @@ def max_throughput_rows(catalog: Optional[Catalog] = None, limit: Optional[int] 
     (``trtllm_bench_requests``) all arriving at once, under the runtime's scheduler (a whole-prompt
     step budget raised to hold one prompt beside a full batch of decodes, as an engine built for
     the dataset does) and shipped calibration; predicted: output tokens per second of the run."""
-    from .benchmarks import shipped_rows, trtllm_bench_requests
+    from ..catalog.benchmarks import shipped_rows, trtllm_bench_requests
+    from ..errors import RidgelineError
+    from ..models.config import Model
+    from ..serving.simulator import scheduler_defaults, simulate
     from .decompose import _estimate_kwargs
-    from .errors import RidgelineError
-    from .models import Model
-    from .serving import scheduler_defaults, simulate
 
     cat = catalog or default_catalog()
     counts = trtllm_bench_requests()
@@ -452,9 +452,9 @@ def serving_step_fits(path: str, catalog: Optional[Catalog] = None) -> list[dict
     (hardware ``*``) takes the devices' median."""
     from scipy.optimize import least_squares  # type: ignore[import-untyped]
 
-    from ._data import data_hash
-    from ._version import __version__
-    from .snapshot import structure_version
+    from .._data import data_hash
+    from .._version import __version__
+    from ..engine.structure import structure_version
 
     cat = catalog or default_catalog()
     probe = float(cat.constant("fit_step_probe_us"))
@@ -599,7 +599,7 @@ def validation(catalog: Optional[Catalog] = None, fits: Optional[Sequence[dict[s
     records = []
     # each device held out in turn: its runtime's profile refitted without it (the production
     # runtimes' profiles come from kernels, not these rows: in sample only)
-    from .runtimes import KERNEL_RUNTIMES
+    from ..engine.runtimes import KERNEL_RUNTIMES
 
     held = [(rt, dev, rs) for rt, rs in sorted(by_rt.items()) for dev in sorted({d.row["hardware"] for d in rs})]
     refit = [h for h in held if h[0] not in KERNEL_RUNTIMES]
@@ -635,7 +635,7 @@ def validation(catalog: Optional[Catalog] = None, fits: Optional[Sequence[dict[s
 
 
 def _is_moe(model: str) -> bool:
-    from .models import Model
+    from ..models.config import Model
 
     return bool(Model.from_config(model).is_moe)
 
@@ -659,7 +659,7 @@ def kernel_table_report(root: str, catalog: Optional[Catalog] = None) -> dict[st
     or family ridgeline does not price, a cell that is not a number) with why."""
     from pathlib import Path
 
-    from ._fits import ATTENTION_PARAMS, attention_of
+    from ..engine.fits import ATTENTION_PARAMS, attention_of
     from .kernel_fit import attention_batch, attention_time, gemm_batch, params
     from .kernels import attention_tables, gemm_tables, layout_of, table_base, table_files, table_height
 

@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Optional
 
-from ._io import FORCE_HINT, atomic_output
-from .errors import PlanError
+from .._io import FORCE_HINT, atomic_output
+from ..errors import PlanError
 
 HEADER = "_ridgeline.json"
 LOG = "_ridgeline_parts.jsonl"

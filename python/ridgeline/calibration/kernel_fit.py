@@ -34,17 +34,17 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ._fits import ATTENTION_COLUMNS, ATTENTION_PARAMS, ATTENTION_PHASES, PARAMS, memory_technology
-from ._io import csv_text
-from ._version import __version__
+from .._io import csv_text
+from .._version import __version__
+from ..catalog.store import Catalog, Device, default_catalog
+from ..engine.fits import ATTENTION_COLUMNS, ATTENTION_PARAMS, ATTENTION_PHASES, PARAMS, memory_technology
+from ..engine.runtimes import KERNEL_RUNTIMES
+from ..errors import PlanError
+from ..models.quant import formats_table
 from .acceptance import within_share
 from .calibrate import FIT_COLUMNS, UNCALIBRATED, Batch, _at_bound, _bounds
-from .catalog import Catalog, Device, default_catalog
 from .decompose import Decomposed, _digest, decompose
-from .errors import PlanError
 from .kernels import KERNEL_DIR, attention_tables, gemm_tables
-from .quant import formats_table
-from .runtimes import KERNEL_RUNTIMES
 
 SERVING_FILE = "silicon_calibration.csv"
 #: kernel_fits.csv's columns: a calibration row's, and its fused attention kernels'.
@@ -200,7 +200,7 @@ def serving_rows(root: str | os.PathLike[str], cat: Catalog,
                  fits: Optional[Sequence[dict[str, Any]]] = None) -> list[Decomposed]:  # fmt: skip
     """The priced TPOT rows of the production runtimes' agg serving runs, decomposed (their
     attention kernels priced by ``fits``, default the shipped calibration)."""
-    from .benchmarks import import_file
+    from ..catalog.benchmarks import import_file
 
     path = Path(root) / SERVING_FILE
     if not path.is_file():
@@ -293,7 +293,7 @@ def fit_production(
 ) -> list[dict[str, Any]]:
     """The rows of data/calibration/kernel_fits.csv (FIT_COLUMNS): per (runtime, device) with
     kernel tables, and per runtime a profile (the devices' medians)."""
-    from .snapshot import structure_version
+    from ..engine.structure import structure_version
 
     cat = catalog or default_catalog()
     sv = structure_version(cat)
@@ -521,7 +521,7 @@ def measured_holdout(
     profile): the bf16 GEMMs (the kernel vLLM calls) and the attention tables (torch's SDPA kernels,
     not vLLM's: a comparison, not a check of its kernel). Per table: rows, the calibration label,
     share within 1.5x and the median observed/predicted."""
-    from ._fits import attention_of, lookup
+    from ..engine.fits import attention_of, lookup
 
     cat = catalog or default_catalog()
     out = []

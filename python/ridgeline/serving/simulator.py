@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from . import _checks, _core, _data
-from ._fmt import sig
-from ._fmt import table as _table
-from .catalog import Catalog, Device
-from .cluster import RunReport, by_name, check_backend, run_tasks
-from .errors import PlanError
-from .estimate import POWER_SOURCE, _prepare, missing_price, price_of, pricing, usd_per_million
+from .. import _checks, _core, _data
+from .._fmt import sig
+from .._fmt import table as _table
+from ..catalog.store import Catalog, Device
+from ..engine.estimate import POWER_SOURCE, missing_price, prepare, price_of, pricing, usd_per_million
+from ..errors import PlanError
+from ..sweeps.cluster import RunReport, by_name, check_backend, run_tasks
 
 _SCHEDULERS = "data/calibration/runtime_schedulers.csv"
 #: Scheduler fields a user may give, with their types.
@@ -74,7 +74,7 @@ def scheduler_defaults(runtime: Optional[str], dev: Device) -> Optional[dict[str
     """How ``runtime`` schedules on ``dev`` by default (its row of runtime_schedulers.csv for the
     device's memory and name, with the row's source), or None where the table has no row.
 
-    >>> from ridgeline.catalog import default_catalog
+    >>> from ridgeline.catalog.store import default_catalog
     >>> scheduler_defaults("vllm", default_catalog().get("H100_SXM"))["max_num_batched_tokens"]
     8192
     """
@@ -255,7 +255,7 @@ class Simulation:
     @property
     def basis(self) -> str:
         """What the numbers rest on: ``measured``, ``borrowed`` or ``bound`` (``Estimate.basis``)."""
-        from ._fits import basis
+        from ..engine.fits import basis
 
         return basis(self.calibration)
 
@@ -605,7 +605,7 @@ def simulate(
     if unknown:
         raise PlanError(f"{unknown[0]}: not a simulate argument (scheduler fields: {', '.join(SCHEDULER_FIELDS)})")
     # a calibrated run takes the step overhead fitted on replayed serving runs where there is one
-    p = _prepare(model, hardware, catalog, runtime=runtime, dtype=dtype, weight_dtype=weight_dtype,
+    p = prepare(model, hardware, catalog, runtime=runtime, dtype=dtype, weight_dtype=weight_dtype,
                  kv_dtype=kv_dtype, calibrated=calibrated, serving_step=True,
                  t_step_us=None if step_overhead_us is None else _checks.number("step_overhead_us",
                                                                                   step_overhead_us))  # fmt: skip
@@ -616,7 +616,7 @@ def simulate(
     if request_overhead_us is not None:
         front = (_checks.number("request_overhead_us", request_overhead_us), "request overhead given")
     elif p.held_runtime is not None:
-        from ._fits import serving_request
+        from ..engine.fits import serving_request
 
         front = serving_request(p.held_runtime, p.dev.chip)
     if front is not None and front[0] < 0:
@@ -632,7 +632,7 @@ def simulate(
                 f"runtime: {runtime_name or 'none'} has no scheduler defaults in {_SCHEDULERS} (it has "
                 f"{', '.join(have)}); name one of those with runtime=, or give {', '.join(lacking)}"
             )
-        from .catalog import default_catalog
+        from ..catalog.store import default_catalog
 
         frac = (catalog or default_catalog()).constant("gpu_memory_utilization")
         sched = {"chunked_prefill": True, "mixed": True, "reserve_full": False, "memory_fraction": frac,

@@ -19,12 +19,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from . import _checks, _core
-from ._checks import MAX_EXACT, flag, whole
-from .catalog import Catalog, default_catalog
+from .. import _checks, _core
+from .._checks import MAX_EXACT, flag, whole
+from ..catalog.store import Catalog, default_catalog
+from ..errors import InternalError, PlanError
+from ..models.config import Model
 from .cluster import RunReport, check_backend, fingerprint, run_tasks
-from .errors import InternalError, PlanError
-from .models import Model
 
 NUMERIC_AXES = ("tp", "pp", "ep", "dp", "chunk", "batch", "prompt", "output")
 CATEGORICAL_AXES = ("model", "hardware", "dtype", "weight_dtype", "kv_dtype", "runtime")
@@ -185,7 +185,7 @@ def load_grid_file(path: str | Path) -> dict[str, Any]:
     ...
     ridgeline.errors.PlanError: grid file /no/such/grid.yaml: not found
     """
-    from ._io import load_json, load_yaml, read_text
+    from .._io import load_json, load_yaml, read_text
 
     what = f"grid file {path}"
     shape = "a grid file holds one mapping of axis names to values, e.g. {model: ..., hardware: ..., batch: 1..64:x2}"
@@ -239,9 +239,9 @@ def iter_sweep(
     each, in grid order; ``chunk_size`` is then not used."""
     import numpy as np
 
-    from ._fits import basis
-    from .estimate import _prepare, price_of, pricing
-    from .runtimes import runtime_execution
+    from ..engine.estimate import prepare, price_of, pricing
+    from ..engine.fits import basis
+    from ..engine.runtimes import runtime_execution
 
     _checks.threads(threads)
     whole("chunk_size", chunk_size, 1)
@@ -266,7 +266,7 @@ def iter_sweep(
         name, hw, dtype, wdt, kvdt, rt = combos[ci]
         # everything but the numbers, prepared as estimate prepares it (the runtime it would
         # take for the device unless the grid names one, its calibration, weights and links)
-        p = _prepare(models[name], devices[hw], catalog, runtime=rt, dtype=dtype, calibrated=calibrated,
+        p = prepare(models[name], devices[hw], catalog, runtime=rt, dtype=dtype, calibrated=calibrated,
                      weight_dtype=None if wdt in (None, "None") else wdt,
                      kv_dtype=None if kvdt in (None, "None") else kvdt)  # fmt: skip
         rt = p.plan_labels["runtime"]
@@ -326,7 +326,7 @@ def _frame(
     cannot be priced has no numbers: nulls, never NaN."""
     import polars as pl
 
-    from .estimate import usd_per_million
+    from ..engine.estimate import usd_per_million
 
     def text(name: str) -> Any:
         return pl.lit(consts[name], dtype=pl.String).alias(name)
@@ -429,7 +429,7 @@ def write_folder(
     >>> d.rows, [f.rsplit("/", 1)[1] for f in d.files]
     (4, ['part-000000.parquet', 'part-000001.parquet'])
     """
-    from ._version import __version__
+    from .._version import __version__
     from .parts import Folder, run_key
 
     check_backend(backend, ray_address)
@@ -569,8 +569,8 @@ def summary(df: Any, top: int = 5, include_bound: bool = False) -> str:
     rest on their device's own fit shows the ``basis`` column."""
     import polars as pl
 
-    from ._fits import BOUND, MEASURED
-    from ._fmt import ms, sig
+    from .._fmt import ms, sig
+    from ..engine.fits import BOUND, MEASURED
 
     if df.height == 0:
         return "0 plans"
@@ -657,7 +657,7 @@ def _out_target(out: str) -> tuple[str, Optional[str]]:
 
 def _has_table(target: str, table: str) -> bool:
     """Whether the DuckDB file ``target`` holds ``table`` (no file: no table)."""
-    from ._io import check_output, duckdb_readonly, has_table
+    from .._io import check_output, duckdb_readonly, has_table
 
     check_output(target, force=True, what="out")
     with duckdb_readonly(target, what="out") as con:
@@ -702,7 +702,7 @@ def write(frames: Iterator[Any], out: str, *, force: bool = False) -> int:
     ...
     ridgeline.errors.PlanError: out: 'plans.txt' must end in .parquet or .csv, be file.duckdb:table, or ...
     """
-    from ._io import FORCE_HINT, atomic_output, check_output
+    from .._io import FORCE_HINT, atomic_output, check_output
 
     target, table = _out_target(out)
     if table is None:

@@ -27,9 +27,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from . import _data
-from ._checks import whole
-from .errors import ClusterError, PlanError, RidgelineError
+from .. import _data
+from .._checks import whole
+from ..errors import ClusterError, PlanError, RidgelineError
 
 BACKENDS = ("local", "ray")
 
@@ -97,8 +97,8 @@ def fingerprint() -> dict[str, str]:
     result: the ridgeline version, the shipped data's hash, and the default catalog's
     fingerprint (the shipped devices plus any ``RIDGELINE_HARDWARE`` / ``RIDGELINE_CONSTANTS``
     files)."""
-    from ._version import __version__
-    from .catalog import default_catalog
+    from .._version import __version__
+    from ..catalog.store import default_catalog
 
     return {"version": __version__, "data": _data.data_hash(), "catalog": default_catalog().fingerprint}
 
@@ -152,7 +152,7 @@ def _call(fn: Callable[..., Any], args: Sequence[Any], expect: Optional[dict[str
 
 
 def _raise(name: str, message: str) -> None:
-    from . import errors
+    from .. import errors
 
     cls = getattr(errors, name, RidgelineError)
     raise cls(message)

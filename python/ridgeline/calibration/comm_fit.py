@@ -15,12 +15,12 @@ import json
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from . import _core
-from ._io import csv_text
+from .. import _core
+from .._io import csv_text
+from ..catalog.store import LINK_FIT_KEYS, Catalog, Device, default_catalog
+from ..engine.collectives import protocol_json
+from ..errors import PlanError
 from .acceptance import within_share
-from .catalog import LINK_FIT_KEYS, Catalog, Device, default_catalog
-from .collectives import _protocol_json
-from .errors import PlanError
 
 LINKS_FILE = "data/hardware/link_collectives.csv"
 LINK_COLUMNS = ("name", "fabric", "library", "version", "op", "ranks", "floor_us", "latency_us", "bw_efficiency",
@@ -48,7 +48,7 @@ def predict(
 
     _, gbs = fabric(dev)
     r = _core.collective(
-        op, ranks, np.asarray(sizes, dtype=float), gbs, 0.0, _protocol_json(cat),
+        op, ranks, np.asarray(sizes, dtype=float), gbs, 0.0, protocol_json(cat),
         links_json=json.dumps([{k: x[k] for k in LINK_FIT_KEYS} for x in links]),
     )  # fmt: skip
     return r["time_s"]

@@ -34,9 +34,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional, TypeVar
 
-from . import _data
-from . import names as _names
-from .errors import CatalogError, PlanError, UnknownNameError
+from .. import _data
+from .. import names as _names
+from ..errors import CatalogError, PlanError, UnknownNameError
 
 T = TypeVar("T")
 
@@ -172,7 +172,7 @@ class Device:
 
     def core_for(self, library: str = "nccl") -> Any:
         """The Rust core's device, its collectives as ``library`` runs them (built once each)."""
-        from . import _core
+        from .. import _core
 
         cores: dict[str, Any] = self.__dict__.setdefault("_cores", {})  # frozen: memo beside the fields
         if library not in cores:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ._io import csv_text
+from .._io import csv_text
 from .decompose import _digest, has_flag
 
 # Spec 50: a row may not beat the efficiency-1 prediction by more than 5%.

@@ -19,10 +19,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from . import _core, _data
-from .catalog import Catalog, default_catalog
+from .. import _core, _data
+from ..catalog.store import Catalog, default_catalog
+from ..errors import PlanError
 from .decompose import _digest
-from .errors import PlanError
 
 POWER_FILE = "data/benchmarks/power_mlenergy.csv"
 CONSTANT = "power_memory_rho"
@@ -40,7 +40,7 @@ def priced(runs: Sequence[Mapping[str, str]], catalog: Optional[Catalog] = None)
     per phase its compute-roof, memory-roof and total times, with its GPUs' idle and TDP power
     and the measured power. A run the engine refuses, or on a device without sourced powers,
     is left out and listed in ``refused``."""
-    from .estimate import estimate
+    from ..engine.estimate import estimate
 
     cat = catalog or default_catalog()
     cols: dict[str, list[Any]] = {k: [] for k in ("pre_c", "pre_m", "pre_t", "dec_c", "dec_m", "dec_t", "idle",

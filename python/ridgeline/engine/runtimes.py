@@ -11,11 +11,13 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
 
-from . import _checks, _data, _fits, quant
-from ._fits import shipped_fits
-from .catalog import Catalog, Device
-from .errors import PlanError
-from .quant import runtime_platforms
+from .. import _checks, _data
+from ..catalog.store import Catalog, Device
+from ..errors import PlanError
+from ..models import quant
+from ..models.quant import runtime_platforms
+from . import fits as _fits
+from .fits import shipped_fits
 
 #: The runtime name that asks for none: one prefill step, exact KV reads, every kernel launched,
 #: priced at the efficiency-1 bound.

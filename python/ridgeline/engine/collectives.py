@@ -9,10 +9,10 @@ import re
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from . import _core
-from ._checks import MAX_EXACT, number, whole
-from .catalog import Catalog, Device, default_catalog
-from .errors import PlanError
+from .. import _core
+from .._checks import MAX_EXACT, number, whole
+from ..catalog.store import Catalog, Device, default_catalog
+from ..errors import PlanError
 
 _UNITS = {
     "": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9,
@@ -104,7 +104,7 @@ class CollectiveResult:
         ]
 
 
-def _protocol_json(cat: Catalog) -> str:
+def protocol_json(cat: Catalog) -> str:
     """The NCCL protocol table from the constants table (one source for every collective)."""
     return json.dumps(
         {
@@ -169,7 +169,7 @@ def collective(
         notes.append(f"scale-up latency {latency} us: {dev.scaleup_latency_source[:100]}")
     topo = resolve_topology(dev, devices_per_node, scaleout_gbs, scaleout_latency_us)
     r = _core.collective(
-        op, ranks, np.asarray(size_list, dtype=np.float64), link, latency or 0.0, _protocol_json(cat),
+        op, ranks, np.asarray(size_list, dtype=np.float64), link, latency or 0.0, protocol_json(cat),
         topo.devices_per_node, topo.scaleout_bw_gbs, topo.scaleout_latency_us, json.dumps(links),
     )  # fmt: skip
     if r["flat_ring_fallback"] or topo.source == FLAT_RING_NOTE:

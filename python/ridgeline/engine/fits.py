@@ -17,9 +17,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-from . import _data
-from .catalog import Catalog, default_catalog
-from .errors import CatalogError
+from .. import _data
+from ..catalog.store import Catalog, default_catalog
+from ..errors import CatalogError
 
 PARAMS = ("eta_mem", "eta_compute", "t_launch_us", "t_step_us", "eta_moe", "eta_compute_quant", "routing_skew",
           "overlap", "overlap_moe")  # fmt: skip
@@ -218,7 +218,7 @@ def attention_efficiency(fit_row: Optional[Mapping[str, Any]]) -> dict[str, dict
 def efficiency_json(fit_row: Optional[dict[str, Any]], roles: Optional[Mapping[str, str]] = None) -> str:
     """The core's Efficiency for a calibration row (1, 1, 0, 0, 0 without one); `roles` names each
     weight role's format, so that a role stored in a format with its own fit takes that efficiency."""
-    from .quant import ROLES
+    from ..models.quant import ROLES
 
     eta_m, eta_c, tl, ts, eta_moe, eta_cq, _skew, overlap, overlap_moe = fit_params(fit_row)
     tlayer = float(fit_row["t_layer_us"]) if fit_row else 0.0

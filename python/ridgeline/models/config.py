@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from . import _data, names
-from ._checks import MAX_EXACT
-from .errors import ModelConfigError, UnknownNameError
+from .. import _data, names
+from .._checks import MAX_EXACT
+from ..errors import ModelConfigError, UnknownNameError
 
 # Step 1 of the gated-FFN cascade: activation names that only ever mean a gated MLP.
 _GATED_ACTIVATIONS = {"swiglu", "geglu", "reglu", "glu", "silu_and_mul", "gelu_and_mul", "swiglu_oai"}
@@ -334,7 +334,7 @@ class Model:
 
     @functools.cached_property
     def _core(self) -> Any:
-        from . import _core
+        from .. import _core
 
         try:
             return _core.CoreModel(self.core_json)
@@ -386,7 +386,7 @@ class Model:
             return None
         core = json.loads(self.core_json)
         core["layer_groups"] = [dict(g) for g in self.mtp_groups]
-        from . import _core
+        from .. import _core
 
         p = dict(_core.CoreModel(json.dumps(core)).params())
         d = self.hidden_size
@@ -478,7 +478,7 @@ def _bundled() -> dict[str, str]:
 
 def _load(name: str) -> Model:
     """A config path is read each time (the file may change); a bundled config once."""
-    from ._io import read_text
+    from .._io import read_text
 
     if not name.strip():
         raise ModelConfigError(
@@ -1003,7 +1003,7 @@ def _normalise(raw: Mapping[str, Any], name: str, source: str) -> Model:
     if cfg.get("num_hidden_layers") is None and isinstance(cfg.get("layers_block_type"), list):
         cfg = {**cfg, "num_hidden_layers": len(cfg["layers_block_type"])}  # Nemotron-3 Ultra: the list is the count
     n_layers = _count(cfg, ("num_hidden_layers", "n_layer", "num_layers"))
-    from . import _core
+    from .. import _core
 
     # the normaliser walks the layers one by one: the core's work bound before any of it
     if n_layers > _core.MAX_LAYERS:

@@ -9,13 +9,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
-from . import _checks, _core, quant
-from ._checks import MAX_EXACT
-from ._fmt import duration_us, pct, sig
-from .catalog import Catalog, Device, default_catalog
-from .collectives import _protocol_json, resolve_topology
-from .errors import DoesNotFitError, PlanError
-from .models import Model, identify
+from .. import _checks, _core
+from .._checks import MAX_EXACT
+from .._fmt import duration_us, pct, sig
+from ..catalog.store import Catalog, Device, default_catalog
+from ..errors import DoesNotFitError, PlanError
+from ..models import quant
+from ..models.config import Model, identify
+from .collectives import protocol_json, resolve_topology
 from .runtimes import _NO_RUNTIME_EXECUTION, KERNEL_RUNTIMES, choose_runtime, collective_library, runtime_execution
 
 GB = 1e9
@@ -94,7 +95,7 @@ def canonical_dtype(name: str, v: Any) -> str:
 
 class _Prepared(NamedTuple):
     """What every plan of one (model, device, precisions, runtime, calibration, links) shares,
-    resolved and checked once (``_prepare``): the labels an estimate carries and the core's
+    resolved and checked once (``prepare``): the labels an estimate carries and the core's
     ``Prepared``, which prices a plan from its numbers alone."""
 
     model: str
@@ -260,7 +261,7 @@ class Estimate:
         """What the numbers rest on: ``measured`` (the device's own fit), ``borrowed`` (a fit of
         other devices: its architecture's or the runtime's profile) or ``bound`` (no calibration:
         the efficiency-1 bound, an optimistic upper bound on speed). Rankings keep bound plans apart."""
-        from ._fits import basis
+        from .fits import basis
 
         return basis(self._p.label)
 
@@ -585,7 +586,7 @@ def estimate(
         or (hardware.__class__ is not str and p.dev is not hardware)
         or (p.stamp is not None and p.stamp != _stamp(model))
     ):
-        p = _prepare(model, hardware, catalog, runtime=runtime, dtype=dtype, weight_dtype=weight_dtype,
+        p = prepare(model, hardware, catalog, runtime=runtime, dtype=dtype, weight_dtype=weight_dtype,
                      kv_dtype=kv_dtype, chunk=chunk, routing_skew=routing_skew,
                      identical_sequences=identical_sequences, flash_attention=flash_attention,
                      swa_cache_extra=swa_cache_extra, kv_pad=kv_pad, kv_skip_masked_tail=kv_skip_masked_tail,
@@ -637,7 +638,7 @@ def _run(p: _Prepared, n: tuple[Any, ...], *, allow_no_fit: bool, breakdown: boo
     return r, n
 
 
-def _prepare(
+def prepare(
     model: Any,
     hardware: Any,
     catalog: Any = None,
@@ -730,8 +731,8 @@ def _prepare(
     if scaleout_latency_us is not None:
         scaleout_latency_us = _number("scaleout_latency_us", scaleout_latency_us)
     topo = resolve_topology(dev, devices_per_node, scaleout_gbs, scaleout_latency_us)
-    from ._fits import attention_efficiency, basis_from, efficiency_json, lookup
-    from ._fits import serving_step as serving_fit
+    from .fits import attention_efficiency, basis_from, efficiency_json, lookup
+    from .fits import serving_step as serving_fit
 
     label, fit_row = lookup(dev.chip, runtime, cat) if calibrated else (UNCALIBRATED, None)
     formats = weights.format_names()
@@ -782,7 +783,7 @@ def bound_with_attention(model: Any, hardware: Any, attention_row: Mapping[str, 
     runtime's own measured kernels."""
     n = tuple(kw.pop(k, None if k == "microbatches" else (0 if k == "prefix" else 1)) for k in _NUMBERS)
     allow_no_fit = kw.pop("allow_no_fit", False)
-    p = _prepare(model, hardware, catalog, calibrated=False, attention_row=attention_row, **kw)
+    p = prepare(model, hardware, catalog, calibrated=False, attention_row=attention_row, **kw)
     r, n = _run(p, n, allow_no_fit=allow_no_fit, breakdown=True)
     return Estimate(p, r, n, None)
 
@@ -889,7 +890,7 @@ def _stamp(path: Any) -> Optional[bytes]:
 def _held_out(runtime: Optional[str], ttft_s: float, tpot_s: Optional[float]) -> dict[str, Any]:
     """The range 80% of ``runtime``'s held-out rows put around this estimate's TTFT and TPOT
     (data/calibration/holdout.csv, written by ``ridgeline calibrate``)."""
-    from ._fits import shipped_holdout
+    from .fits import shipped_holdout
 
     out: dict[str, Any] = {}
     for phase, key, t in (("prefill", "ttft_s", ttft_s), ("decode", "tpot_s", tpot_s)):
@@ -956,7 +957,7 @@ def fitted_parameters(f: Optional[Mapping[str, Any]]) -> list[tuple[str, str]]:
         out.append(("kernel floor", at("t_launch_us", f"{duration_us(launch)} per kernel (CUDA graphs)")))
     else:
         out.append(("launch overhead", at("t_launch_us", f"{duration_us(launch)} per kernel")))
-    from ._fits import attention_of
+    from .fits import attention_of
 
     for ph, a in attention_of(f).items():
 
@@ -980,4 +981,4 @@ def _plan_json(plan: Mapping[str, Any]) -> str:
 
 
 def _protocol_cached(cat: Catalog) -> str:
-    return cat.memo("protocol_json", _protocol_json)
+    return cat.memo("protocol_json", protocol_json)

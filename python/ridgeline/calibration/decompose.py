@@ -14,9 +14,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ._fits import attention_of
-from .catalog import Catalog
-from .errors import CatalogError, PlanError
+from ..catalog.store import Catalog
+from ..engine.fits import attention_of
+from ..errors import CatalogError, PlanError
 
 EXPERT_WEIGHT_OPS = ("expert_up", "expert_down")
 
@@ -69,7 +69,7 @@ def n_ubatch(r: dict[str, Any]) -> Optional[int]:
 
 def _estimate_kwargs(r: dict[str, Any], max_len: int, cat: Catalog) -> tuple[dict[str, Any], str]:
     """The plan a row measured, and the phase whose time its metric reads."""
-    from .runtimes import runtime_execution
+    from ..engine.runtimes import runtime_execution
 
     b = int(r["batch"] or 1)
     wq = r["weight_quant"]
@@ -125,11 +125,11 @@ def decompose(r: dict[str, Any], cat: Catalog, fits: Optional[Sequence[dict[str,
     shipped one) fits them from their own measured tables, are priced by those fits and held as
     fixed time (``_attention_fit``): the row's other parameters do not price them. With
     ``fitted_attention=False`` every op stays at efficiency 1 (the physical bound)."""
-    from .estimate import bound_with_attention, estimate
+    from ..engine.estimate import bound_with_attention, estimate
 
     if r["metric"] == "gemm_tflops":
         return _decompose_gemm(r, cat)
-    from .models import Model
+    from ..models.config import Model
 
     model = Model.from_config(r["model"])
     kw, phase = _estimate_kwargs(r, model.max_model_len, cat)
@@ -181,7 +181,7 @@ def _attention_fit(
 ) -> Optional[dict[str, Any]]:
     """The calibration row whose fitted attention kernels price a production runtime's row (its
     device's, else its architecture's or runtime's profile, as an estimate takes), or None."""
-    from ._fits import KERNEL_RUNTIMES, lookup
+    from ..engine.fits import KERNEL_RUNTIMES, lookup
 
     if r["runtime"] not in KERNEL_RUNTIMES:
         return None
@@ -192,8 +192,8 @@ def _attention_fit(
 def _expert_weights(model: Any, r: dict[str, Any], cat: Catalog, kw: dict[str, Any], phase: str, df: Any,
                     scale: float) -> dict[str, Any]:  # fmt: skip
     """Each expert GEMM's memory time as A + W D(T, s): the engine at two skews gives W."""
-    from . import _core
-    from .estimate import estimate
+    from .. import _core
+    from ..engine.estimate import estimate
 
     eks = {(g["ffn"]["num_experts"], g["ffn"]["top_k"]) for g in model.layer_groups if g["ffn"]["kind"] == "moe"}
     b = int(kw["batch"])

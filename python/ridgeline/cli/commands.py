@@ -12,10 +12,10 @@ from typing import Any, Optional
 
 import click
 
-from ._fmt import ms as _ms
-from ._fmt import pct, sig
-from ._fmt import table as _table
-from .errors import RidgelineError, exit_code
+from .._fmt import ms as _ms
+from .._fmt import pct, sig
+from .._fmt import table as _table
+from ..errors import RidgelineError, exit_code
 
 GB = 1e9
 
@@ -58,7 +58,7 @@ def _ray_backend(ray_address: Optional[str]) -> str:
     """The backend an ``--ray`` gives; with one, Ray is importable (else how to install it, exit 2)."""
     if ray_address is None:
         return "local"
-    from .cluster import import_ray
+    from ..sweeps.cluster import import_ray
 
     import_ray()
     return "ray"
@@ -204,7 +204,7 @@ def estimate(
     uncalibrated: bool,
 ) -> None:
     """Estimate one plan: TTFT, TPOT, throughput, memory fit."""
-    from .estimate import estimate as run
+    from ..engine.estimate import estimate as run
 
     e = run(
         model,
@@ -316,8 +316,8 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
     ``grid``: a list of mappings of them, each one run of a grid over the file's other keys."""
     if path is None:
         return {}
-    from ._io import load_yaml, read_text
-    from .errors import PlanError
+    from .._io import load_yaml, read_text
+    from ..errors import PlanError
 
     if not path.strip():
         raise PlanError("scenario: an empty path; give a YAML or JSON file")
@@ -444,9 +444,9 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
 
     --rate 2,4,8 simulates each rate, and a scenario file's grid (a list of mappings of these
     arguments) each entry, at each rate given; with --ray each run is a task on the cluster."""
-    from .errors import PlanError
-    from .serving import simulate as run
-    from .serving import simulate_grid
+    from ..errors import PlanError
+    from ..serving.simulator import simulate as run
+    from ..serving.simulator import simulate_grid
 
     backend = _ray_backend(ray_address)
 
@@ -456,7 +456,7 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
     for k in ("model", "hardware"):
         if k not in args and not (grid and all(k in g for g in grid)):
             raise PlanError(f"{k}: required (--{k} or the scenario file's {k} key)")
-    from ._io import check_folder
+    from .._io import check_folder
 
     for what, v in (("out", out), ("plot", plot_dir)):
         if v is not None:
@@ -485,7 +485,7 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
                   fmt=fmt, ray_address=ray_address)  # fmt: skip
         return
     if max_share is not None:
-        from .serving import max_rate
+        from ..serving.simulator import max_rate
 
         if backend == "ray":
             raise PlanError("--max-rate: its bisection runs one rate after another, here; leave out --ray")
@@ -510,7 +510,7 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
         with _progress_bar(as_json) as tell:
             s = run(model, hardware, progress=tell, **kw, **args)
     if plot_dir is not None:
-        from .plot import simulation as plots
+        from ..plot import simulation as plots
 
         files += [Path(p) for p in plots(s, plot_dir, fmt)]
     if out is not None:
@@ -550,7 +550,7 @@ def _progress_bar(quiet: bool) -> Iterator[Optional[Callable[[int, int], None]]]
 
 def _rates(v: Any) -> list[float]:
     """A rate or a comma-separated list of them (a scenario file may give a number or a list)."""
-    from .errors import PlanError
+    from ..errors import PlanError
 
     if v is None:
         return []
@@ -566,8 +566,8 @@ def _grid_run(model: Optional[str], hardware: Optional[str], runs: list[dict[str
               ray_address: Optional[str]) -> None:  # fmt: skip
     """Simulations of a grid (a scenario file's ``grid``, a list of rates, or both), each a task
     (``serving.simulate_grid``); a table of them with the arguments that vary as its first columns."""
-    from .errors import PlanError
-    from .serving import simulate_grid
+    from ..errors import PlanError
+    from ..serving.simulator import simulate_grid
 
     backend = "local" if ray_address is None else "ray"
     varying = [k for k in _SIM_KEYS if len({json.dumps(r.get(k), sort_keys=True, default=str) for r in runs}) > 1]
@@ -608,7 +608,7 @@ def _grid_run(model: Optional[str], hardware: Optional[str], runs: list[dict[str
         for row in [heads, *cells]:
             click.echo("  " + " ".join(c.rjust(w) for c, w in zip(row, widths)) + ("  (ms)" if row is heads else ""))
     if plot_dir is not None:
-        from .plot import rate_curve
+        from ..plot import rate_curve
 
         click.echo(f"wrote {rate_curve(sims, plot_dir, fmt)}", err=as_json)
 
@@ -639,7 +639,7 @@ def _power_text(pw: Any) -> str:
 def _held_out_text(held: Any) -> str:
     """Where the TTFT and TPOT ranges come from, in words."""
     runtime = next(iter(held.values()))["runtime"]
-    from .runtimes import KERNEL_RUNTIMES
+    from ..engine.runtimes import KERNEL_RUNTIMES
 
     if runtime in KERNEL_RUNTIMES:
         return f"ranges: where 80% of {runtime}'s serving runs fell, each device priced with the other's step overhead"
@@ -648,7 +648,7 @@ def _held_out_text(held: Any) -> str:
 
 def _held_out_counts(held: Any) -> str:
     """The rows and devices behind the held-out ranges, and their file."""
-    from .runtimes import KERNEL_RUNTIMES
+    from ..engine.runtimes import KERNEL_RUNTIMES
 
     counts = [
         f"{held[ph]['rows']} {ph} rows on {held[ph]['devices']} devices" for ph in ("prefill", "decode") if ph in held
@@ -726,8 +726,8 @@ def collective(
 ) -> None:
     """Time, algBW and busBW of one collective (alpha-beta, NCCL protocol table, the device's
     measured floor, latency and efficiency)."""
-    from .collectives import collective as run
-    from .collectives import parse_size
+    from ..engine.collectives import collective as run
+    from ..engine.collectives import parse_size
 
     sizes = [2**k for k in range(3, 34)] if sweep_sizes else [parse_size(size)]
     r = run(op, ranks, sizes, hardware, devices_per_node=devices_per_node, scaleout_gbs=scaleout_gbs,
@@ -818,9 +818,18 @@ def sweep(
 
     import polars as pl
 
-    from .errors import PlanError
-    from .sweeps import SWEEP_COLUMNS, gather, grid_size, is_folder, iter_sweep, load_grid_file, summary, write_folder
-    from .sweeps import write as write_file
+    from ..errors import PlanError
+    from ..sweeps.sweep import (
+        SWEEP_COLUMNS,
+        gather,
+        grid_size,
+        is_folder,
+        iter_sweep,
+        load_grid_file,
+        summary,
+        write_folder,
+    )
+    from ..sweeps.sweep import write as write_file
 
     if show_columns:
         click.echo(_table(list(SWEEP_COLUMNS.items())))
@@ -918,7 +927,7 @@ def calibrate(
         _calibrate_production(out or "data/calibration/kernel_fits.csv", force, kernels)
         return
     if serving:
-        from ._fits import SERVING_FITS
+        from ..engine.fits import SERVING_FITS
 
         _calibrate_serving(out or SERVING_FITS, force, kernels)
         return
@@ -926,12 +935,12 @@ def calibrate(
         _calibrate_power(out or "data/constants.csv", force)
         return
     out = out or "data/calibration/fits.csv"
-    from ._io import changed_files, check_output, write_files
-    from .acceptance import holdout, holdout_csv
-    from .calibrate import calibrate as run
-    from .calibrate import to_csv
-    from .errors import PlanError
-    from .validate import validation
+    from .._io import changed_files, check_output, write_files
+    from ..calibration.acceptance import holdout, holdout_csv
+    from ..calibration.calibrate import calibrate as run
+    from ..calibration.calibrate import to_csv
+    from ..calibration.validate import validation
+    from ..errors import PlanError
 
     hint = "run from the repository root, or pass --out"
     path = check_output(out, force=True, what="--out", hint=hint)  # before the fit: minutes
@@ -967,10 +976,10 @@ def calibrate(
 
 def _calibrate_power(out: str, force: bool) -> None:
     """rho fitted to the measured power runs, written as its constants row (the rest of the file kept)."""
-    from . import _data
-    from ._io import changed_files, check_output, read_text, write_files
-    from .errors import PlanError
-    from .power_fit import constant_row, constants_text, fit, priced, rows
+    from .. import _data
+    from .._io import changed_files, check_output, read_text, write_files
+    from ..calibration.power_fit import constant_row, constants_text, fit, priced, rows
+    from ..errors import PlanError
 
     path = check_output(out, force=True, what="--out", hint="run from the repository root, or pass --out")
     current = read_text(path, what="--out", error=PlanError) if path.exists() else _data.read_text("data/constants.csv")
@@ -990,9 +999,9 @@ SERVING_FIT_COLUMNS = ("runtime", "hardware", "t_step_us", "n_runs", "rms_log", 
 
 
 def _calibrate_serving(out: str, force: bool, kernels: str) -> None:
-    from ._io import changed_files, check_output, csv_text, write_files
-    from .errors import PlanError
-    from .validate import serving_step_fits
+    from .._io import changed_files, check_output, csv_text, write_files
+    from ..calibration.validate import serving_step_fits
+    from ..errors import PlanError
 
     path = check_output(out, force=True, what="--out", hint="run from the repository root, or pass --out")
     runs = Path(kernels) / "silicon_calibration.csv"
@@ -1015,15 +1024,15 @@ def _calibrate_serving(out: str, force: bool, kernels: str) -> None:
 
 
 def _calibrate_production(out: str, force: bool, kernels: str) -> None:
-    from ._io import changed_files, check_output, write_files
-    from .acceptance import holdout_csv
-    from .kernel_fit import (
+    from .._io import changed_files, check_output, write_files
+    from ..calibration.acceptance import holdout_csv
+    from ..calibration.kernel_fit import (
         MEASURED_DIR,
         attention_holdout,
         fit_production,
         gemm_holdout,
         holdout_rows,
-        kernel_fits_csv,  # fmt: skip
+        kernel_fits_csv,
         measure,
         measured_holdout,
         transfer,
@@ -1070,9 +1079,9 @@ def _calibrate_production(out: str, force: bool, kernels: str) -> None:
 
 
 def _calibrate_comm(out: str, force: bool, kernels: str) -> None:
-    from ._io import changed_files, check_output, write_files
-    from .comm_fit import fit_links, holdout, links_csv
-    from .kernels import comm_rows
+    from .._io import changed_files, check_output, write_files
+    from ..calibration.comm_fit import fit_links, holdout, links_csv
+    from ..calibration.kernels import comm_rows
 
     path = check_output(out, force=True, what="--out", hint="run from the repository root, or pass --out")
     rows = comm_rows(kernels)
@@ -1123,7 +1132,7 @@ def validate(
 ) -> None:  # fmt: skip
     """Predict measured rows and report the agreement (exit 1 on an unexplained bound violation)."""
     if power:
-        from .power_fit import priced, report, rows, validation
+        from ..calibration.power_fit import priced, report, rows, validation
 
         v = validation(priced(rows()))
         click.echo(json.dumps(v, indent=2) if as_json else report(v))
@@ -1139,10 +1148,10 @@ def validate(
 
 
 def _validate_models(as_json: bool, per_row: bool, plot_dir: Optional[str]) -> None:
-    from ._io import check_folder
-    from .acceptance import envelope, group_summaries
-    from .plot import validation as plot
-    from .validate import validation
+    from .._io import check_folder
+    from ..calibration.acceptance import envelope, group_summaries
+    from ..calibration.validate import validation
+    from ..plot import validation as plot
 
     if plot_dir is not None:  # before the validation runs, not after it
         check_folder(plot_dir, what="plot")
@@ -1189,7 +1198,7 @@ _COMM_LABEL = "protocol model (NCCL protocol table, the catalog's link and laten
 
 def _validate_kernel_tables(path: str, as_json: bool) -> None:
     """Kernel tables priced by the shipped calibration, per device, table and kernel (``kernel_table_report``)."""
-    from .validate import kernel_table_report
+    from ..calibration.validate import kernel_table_report
 
     rep = kernel_table_report(path)
     if as_json:
@@ -1214,12 +1223,12 @@ def _validate_rows(path: str, as_json: bool) -> None:
     if Path(path).is_dir() or path.endswith(".parquet"):
         _validate_kernel_tables(path, as_json)
         return
-    from ._io import read_text
-    from .benchmarks import import_file
-    from .catalog import default_catalog
-    from .decompose import decompose
-    from .errors import CatalogError
-    from .validate import COMM_METRICS, comm_record, predict_shipped
+    from .._io import read_text
+    from ..calibration.decompose import decompose
+    from ..calibration.validate import COMM_METRICS, comm_record, predict_shipped
+    from ..catalog.benchmarks import import_file
+    from ..catalog.store import default_catalog
+    from ..errors import CatalogError
 
     cat = default_catalog()
     rows = import_file(path, read_text(path, what="rows file", error=CatalogError), cat)
@@ -1255,7 +1264,7 @@ def _rows_report(out: list[dict[str, Any]], as_json: bool, per_row: bool = True)
             pred = "-" if o["predicted"] is None else f"{o['predicted']:.4g}"
             label = o.get("calibration", o.get("reason", ""))
             click.echo(f"  {o['id']:<40} observed {o.get('observed', '-')!s:<10} predicted {pred:<10} {label}")
-    from .validate import rows_summary
+    from ..calibration.validate import rows_summary
 
     summary = rows_summary(out)
     click.echo(f"\n  {'runtime / hardware / metric':<46} {'rows':>5} {'MedAPE':>7} {'obs/pred':>9} {'<1.5x':>6}")
@@ -1267,9 +1276,9 @@ def _rows_report(out: list[dict[str, Any]], as_json: bool, per_row: bool = True)
 
 
 def _validate_serving(rows_file: Optional[str], limit: Optional[int], as_json: bool) -> None:
-    from .errors import PlanError
-    from .kernels import KERNEL_DIR
-    from .validate import max_throughput_rows, serving_runs
+    from ..calibration.kernels import KERNEL_DIR
+    from ..calibration.validate import max_throughput_rows, serving_runs
+    from ..errors import PlanError
 
     path = rows_file or str(Path(KERNEL_DIR) / "silicon_calibration.csv")
     if not Path(path).is_file():
@@ -1282,8 +1291,8 @@ def _validate_serving(rows_file: Optional[str], limit: Optional[int], as_json: b
 
 
 def _validate_comm(as_json: bool, per_row: bool, kernels: Optional[str]) -> None:
-    from .kernels import KERNEL_DIR
-    from .validate import comm_report
+    from ..calibration.kernels import KERNEL_DIR
+    from ..calibration.validate import comm_report
 
     if kernels is None and Path(KERNEL_DIR).is_dir():
         kernels = KERNEL_DIR
@@ -1336,11 +1345,12 @@ def snapshot_save(db: str, label: Optional[str], to_text: bool, force: bool) -> 
     """Evaluate the panel and store it; a label already saved is kept unless --force."""
     import duckdb
 
-    from ._io import changed_files, check_output, write_files
-    from ._version import __version__
-    from .errors import PlanError
-    from .snapshot import GOLDEN, evaluate, has_label, save, structure_version
-    from .snapshot import to_text as as_text
+    from .._io import changed_files, check_output, write_files
+    from .._version import __version__
+    from ..engine.structure import structure_version
+    from ..errors import PlanError
+    from ..snapshot import GOLDEN, evaluate, has_label, save
+    from ..snapshot import to_text as as_text
 
     label = label or f"{__version__}+{structure_version()}"
     if has_label(db, label) and not force:
@@ -1371,7 +1381,7 @@ def snapshot_save(db: str, label: Optional[str], to_text: bool, force: bool) -> 
 def snapshot_diff(a: str, b: str, db: Optional[str], tolerance: float, expected: str, as_json: bool) -> None:
     """Changed cells between snapshots A and B (default: the shipped panel and the current code);
     exit 1 when a change above the tolerance is not declared in the expected file."""
-    from .snapshot import diff, load, load_expected
+    from ..snapshot import diff, load, load_expected
 
     rep = diff(load(a, db=db), load(b, db=db), tolerance=tolerance, expected=load_expected(expected))
     if as_json:
@@ -1415,7 +1425,7 @@ def _frame_out(df: Any, fmt: str) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 def catalog_list(fmt: str) -> None:
     """List devices with their dense peaks, memory and verified flag."""
-    from .catalog import default_catalog
+    from ..catalog.store import default_catalog
 
     df = default_catalog().sql(
         "SELECT name, vendor, arch, tflops_bf16, tflops_fp8, tflops_fp4, tflops_fp32, memory_gb, memory_bw_gbs, "
@@ -1429,7 +1439,7 @@ def catalog_list(fmt: str) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def catalog_show(name: str, as_json: bool) -> None:
     """Show one device row with its source."""
-    from .catalog import default_catalog
+    from ..catalog.store import default_catalog
 
     cat = default_catalog()
     canonical = cat.resolve(name)
@@ -1459,9 +1469,9 @@ def catalog_audit(fmt: str, out: Optional[str], force: bool) -> None:
     """Run every audit query; exit 1 when a must-pass audit returns rows."""
     import polars as pl
 
-    from ._io import atomic_output, check_output
-    from .catalog import default_catalog
-    from .errors import PlanError
+    from .._io import atomic_output, check_output
+    from ..catalog.store import default_catalog
+    from ..errors import PlanError
 
     if out is not None:
         if fmt == "summary":
@@ -1512,8 +1522,8 @@ def catalog_export(out: str, force: bool) -> None:
     runtimes), built now through DuckDB; rerun it after editing data/, then reinstall.
 
     A file that already holds the export is left alone; one that differs is replaced only with --force."""
-    from ._io import changed_files, check_output, write_files
-    from .catalog import engine_export_text
+    from .._io import changed_files, check_output, write_files
+    from ..catalog.store import engine_export_text
 
     path = check_output(out, force=True, what="--out", hint="run from the repository root, or pass --out")
     changed = changed_files({path: engine_export_text()}, force=force, what="catalog export")
@@ -1526,7 +1536,7 @@ def catalog_export(out: str, force: bool) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 def catalog_sql(query: str, fmt: str) -> None:
     """Run a read-only SQL query against the catalog database."""
-    from .catalog import default_catalog
+    from ..catalog.store import default_catalog
 
     _frame_out(default_catalog().sql(query), fmt)
 
@@ -1543,8 +1553,8 @@ def model_list(fmt: str) -> None:
     whether the engine prices them and the towers (vision, audio) left out of the counts."""
     import polars as pl
 
-    from .errors import ModelConfigError
-    from .models import Model, bundled_names
+    from ..errors import ModelConfigError
+    from ..models.config import Model, bundled_names
 
     rows: list[dict[str, Any]] = []
     for name in bundled_names():
@@ -1574,7 +1584,7 @@ def model_list(fmt: str) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def model_show(name: str, as_json: bool) -> None:
     """Show the normalised structure and parameter counts of a model."""
-    from .models import Model
+    from ..models.config import Model
 
     s = Model.from_config(name).summary()
     if as_json:
@@ -1649,9 +1659,9 @@ def recommend(
 ) -> None:  # fmt: skip
     """The cheapest plans (device, runtime, weights, TP/EP, replicas, prefill/decode split) that serve a rate
     within TTFT and TPOT objectives, with the cost-TTFT Pareto frontier."""
-    from ._io import check_output
-    from .recommend import recommend as run
-    from .sweeps import parse_axis
+    from .._io import check_output
+    from ..recommend import recommend as run
+    from ..sweeps.sweep import parse_axis
 
     if plot_path is not None:  # before the search, not after it
         check_output(plot_path, force=force, what="plot")
@@ -1674,7 +1684,7 @@ def recommend(
     if ray_address is not None and r.run is not None:
         click.echo(r.run.text(), err=True)
     if plot_path is not None:
-        from . import plot
+        from .. import plot
 
         click.echo(f"frontier: {plot.save(plot.frontier(r), plot_path, force=force)}", err=as_json)
 
@@ -1705,7 +1715,7 @@ def _plot_plan_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _plot_estimate(hardware: str, kw: dict[str, Any], breakdown: bool = True) -> Any:
-    from .estimate import estimate as run
+    from ..engine.estimate import estimate as run
 
     plan = {k: kw[k] for k in ("batch", "prompt", "output", "tp", "ep", "pp", "dtype", "weight_dtype", "kv_dtype",
                                "runtime")}  # fmt: skip
@@ -1723,7 +1733,7 @@ def plot() -> None:
 @_plot_plan_options
 def plot_roofline(hardware: str, **kw: Any) -> None:
     """Each operator's arithmetic intensity and achieved FLOP/s, prefill and decode, under the device's roofs."""
-    from . import plot as figures
+    from .. import plot as figures
 
     click.echo(f"wrote {figures.save(figures.roofline(_plot_estimate(hardware, kw)), kw['out'], force=kw['force'])}")
 
@@ -1734,7 +1744,7 @@ def plot_roofline(hardware: str, **kw: Any) -> None:
 @_plot_plan_options
 def plot_waterfall(hardware: str, phase: str, **kw: Any) -> None:
     """A decode step's time (TPOT) by operator class, communication and overheads included."""
-    from . import plot as figures
+    from .. import plot as figures
 
     fig = figures.waterfall(_plot_estimate(hardware, kw), phase)
     click.echo(f"wrote {figures.save(fig, kw['out'], force=kw['force'])}")
@@ -1747,8 +1757,8 @@ def plot_waterfall(hardware: str, phase: str, **kw: Any) -> None:
 @_plot_plan_options
 def plot_scaling(hardware: tuple[str, ...], over: str, values: str, **kw: Any) -> None:
     """TTFT, TPOT and throughput over batch, prompt, output or TP, one line per device."""
-    from . import plot as figures
-    from .sweeps import parse_axis
+    from .. import plot as figures
+    from ..sweeps.sweep import parse_axis
 
     plan = {k: kw[k] for k in ("batch", "prompt", "output", "tp", "ep", "pp", "dtype", "weight_dtype", "kv_dtype",
                                "runtime") if k != over}  # fmt: skip
@@ -1768,8 +1778,8 @@ def plot_scaling(hardware: tuple[str, ...], over: str, values: str, **kw: Any) -
 @_plot_plan_options
 def plot_compare(hardware: str, plans: tuple[str, ...], **kw: Any) -> None:
     """Plans side by side: TTFT, TPOT, throughput and memory per device."""
-    from . import plot as figures
-    from .errors import PlanError
+    from .. import plot as figures
+    from ..errors import PlanError
 
     ints = ("batch", "prompt", "output", "tp", "ep", "pp")
     keys = ("hardware", *ints, "dtype", "weight_dtype", "kv_dtype", "runtime")
@@ -1866,7 +1876,3 @@ def main(argv: Optional[list[str]] = None) -> None:
             f"internal error (please report): {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", err=True
         )
         sys.exit(70)
-
-
-if __name__ == "__main__":
-    main()
