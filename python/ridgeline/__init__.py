@@ -4,6 +4,8 @@
 >>> e = ridgeline.estimate("meta-llama/Llama-3.1-8B", "H100_SXM")
 >>> e.fits
 True
+>>> ridgeline.estimate("meta-llama/Llama-3.1-8B", "H100_SXM", plan=ridgeline.Plan(tp=2)).plan["tp"]
+2
 >>> ridgeline.sweep({"model": "meta-llama/Llama-3.1-8B", "hardware": "H100_SXM", "batch": [1, 8]}).height
 2
 """
@@ -11,6 +13,7 @@ True
 from ._version import __version__
 from .catalog.store import Catalog, Device
 from .engine.estimate import Estimate, estimate
+from .engine.plan import Plan
 from .errors import (
     CatalogError,
     ClusterError,
@@ -37,6 +40,7 @@ __all__ = [
     "HardwareError",
     "Model",
     "ModelConfigError",
+    "Plan",
     "PlanError",
     "Recommendation",
     "RidgelineError",

@@ -257,9 +257,10 @@ def scaling(model: str, hardware: Sequence[str], axis: str, values: Sequence[int
     if not values:
         raise PlanError(f"values: give at least one {axis}")
     plt = _pyplot("png")
+    calibrated = plan.pop("calibrated", True)
     grid = {**{k: v for k, v in plan.items() if v is not None}, "model": model, "hardware": list(hardware),
             axis: list(values)}  # fmt: skip
-    df = sweep(grid)
+    df = sweep(grid, calibrated=calibrated)
     drawn = df.filter(pl.col("error").is_null() & pl.col("fits"))
     if drawn.height == 0:
         why = df.filter(pl.col("error").is_not_null())["error"].to_list()

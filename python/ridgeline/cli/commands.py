@@ -16,6 +16,7 @@ from .._fmt import ms as _ms
 from .._fmt import pct, sig
 from .._fmt import table as _table
 from ..errors import RidgelineError, exit_code
+from .options import INCLUDE_BOUND, RAY, plan_options
 
 GB = 1e9
 
@@ -26,32 +27,6 @@ GB = 1e9
 def cli(ctx: click.Context, debug: bool) -> None:
     """ridgeline: how fast, how big and how costly is model M on hardware H under plan P."""
     ctx.obj = {"debug": debug}
-
-
-DTYPES = "fp32, tf32, bf16, fp16 (weights and KV also fp8, int8)"
-#: The option every command that reckons a cost takes (estimate, simulate, sweep, recommend).
-_AMORTISE_YEARS = click.option(
-    "--amortise-years", type=float, default=None,
-    help="Reckon the cost from the device's cheapest published purchase price spread over these years "
-         "(data/hardware/hardware_purchase.csv), instead of a rental.",
-)  # fmt: skip
-
-
-#: The rankings' option (sweep's summary, recommend): plans that rest on no calibration are kept
-#: apart from calibrated ones unless asked.
-_INCLUDE_BOUND = click.option(
-    "--include-bound", is_flag=True,
-    help="Rank plans that rest on no calibration (basis bound: the efficiency-1 bound, an optimistic upper bound "
-         "on speed) beside calibrated ones, marked; by default they are counted apart.",
-)  # fmt: skip
-
-
-#: The option of the commands whose work can run on a Ray cluster (sweep, simulate, recommend).
-_RAY = click.option(
-    "--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
-    help='Run the work as tasks on a Ray cluster: --ray alone starts one on this machine, --ray auto joins the '
-         'running one (or RAY_ADDRESS), --ray HOST:PORT that one. Needs pip install "ridgeline[ray]".',
-)  # fmt: skip
 
 
 def _ray_backend(ray_address: Optional[str]) -> str:
@@ -79,166 +54,20 @@ def _ray_backend(ray_address: Optional[str]) -> str:
     help="Catalog device name or alias, or a name as written ('NVIDIA H100 SXM5 80GB') that names one device "
     "(see `ridgeline catalog list`).",
 )
-@click.option("--batch", type=int, default=1, show_default=True, help="Concurrent sequences.")
-@click.option("--prompt", type=int, default=1024, show_default=True, help="Prompt tokens per sequence.")
-@click.option("--output", type=int, default=256, show_default=True, help="Output tokens per sequence.")
-@click.option("--prefix", type=int, default=0, show_default=True, help="Tokens already cached before the prompt.")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree.")
-@click.option("--ep", type=int, default=1, show_default=True,
-              help="Expert-parallel degree (divides --tp x --attention-dp).")  # fmt: skip
-@click.option("--attention-dp", type=int, default=1, show_default=True,
-              help="Attention data-parallel groups of --tp ranks sharing the routed experts.")  # fmt: skip
-@click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages.")
-@click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel replicas (throughput only).")
-@click.option("--microbatches", type=int, default=None, help="Micro-batches per pipeline round (default: --pp).")
-@click.option("--devices-per-node", type=int, default=None, help="Devices per node (default: catalog).")
-@click.option("--scaleout-gbs", type=float, default=None, help="Scale-out GB/s per device per direction.")
-@click.option("--scaleout-latency-us", type=float, default=None, help="Scale-out per-hop latency in us.")
-@click.option("--dtype", default="bf16", show_default=True, help=f"Activation/compute dtype: {DTYPES}.")
-@click.option(
-    "--weight-dtype",
-    default=None,
-    help="Weight format: a dtype (bf16, fp8, int8), int4/w4a16, gptq, awq, mxfp4, nvfp4 or a GGUF type "
-    "(q4_0, q4_k_m, q8_0, ...). Default: the checkpoint's quantization_config, else --dtype.",
-)
-@click.option("--kv-dtype", default=None, help="KV-cache dtype (default: --dtype).")
-@click.option(
-    "--chunk",
-    type=int,
-    default=None,
-    help="Chunked-prefill token budget per step. Default: the runtime's (llama.cpp: n_ubatch 512; else one step).",
-)
-@click.option(
-    "--runtime",
-    default=None,
-    help="Runtime that runs the plan and whose calibration prices it (llamacpp-cuda, llamacpp-metal, trtllm, "
-    "vllm, ...; 'none': the plan as written at the bound). Default: of the runtimes that run on the device, "
-    "vllm where fitted, else the best-covered one; none where no calibrated runtime runs there. The output says which.",
-)
-@click.option(
-    "--routing-skew",
-    type=float,
-    default=None,
-    help="Zipf exponent of MoE expert popularity (0: uniform routing). Default: the calibration's fit, else 0.",
-)
-@click.option(
-    "--no-flash-attention",
-    is_flag=True,
-    help="The runtime materialises the attention scores (llama.cpp without -fa): full rectangle, scores via memory.",
-)
-@click.option(
-    "--swa-cache-extra",
-    type=int,
-    default=None,
-    help="Cells a sliding-window layer's KV cache holds beyond the window, read by every decode step "
-    "(llama.cpp: its -ub, the SWA cache being window + n_ubatch per sequence). Default: the runtime's (0 without one).",
-)
-@click.option(
-    "--kv-pad",
-    type=int,
-    default=None,
-    help="Decode reads the KV cache in multiples of this many cells. Default: the runtime's "
-    "(llama.cpp 256; 1, exactly the cells used, without one).",
-)
-@click.option(
-    "--kv-skip-masked-tail/--no-kv-skip-masked-tail",
-    default=None,
-    help="With several sequences, decode skips trailing KV tiles with no attended cell (llama.cpp CUDA flash "
-    "attention): a wrapped sliding-window ring is read up to its newest cell. Default: the runtime's.",
-)
-@click.option(
-    "--decode-graphs/--no-decode-graphs",
-    default=None,
-    help="One-token decode steps (batch 1) are replayed from a captured CUDA graph: no per-kernel launch "
-    "overhead (llama.cpp CUDA). Default: the runtime's.",
-)
-@click.option(
-    "--price-per-hour", type=float, default=None,
-    help="USD per device-hour for the cost (default: the cheapest published on-demand offer for the device).",
-)  # fmt: skip
-@_AMORTISE_YEARS
+@plan_options("estimate")
 @click.option("--breakdown", is_flag=True, help="Print the per-operator breakdown.")
 @click.option(
     "--verbose", "-v", is_flag=True, help="Also print utilisation, the memory parts and the fitted parameters."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (stable keys).")
 @click.option("--allow-no-fit", is_flag=True, help="Report a plan that does not fit instead of failing (exit 4).")
-@click.option(
-    "--uncalibrated",
-    is_flag=True,
-    help="Ignore the runtime's calibration: the efficiency-1 bound of the same plan, run the same way.",
-)
 def estimate(
-    model: str,
-    hardware: str,
-    batch: int,
-    prompt: int,
-    output: int,
-    prefix: int,
-    tp: int,
-    ep: int,
-    attention_dp: int,
-    pp: int,
-    dp: int,
-    microbatches: Optional[int],
-    devices_per_node: Optional[int],
-    scaleout_gbs: Optional[float],
-    scaleout_latency_us: Optional[float],
-    dtype: str,
-    weight_dtype: Optional[str],
-    kv_dtype: Optional[str],
-    chunk: Optional[int],
-    runtime: Optional[str],
-    routing_skew: Optional[float],
-    no_flash_attention: bool,
-    swa_cache_extra: Optional[int],
-    kv_pad: Optional[int],
-    kv_skip_masked_tail: Optional[bool],
-    decode_graphs: Optional[bool],
-    price_per_hour: Optional[float],
-    amortise_years: Optional[float],
-    breakdown: bool,
-    verbose: bool,
-    as_json: bool,
-    allow_no_fit: bool,
-    uncalibrated: bool,
+    model: str, hardware: str, breakdown: bool, verbose: bool, as_json: bool, allow_no_fit: bool, **plan: Any
 ) -> None:
     """Estimate one plan: TTFT, TPOT, throughput, memory fit."""
     from ..engine.estimate import estimate as run
 
-    e = run(
-        model,
-        hardware,
-        batch=batch,
-        prompt=prompt,
-        output=output,
-        prefix=prefix,
-        tp=tp,
-        ep=ep,
-        attention_dp=attention_dp,
-        pp=pp,
-        dp=dp,
-        microbatches=microbatches,
-        devices_per_node=devices_per_node,
-        scaleout_gbs=scaleout_gbs,
-        scaleout_latency_us=scaleout_latency_us,
-        dtype=dtype,
-        weight_dtype=weight_dtype,
-        kv_dtype=kv_dtype,
-        chunk=chunk,
-        runtime=runtime,
-        routing_skew=routing_skew,
-        flash_attention=not no_flash_attention,
-        swa_cache_extra=swa_cache_extra,
-        kv_pad=kv_pad,
-        kv_skip_masked_tail=kv_skip_masked_tail,
-        decode_graphs=decode_graphs,
-        allow_no_fit=allow_no_fit,
-        calibrated=not uncalibrated,
-        breakdown=breakdown,
-        price_per_hour=price_per_hour,
-        amortise_years=amortise_years,
-    )
+    e = run(model, hardware, allow_no_fit=allow_no_fit, breakdown=breakdown, **plan)
     if as_json:
         click.echo(json.dumps(e.to_dict(breakdown=breakdown), indent=2))
         return
@@ -351,8 +180,6 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
 )
 @click.option("--model", "-m", default=None, help="Bundled Hugging Face id, or a path to config.json.")
 @click.option("--hardware", "-H", default=None, help="Catalog device name or alias.")
-@click.option("--tp", type=int, default=None, help="Tensor-parallel degree (default 1).")
-@click.option("--ep", type=int, default=None, help="Expert-parallel degree (default 1).")
 @click.option("--instances", type=int, default=None, help="Identical instances behind the router (default 1).")
 @click.option(
     "--router",
@@ -371,10 +198,6 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
     help="Disaggregated: GB/s per rank the KV moves at (default: the catalog's scale-out link).",
 )
 @click.option("--kv-link-latency-us", type=float, default=None, help="Disaggregated: KV transfer latency in us.")
-@click.option("--runtime", default=None, help="vllm, sglang or trtllm: its calibration and scheduler defaults.")
-@click.option("--dtype", default=None, help=f"Activation dtype (default bf16): {DTYPES}.")
-@click.option("--weight-dtype", default=None, help="Weight storage format (as estimate).")
-@click.option("--kv-dtype", default=None, help="KV-cache dtype.")
 @click.option("--rate", default=None, help="Open loop: requests per second (Poisson); a list (2,4,8) sweeps the rates.")
 @click.option("--burstiness", type=float, default=None, help="Gamma arrivals: the gaps' coefficient of variation.")
 @click.option("--concurrency", type=int, default=None, help="Closed loop: clients, each sending when its last ends.")
@@ -413,9 +236,7 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
 @click.option(
     "--out", type=click.Path(file_okay=False), default=None, help="Folder for requests.parquet and series.parquet."
 )
-@click.option("--price-per-hour", type=float, default=None,
-              help="USD per device-hour for the cost (default: the cheapest published on-demand offer).")  # fmt: skip
-@_AMORTISE_YEARS
+@plan_options("simulate")
 @click.option("--sample-ms", type=float, default=100.0, show_default=True, help="Time-series interval with --out.")
 @click.option("--force", is_flag=True, help="Overwrite files in --out and figures in --plot.")
 @click.option(
@@ -434,11 +255,10 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
     default=None,
     help="Search the highest Poisson rate at which this share (0-1] of requests meets the SLOs.",
 )
-@click.option("--uncalibrated", is_flag=True, help="Price steps at the efficiency-1 bound.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@_RAY
+@RAY
 def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, force: bool, plot_dir: Optional[str],
-             fmt: str, max_share: Optional[float], uncalibrated: bool, as_json: bool, ray_address: Optional[str],
+             fmt: str, max_share: Optional[float], as_json: bool, ray_address: Optional[str],
              **flags: Any) -> None:  # fmt: skip
     """Simulate a serving instance under load: TTFT, TPOT, ITL, throughput, goodput.
 
@@ -453,6 +273,7 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
     args = _scenario(scenario)
     grid: list[dict[str, Any]] = args.pop("grid", None) or []
     args.update({k: v for k, v in flags.items() if v is not None})
+    calibrated = args.pop("calibrated", True)
     for k in ("model", "hardware"):
         if k not in args and not (grid and all(k in g for g in grid)):
             raise PlanError(f"{k}: required (--{k} or the scenario file's {k} key)")
@@ -481,7 +302,7 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
         # the grid's entries, each at every rate given (a rate of the entry's own is kept)
         at: list[Optional[float]] = [*rates] or [None]
         runs = [{**({"rate": r} if r is not None else {}), **g} for g in (grid or [{}]) for r in at]
-        _grid_run(model, hardware, runs, args, calibrated=not uncalibrated, as_json=as_json, plot_dir=plot_dir,
+        _grid_run(model, hardware, runs, args, calibrated=calibrated, as_json=as_json, plot_dir=plot_dir,
                   fmt=fmt, ray_address=ray_address)  # fmt: skip
         return
     if max_share is not None:
@@ -490,7 +311,7 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
         if backend == "ray":
             raise PlanError("--max-rate: its bisection runs one rate after another, here; leave out --ray")
 
-        rate, s = max_rate(model, hardware, share=max_share, calibrated=not uncalibrated, **args)
+        rate, s = max_rate(model, hardware, share=max_share, calibrated=calibrated, **args)
         if as_json:
             click.echo(json.dumps({"max_rate_req_s": rate, **s.to_dict()}, indent=2))
             return
@@ -503,7 +324,7 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
         args["rate"] = rates[0]
     detail = out is not None or plot_dir is not None
     kw: dict[str, Any] = {"keep_requests": detail, "sample_s": sample_ms / 1e3 if detail else None,
-                          "calibrated": not uncalibrated}  # fmt: skip
+                          "calibrated": calibrated}  # fmt: skip
     if backend == "ray":  # one run, as one task on the cluster
         s = simulate_grid(model, hardware, [args], backend=backend, ray_address=ray_address, **kw)[0]
     else:
@@ -751,25 +572,7 @@ def collective(
 @cli.command()
 @click.option("--model", "-m", "models", multiple=True, help="Model(s); repeat or comma-separate.")
 @click.option("--hardware", "-H", "hardware", multiple=True, help="Device(s); repeat or comma-separate.")
-@click.option("--batch", multiple=True, help="Batch sizes: 1,8,64 or 1..256:x2.")
-@click.option("--prompt", multiple=True, help="Prompt lengths: 128..32768:x2.")
-@click.option("--output", multiple=True, help="Output lengths.")
-@click.option("--tp", multiple=True, help="TP degrees: 1,2,4,8.")
-@click.option("--pp", multiple=True, help="Pipeline stages.")
-@click.option("--ep", multiple=True, help="Expert-parallel degrees (1 or TP).")
-@click.option("--dp", multiple=True, help="Data-parallel replicas.")
-@click.option("--chunk", multiple=True, help="Chunked-prefill budgets (0: none).")
-@click.option("--dtype", multiple=True, help="Activation dtypes.")
-@click.option("--weight-dtype", multiple=True, help="Weight formats (see estimate --help).")
-@click.option("--kv-dtype", multiple=True, help="KV-cache dtypes.")
-@click.option(
-    "--runtime",
-    multiple=True,
-    help="Runtime(s) whose way of running and calibration price the plans, as estimate --runtime does "
-    "('none': the plan as written at the bound). Default: the one estimate picks for each device "
-    "(the runtime and calibration columns say which).",
-)
-@click.option("--uncalibrated", is_flag=True, help="The efficiency-1 bound of the same plans, run the same way.")
+@plan_options("sweep")
 @click.option("--grid", "grid_file", type=click.Path(exists=True, dir_okay=False), help="A YAML or JSON grid file.")
 @click.option("--out", default=None, help="results.parquet, results.csv or results.duckdb:table.")
 @click.option("--force", is_flag=True, help="Replace an existing --out file (or DuckDB table).")
@@ -778,25 +581,11 @@ def collective(
 @click.option("--columns", "show_columns", is_flag=True, help="Print the output columns with their units and exit.")
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True,
               help="Without --out: the best plans the summary lists per ranking.")  # fmt: skip
-@_INCLUDE_BOUND
-@_AMORTISE_YEARS
-@_RAY
+@INCLUDE_BOUND
+@RAY
 def sweep(
     models: tuple[str, ...],
     hardware: tuple[str, ...],
-    batch: tuple[str, ...],
-    prompt: tuple[str, ...],
-    output: tuple[str, ...],
-    tp: tuple[str, ...],
-    pp: tuple[str, ...],
-    ep: tuple[str, ...],
-    dp: tuple[str, ...],
-    chunk: tuple[str, ...],
-    dtype: tuple[str, ...],
-    weight_dtype: tuple[str, ...],
-    kv_dtype: tuple[str, ...],
-    runtime: tuple[str, ...],
-    uncalibrated: bool,
     grid_file: Optional[str],
     out: Optional[str],
     force: bool,
@@ -805,8 +594,10 @@ def sweep(
     show_columns: bool,
     top: int,
     include_bound: bool,
-    amortise_years: Optional[float],
     ray_address: Optional[str],
+    calibrated: bool,
+    amortise_years: Optional[float],
+    **axes: tuple[str, ...],
 ) -> None:
     """Evaluate a grid of plans in the Rust core across all cores, or across a Ray cluster (--ray).
 
@@ -835,12 +626,7 @@ def sweep(
         click.echo(_table(list(SWEEP_COLUMNS.items())))
         return
     grid: dict[str, Any] = load_grid_file(grid_file) if grid_file else {}
-    flags = {"model": models, "hardware": hardware, "batch": batch, "prompt": prompt, "output": output, "tp": tp,
-             "pp": pp, "ep": ep, "dp": dp, "chunk": chunk, "dtype": dtype, "weight_dtype": weight_dtype,
-             "kv_dtype": kv_dtype}  # fmt: skip
-    grid.update({k: list(v) for k, v in flags.items() if v})
-    if runtime:
-        grid["runtime"] = list(runtime)
+    grid.update({k: list(v) for k, v in {"model": models, "hardware": hardware, **axes}.items() if v})
     if chunk_size < 1:
         raise click.BadParameter("must be >= 1", param_hint="--chunk-size")
     backend = _ray_backend(ray_address)
@@ -856,7 +642,7 @@ def sweep(
         bar.__enter__()
     report = None
     kw: dict[str, Any] = {"chunk_size": chunk_size, "progress": bar.update if bar else None,
-                          "calibrated": not uncalibrated, "amortise_years": amortise_years}  # fmt: skip
+                          "calibrated": calibrated, "amortise_years": amortise_years}  # fmt: skip
     try:
         df = None
         if folder:
@@ -1645,9 +1431,9 @@ def model_show(name: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Every plan and refusal as JSON.")
 @click.option("--plot", "plot_path", default=None, help="Write the cost-TTFT frontier here (.png or .svg).")
 @click.option("--force", is_flag=True, help="Replace an existing --plot file.")
-@_INCLUDE_BOUND
-@_AMORTISE_YEARS
-@_RAY
+@INCLUDE_BOUND
+@plan_options("recommend", only=("amortise_years",))
+@RAY
 def recommend(
     model: str, rate: Optional[float], concurrency: Optional[int], slo_ttft_ms: Optional[float],
     slo_tpot_ms: Optional[float], percentile: float,
@@ -1689,21 +1475,27 @@ def recommend(
         click.echo(f"frontier: {plot.save(plot.frontier(r), plot_path, force=force)}", err=as_json)
 
 
+#: The plan settings the plot commands share with estimate (the plan, not the runtime's knobs).
+PLOT_PLAN = (
+    "batch",
+    "prompt",
+    "output",
+    "tp",
+    "ep",
+    "pp",
+    "dtype",
+    "weight_dtype",
+    "kv_dtype",
+    "runtime",
+    "calibrated",
+)
+
+
 def _plot_plan_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """The plan flags the plot commands share with estimate (a subset: the plan, not the runtime's knobs)."""
+    """The model, the plan settings of ``PLOT_PLAN`` (from ``Plan``, as estimate shows them) and the figure."""
     opts = [
         click.option("--model", "-m", required=True, help="Bundled Hugging Face id, or a path to config.json."),
-        click.option("--batch", type=int, default=1, show_default=True, help="Concurrent sequences."),
-        click.option("--prompt", type=int, default=1024, show_default=True, help="Prompt tokens per sequence."),
-        click.option("--output", type=int, default=256, show_default=True, help="Output tokens per sequence."),
-        click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
-        click.option("--ep", type=int, default=1, show_default=True, help="Expert-parallel degree."),
-        click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages."),
-        click.option("--dtype", default="bf16", show_default=True, help=f"Activation dtype: {DTYPES}."),
-        click.option("--weight-dtype", default=None, help="Weight storage format (as estimate)."),
-        click.option("--kv-dtype", default=None, help="KV-cache dtype (default: --dtype)."),
-        click.option("--runtime", default=None, help="Runtime (as estimate; default: the device's)."),
-        click.option("--uncalibrated", is_flag=True, help="The efficiency-1 bound of the same plan."),
+        plan_options("estimate", only=PLOT_PLAN),
         click.option("--out", "-o", required=True, help="The figure: a .png or .svg path."),
         click.option("--force", is_flag=True, help="Replace an existing --out file."),
         click.option("--allow-no-fit", is_flag=True,
@@ -1717,10 +1509,8 @@ def _plot_plan_options(f: Callable[..., Any]) -> Callable[..., Any]:
 def _plot_estimate(hardware: str, kw: dict[str, Any], breakdown: bool = True) -> Any:
     from ..engine.estimate import estimate as run
 
-    plan = {k: kw[k] for k in ("batch", "prompt", "output", "tp", "ep", "pp", "dtype", "weight_dtype", "kv_dtype",
-                               "runtime")}  # fmt: skip
-    return run(kw["model"], hardware, **plan, calibrated=not kw["uncalibrated"], breakdown=breakdown,
-               allow_no_fit=kw["allow_no_fit"])  # fmt: skip
+    plan = {k: kw[k] for k in PLOT_PLAN}
+    return run(kw["model"], hardware, **plan, breakdown=breakdown, allow_no_fit=kw["allow_no_fit"])
 
 
 @cli.group()
@@ -1760,10 +1550,7 @@ def plot_scaling(hardware: tuple[str, ...], over: str, values: str, **kw: Any) -
     from .. import plot as figures
     from ..sweeps.sweep import parse_axis
 
-    plan = {k: kw[k] for k in ("batch", "prompt", "output", "tp", "ep", "pp", "dtype", "weight_dtype", "kv_dtype",
-                               "runtime") if k != over}  # fmt: skip
-    if kw["uncalibrated"]:
-        plan["runtime"] = plan["runtime"] or None
+    plan = {k: kw[k] for k in PLOT_PLAN if k != over}
     fig = figures.scaling(kw["model"], list(hardware), over, parse_axis(over, values), **plan)
     click.echo(f"wrote {figures.save(fig, kw['out'], force=kw['force'])}")
 

@@ -17,6 +17,8 @@ from ..errors import DoesNotFitError, PlanError
 from ..models import quant
 from ..models.config import Model, identify
 from .collectives import protocol_json, resolve_topology
+from .plan import NAMES as PLAN_FIELDS
+from .plan import Plan, merged
 from .runtimes import _NO_RUNTIME_EXECUTION, KERNEL_RUNTIMES, choose_runtime, collective_library, runtime_execution
 
 GB = 1e9
@@ -450,6 +452,7 @@ def estimate(
     model: str | Model,
     hardware: str | Device,
     *,
+    plan: Optional[Plan] = None,
     batch: int = 1,
     prompt: int = 1024,
     output: int = 256,
@@ -487,6 +490,9 @@ def estimate(
     Args:
         model: a bundled Hugging Face id, a path to a config.json, or a ``Model``.
         hardware: a catalog name or alias, or a ``Device``.
+        plan: the plan's settings as one ``Plan`` (``ridgeline.Plan(tp=2, batch=8)``), instead of
+            the keywords below or beside them: a keyword set to other than its default must agree
+            with the plan. Each keyword is a field of ``Plan``, whose help says the same.
         batch: concurrent sequences.
         prompt: prompt tokens per sequence.
         output: output tokens per sequence (the first comes from prefill).
@@ -556,6 +562,9 @@ def estimate(
     >>> e.calibration, e.basis, e.fits
     ('calibrated (H100_SXM, vllm 0.24.0, 107425 rows)', 'measured', True)
     """
+    if plan is not None:
+        settings = merged(plan, {k: v for k, v in locals().items() if k in PLAN_FIELDS}, "estimate")
+        return estimate(model, hardware, allow_no_fit=allow_no_fit, breakdown=breakdown, catalog=catalog, **settings)
     # What the plan's numbers do not change (model, device, precisions, runtime, calibration,
     # links) is resolved once and kept: a warm call checks the numbers and prices them. Each
     # value is keyed with its exact type (a True is not the 1 a cached chunk was given as), an

@@ -21,6 +21,8 @@ from .._fmt import sig
 from .._fmt import table as _table
 from ..catalog.store import Catalog, Device
 from ..engine.estimate import POWER_SOURCE, missing_price, prepare, price_of, pricing, usd_per_million
+from ..engine.plan import SIMULATE as PLAN_SIMULATE
+from ..engine.plan import Plan, merged
 from ..errors import PlanError
 from ..sweeps.cluster import RunReport, by_name, check_backend, run_tasks
 
@@ -507,6 +509,7 @@ def simulate(
     model: Any,
     hardware: Any,
     *,
+    plan: Optional[Plan] = None,
     rate: Optional[float] = None,
     burstiness: float = 1.0,
     concurrency: Optional[int] = None,
@@ -556,6 +559,9 @@ def simulate(
     Args:
         model, hardware, tp, ep, runtime, dtype, weight_dtype, kv_dtype, calibrated, catalog: as
             ``estimate``; the runtime also gives the scheduler's defaults.
+        plan: those settings, ``prompt``, ``output`` and the price as one ``Plan`` instead (a keyword
+            beside it, set to other than its default, must agree); a plan that sets what the
+            simulator decides itself (batch, chunk, pp, ...) is refused.
         price_per_hour: USD per device-hour for ``cost`` (default: the cheapest published on-demand
             offer for the device; none published: cost is missing).
         amortise_years: reckon ``cost`` from the cheapest published purchase price spread over
@@ -601,6 +607,10 @@ def simulate(
     >>> s.counts["completed"]
     8
     """
+    if plan is not None:
+        args = {k: v for k, v in locals().items() if k not in ("plan", "scheduler", "model", "hardware")}
+        args.update(merged(plan, {k: args[k] for k in PLAN_SIMULATE}, "simulate", PLAN_SIMULATE))
+        return simulate(model, hardware, **args, **scheduler)
     unknown = sorted(set(scheduler) - set(SCHEDULER_FIELDS))
     if unknown:
         raise PlanError(f"{unknown[0]}: not a simulate argument (scheduler fields: {', '.join(SCHEDULER_FIELDS)})")

@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional
 from .. import _checks, _core
 from .._checks import MAX_EXACT, flag, whole
 from ..catalog.store import Catalog, default_catalog
+from ..engine.plan import Plan, merged
 from ..errors import InternalError, PlanError
 from ..models.config import Model
 from .cluster import RunReport, check_backend, fingerprint, run_tasks
@@ -504,6 +505,23 @@ def is_folder(out: str) -> bool:
     return out.endswith(("/", os.sep)) or p.is_dir() or (out != "" and p.suffix == "" and ":" not in p.name)
 
 
+def with_plan(
+    grid: Mapping[str, Any], plan: Plan, calibrated: bool, amortise_years: Optional[float]
+) -> tuple[dict[str, Any], bool, Optional[float]]:
+    """A grid with a plan's settings: its axes set by the plan (each one value; an axis the grid
+    has too is refused), and the sweep's ``calibrated`` and ``amortise_years``."""
+    if not isinstance(grid, Mapping):
+        raise PlanError(f"grid: expected a mapping of axis names to values, got {type(grid).__name__}")
+    axes = frozenset(NUMERIC_AXES + CATEGORICAL_AXES)
+    kw = merged(plan, {"calibrated": calibrated, "amortise_years": amortise_years}, "sweep",
+                axes | {"calibrated", "amortise_years"})  # fmt: skip
+    both = sorted(k for k in plan.changed() if k in axes and k in grid)
+    if both:
+        raise PlanError(f"plan: {', '.join(both)} is set by both the grid and plan=; give each in one place")
+    out = {**grid, **{k: [v] for k, v in plan.changed().items() if k in axes}}
+    return out, kw["calibrated"], kw["amortise_years"]
+
+
 def sweep(
     grid: Mapping[str, Any],
     *,
@@ -514,8 +532,14 @@ def sweep(
     amortise_years: Optional[float] = None,
     backend: str = "local",
     ray_address: Optional[str] = None,
+    plan: Optional[Plan] = None,
 ) -> Any:
     """Evaluates a grid of plans and returns a Polars DataFrame (columns in ``SWEEP_COLUMNS``).
+
+    ``plan`` gives the grid's settings that do not vary as one ``Plan``: each field it sets that is
+    an axis (batch, tp, dtype, runtime, ...) is that axis's one value, unless the grid has the axis
+    too (refused); its ``calibrated`` and ``amortise_years`` are those keywords (a keyword set
+    beside it must agree); a field that is not an axis (prefix, kv_pad, ...) is refused.
 
     Each plan runs under the runtime ``estimate`` would choose for its device unless the grid
     has a ``runtime`` axis ("none": the plan as written at the bound); ``calibrated=False``
@@ -535,6 +559,8 @@ def sweep(
     """
     import polars as pl
 
+    if plan is not None:
+        grid, calibrated, amortise_years = with_plan(grid, plan, calibrated, amortise_years)
     kw: dict[str, Any] = {"threads": threads, "catalog": catalog, "calibrated": calibrated,
                           "amortise_years": amortise_years}  # fmt: skip
     if check_backend(backend, ray_address) == "ray":
