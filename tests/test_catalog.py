@@ -4,7 +4,8 @@ import pytest
 import ridgeline
 from cli_in_process import run_main
 from ridgeline import Catalog, CatalogError, UnknownNameError, _data
-from ridgeline.catalog.store import EXPORT_COMMAND, EXPORT_FILE, default_catalog, engine_export_text
+from ridgeline.catalog.export import EXPORT_COMMAND, EXPORT_FILE, engine_export_text
+from ridgeline.catalog.store import default_catalog
 
 REQUIRED = [
     "H100_SXM",

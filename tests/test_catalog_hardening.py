@@ -12,6 +12,8 @@ from pathlib import Path
 import duckdb
 import pytest
 from ridgeline import Catalog, CatalogError
+from ridgeline.catalog import export as export_module
+from ridgeline.catalog import sources as sources_module
 from ridgeline.catalog import store as catalog_module
 from ridgeline.catalog.store import default_catalog
 
@@ -306,15 +308,15 @@ def test_a_build_without_a_readable_shipped_export_says_how_to_make_one(monkeypa
     from ridgeline import _data
 
     files, read = _data.list_files, _data.read_bytes
-    export = catalog_module.EXPORT_FILE
+    export = export_module.EXPORT_FILE
     monkeypatch.setattr(_data, "list_files", lambda p: [f for f in files(p) if shipped is not None or f != export])
     monkeypatch.setattr(_data, "read_bytes", lambda p: shipped if p == export and shipped is not None else read(p))
-    catalog_module._shipped_export.cache_clear()
+    export_module._shipped_export.cache_clear()
     try:
         with pytest.raises(CatalogError) as e:
             Catalog().get("H100_SXM")
     finally:
-        catalog_module._shipped_export.cache_clear()  # the next test reads the real one
+        export_module._shipped_export.cache_clear()  # the next test reads the real one
     assert str(e.value) == (
         "data/hardware/engine_export.json is missing from this build or unreadable; "
         "run `ridgeline catalog export --force` from the repository root and reinstall"
@@ -364,7 +366,7 @@ def test_a_build_removes_the_temp_files_of_dead_builders_only(tmp_path, monkeypa
     monkeypatch.setenv("RIDGELINE_CACHE_DIR", str(tmp_path))
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
-    dead, live, host = child.pid, os.getpid(), catalog_module._host()
+    dead, live, host = child.pid, os.getpid(), sources_module._host()
     stale = [
         tmp_path / f".catalog-{dead}-{host}-k1ll3d.duckdb",
         tmp_path / f".catalog-{dead}-{host}-k1ll3d.duckdb.wal",

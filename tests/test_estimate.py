@@ -7,6 +7,7 @@ import pytest
 import ridgeline
 from ridgeline import DoesNotFitError, Model, PlanError, UnknownNameError, _data
 from ridgeline.catalog.store import Catalog, default_catalog
+from ridgeline.engine.result import BREAKDOWN_COLUMNS
 from ridgeline.models.config import bundled_names
 
 LLAMA = "meta-llama/Llama-3.1-8B"
@@ -37,7 +38,7 @@ def test_prefill_attention_is_the_causal_triangle_through_the_api():
 def test_breakdown_sums_to_the_phase_times():
     e = ridgeline.estimate(LLAMA, "H100_SXM", batch=8, prompt=2048, output=64, tp=2)
     df = e.breakdown
-    assert set(df.columns) == set(ridgeline.estimate.__globals__["BREAKDOWN_COLUMNS"])
+    assert set(df.columns) == set(BREAKDOWN_COLUMNS)
     for phase, total in (("prefill", e.ttft_s), ("decode", e.decode["time_s"])):
         assert df.filter(df["phase"] == phase)["time_s"].sum() == pytest.approx(total, rel=1e-12)
     assert df.filter(df["op"] == "attn_allreduce")["comm_s"].sum() > 0

@@ -12,7 +12,8 @@ import ridgeline
 from cli_in_process import run_main
 from ridgeline.catalog.store import default_catalog
 from ridgeline.errors import PlanError
-from ridgeline.serving.simulator import SCHEDULER_FIELDS, parse_lengths, scheduler_defaults
+from ridgeline.serving.scheduler import SCHEDULER_FIELDS, scheduler_defaults
+from ridgeline.serving.workload import parse_lengths
 
 LLAMA = "meta-llama/Llama-3.1-8B"
 
@@ -313,7 +314,7 @@ def test_a_front_end_overhead_adds_to_ttft_and_e2e_only():
 
 
 def test_max_rate_finds_where_the_slo_share_gives_way():
-    from ridgeline.serving.simulator import max_rate
+    from ridgeline.serving.capacity import max_rate
 
     kw = {"requests": 400, "prompt": "lognormal:1500:0.8", "output": "lognormal:200:0.8", "slo_ttft_ms": 500,
           "slo_tpot_ms": 30}  # fmt: skip

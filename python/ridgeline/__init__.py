@@ -11,9 +11,11 @@ True
 """
 
 from ._version import __version__
-from .catalog.store import Catalog, Device
-from .engine.estimate import Estimate, estimate
+from .catalog.device import Device
+from .catalog.store import Catalog
+from .engine.estimate import estimate
 from .engine.plan import Plan
+from .engine.result import Estimate
 from .errors import (
     CatalogError,
     ClusterError,
@@ -26,7 +28,8 @@ from .errors import (
 )
 from .models.config import Model
 from .recommend import Recommendation, recommend
-from .serving.simulator import Simulation, simulate, simulate_grid
+from .serving.result import Simulation
+from .serving.simulator import simulate, simulate_grid
 from .sweeps.sweep import Dataset, sweep, write_folder
 
 __all__ = [

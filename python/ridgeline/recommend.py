@@ -29,7 +29,7 @@ from . import _checks
 from ._fmt import ms, sig
 from ._fmt import table as _table
 from .catalog.store import Catalog, default_catalog
-from .engine.estimate import missing_price, price_of, usd_per_million
+from .engine.cost import missing_price, price_of, usd_per_million
 from .engine.fits import BOUND, MEASURED
 from .errors import PlanError, RidgelineError
 from .sweeps.cluster import RunReport, by_name, check_backend, run_tasks
@@ -96,7 +96,7 @@ class Recommendation:
     def summary(self, top: int = 10, refused: bool = False) -> str:
         w = self.workload
         slo = ", ".join(f"{k} {w[f'slo_{k.lower()}_ms']:g} ms" for k in ("TTFT", "TPOT") if w[f"slo_{k.lower()}_ms"])
-        from .serving.simulator import length_text
+        from .serving.workload import length_text
 
         lines = [f"{self.model}: {load_text(w)}, prompt {length_text(w['prompt'])}, output "
                  f"{length_text(w['output'])} tokens; p{w['percentile']:g} within {slo}"]  # fmt: skip
@@ -201,7 +201,7 @@ def recommend(
             the plans are the same as a local search's, in the same order.
     """
     from .models.config import Model
-    from .serving.simulator import length_bounds, parse_lengths
+    from .serving.workload import length_bounds, parse_lengths
 
     if check_backend(backend, ray_address) == "ray" and catalog is not None:
         raise PlanError("catalog: Ray workers use their own default catalog (set RIDGELINE_HARDWARE on every node "
@@ -326,7 +326,9 @@ def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str,
     """One device, TP and EP degree, runtime and weight format: its plans (aggregated, and with
     ``disaggregate`` the smallest prefill/decode split meeting the SLOs) and why any was refused."""
     from .engine.estimate import estimate
-    from .serving.simulator import has_scheduler, max_rate, simulate
+    from .serving.capacity import max_rate
+    from .serving.scheduler import has_scheduler
+    from .serving.simulator import simulate
 
     offers = cat.offers(hw, w["amortise_years"])
     if not offers:

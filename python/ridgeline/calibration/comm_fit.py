@@ -17,7 +17,8 @@ from typing import Any, Optional
 
 from .. import _core
 from .._io import csv_text
-from ..catalog.store import LINK_FIT_KEYS, Catalog, Device, default_catalog
+from ..catalog.device import LINK_FIT_KEYS, Device
+from ..catalog.store import Catalog, default_catalog
 from ..engine.collectives import protocol_json
 from ..errors import PlanError
 from .acceptance import within_share

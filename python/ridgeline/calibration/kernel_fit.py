@@ -36,7 +36,8 @@ import numpy as np
 
 from .._io import csv_text
 from .._version import __version__
-from ..catalog.store import Catalog, Device, default_catalog
+from ..catalog.device import Device
+from ..catalog.store import Catalog, default_catalog
 from ..engine.fits import ATTENTION_COLUMNS, ATTENTION_PARAMS, ATTENTION_PHASES, PARAMS, memory_technology
 from ..engine.runtimes import KERNEL_RUNTIMES
 from ..errors import PlanError

@@ -312,7 +312,8 @@ def serving_runs(
     from ..catalog.benchmarks import import_file
     from ..errors import CatalogError, RidgelineError
     from ..models.config import Model
-    from ..serving.simulator import scheduler_defaults, simulate
+    from ..serving.scheduler import scheduler_defaults
+    from ..serving.simulator import simulate
     from .decompose import _estimate_kwargs
 
     cat = catalog or default_catalog()
@@ -398,7 +399,8 @@ def max_throughput_rows(catalog: Optional[Catalog] = None, limit: Optional[int] 
     from ..catalog.benchmarks import shipped_rows, trtllm_bench_requests
     from ..errors import RidgelineError
     from ..models.config import Model
-    from ..serving.simulator import scheduler_defaults, simulate
+    from ..serving.scheduler import scheduler_defaults
+    from ..serving.simulator import simulate
     from .decompose import _estimate_kwargs
 
     cat = catalog or default_catalog()

@@ -1,5 +1,5 @@
 """``python -m ridgeline.cli``: the command line without the console script."""
 
-from .commands import main
+from .main import main
 
 main()

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from .commands import cli
+from .group import cli
 
 HEADER = """# CLI reference
 

@@ -11,7 +11,8 @@ from typing import Any, Optional
 
 from .. import _core
 from .._checks import MAX_EXACT, number, whole
-from ..catalog.store import Catalog, Device, default_catalog
+from ..catalog.device import Device
+from ..catalog.store import Catalog, default_catalog
 from ..errors import PlanError
 
 _UNITS = {

@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
 
 from .. import _checks, _data
-from ..catalog.store import Catalog, Device
+from ..catalog.device import Device
+from ..catalog.store import Catalog
 from ..errors import PlanError
 from ..models import quant
 from ..models.quant import runtime_platforms

@@ -29,7 +29,7 @@ _STRUCTURE: dict[str, str] = {}
 def _probe_device() -> Any:
     """A device whose numbers cancel out: only FLOP, byte and parameter counts
     enter the fingerprint, and those do not depend on peaks or bandwidths."""
-    from ..catalog.store import Device
+    from ..catalog.device import Device
 
     none = None
     return Device(

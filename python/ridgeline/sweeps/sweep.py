@@ -240,7 +240,8 @@ def iter_sweep(
     each, in grid order; ``chunk_size`` is then not used."""
     import numpy as np
 
-    from ..engine.estimate import prepare, price_of, pricing
+    from ..engine.cost import price_of
+    from ..engine.estimate import prepare, pricing
     from ..engine.fits import basis
     from ..engine.runtimes import runtime_execution
 
@@ -327,7 +328,7 @@ def _frame(
     cannot be priced has no numbers: nulls, never NaN."""
     import polars as pl
 
-    from ..engine.estimate import usd_per_million
+    from ..engine.cost import usd_per_million
 
     def text(name: str) -> Any:
         return pl.lit(consts[name], dtype=pl.String).alias(name)

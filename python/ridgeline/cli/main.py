@@ -1,0 +1,88 @@
+"""The console script's entry: every error through one handler, one line on stderr with its exit code."""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import click
+
+from ..errors import RidgelineError, exit_code
+from .group import cli
+
+
+def _one_line(msg: str) -> str:
+    return msg.replace("\r", "\\r").replace("\n", "\\n")
+
+
+#: The options people reach for that name what ridgeline does not model yet: speculative
+#: decoding (vLLM's --speculative-config, SGLang's --speculative-algorithm, llama.cpp's
+#: --model-draft / -md) and weights kept in host memory (llama.cpp's -ngl / --n-gpu-layers and
+#: --n-cpu-moe, vLLM's --cpu-offload-gb).
+_NOT_MODELLED = {
+    "speculative decoding (MTP, EAGLE, draft models, n-gram lookup)": (
+        "--speculative", "--speculative-config", "--speculative-algorithm", "--mtp", "--eagle", "--draft",
+        "--draft-model", "--model-draft", "--num-speculative-tokens", "--spec",
+    ),
+    "weights kept in host memory (offload)": (
+        "--offload", "--cpu-offload-gb", "--n-cpu-moe", "--cpu-moe", "--ngl", "--n-gpu-layers", "--gpu-layers",
+    ),
+}  # fmt: skip
+
+
+def _not_modelled(e: click.UsageError) -> str:
+    """For an unknown option that names a feature ridgeline does not model yet, the error saying
+    so (empty for any other error)."""
+    if not isinstance(e, click.NoSuchOption):
+        return ""
+    for what, options in _NOT_MODELLED.items():
+        if e.option_name in options:
+            return (f"no such option {e.option_name}: {what} is not modelled yet; every estimate prices a plan "
+                    "without it (docs/concepts.md)")  # fmt: skip
+    return ""
+
+
+def _command_path(e: click.UsageError) -> str:
+    """The subcommand a usage error came from ("estimate", "catalog sql"), for its help hint."""
+    path = e.ctx.command_path if e.ctx is not None else ""
+    return path.split(" ", 1)[1] if " " in path else ""
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Entry point: every error ends as one line on stderr with its exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    nul = next((a for a in args if "\x00" in a), None)
+    if nul is not None:  # no path, name or number holds one (the OS refuses it in a path)
+        click.echo(f"error: argument {nul!r} holds a NUL byte; no path, name or number does", err=True)
+        sys.exit(2)
+    try:
+        cli.main(args=args, prog_name="ridgeline", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.UsageError as e:
+        # one line naming the option and what it takes, not click's usage block
+        if debug:
+            raise
+        hint = " ".join(w for w in ("ridgeline", _command_path(e), "--help") if w)
+        click.echo(f"error: {_not_modelled(e) or _one_line(e.format_message())} (see `{hint}`)", err=True)
+        sys.exit(2)
+    except click.ClickException as e:
+        click.echo(f"error: {_one_line(e.format_message())}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except RidgelineError as e:
+        if debug:
+            raise
+        # one line whatever a user's value held (a name with a newline in it)
+        click.echo(f"error: {_one_line(str(e))}", err=True)
+        sys.exit(exit_code(e))
+    except BaseException as e:  # a Rust panic arrives as PanicException (a BaseException)
+        if isinstance(e, (SystemExit, KeyboardInterrupt)) or debug:
+            raise
+        click.echo(
+            f"internal error (please report): {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", err=True
+        )
+        sys.exit(70)
