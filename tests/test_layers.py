@@ -134,6 +134,20 @@ def test_the_package_itself_is_imported_by_no_module():
     assert all(t != "__init__" for m, deps in _imports().items() if m != "__init__" for t, _ in deps)
 
 
+def test_no_file_over_800_lines_and_no_function_over_120():
+    # the sizes a reader can hold (issue 43): a file that grows past them is cut by concept
+    files = sorted(PACKAGE.rglob("*.py"))
+    assert len(files) > 50
+    long_files = [f"{p.relative_to(PACKAGE)}: {n}" for p in files if (n := p.read_text().count("\n")) > 800]
+    long_functions = [
+        f"{p.relative_to(PACKAGE)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1}"
+        for p in files
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 120
+    ]
+    assert long_files == [] and long_functions == [], (long_files, long_functions)
+
+
 RUST_SRC = Path(__file__).resolve().parents[1] / "rust" / "src"
 
 

@@ -144,31 +144,15 @@ class Recommendation:
 
 
 def recommend(
-    model: str,
-    *,
-    rate: Optional[float] = None,
-    concurrency: Optional[int] = None,
-    slo_ttft_ms: Optional[float] = None,
-    slo_tpot_ms: Optional[float] = None,
-    percentile: float = 90,
-    prompt: Any = 1024,
-    output: Any = 256,
-    hardware: Optional[Sequence[str]] = None,
-    tp: Sequence[int] = (1, 2, 4, 8),
-    weight_dtype: Optional[str | Sequence[Optional[str]]] = None,
-    runtime: Optional[str | Sequence[str]] = None,
-    disaggregate: bool = False,
-    kv_link_gbs: Optional[float] = None,
-    kv_link_latency_us: Optional[float] = None,
-    requests: int = 500,
-    max_devices: int = 64,
-    progress: Optional[Callable[[int, int], Any]] = None,
-    catalog: Optional[Catalog] = None,
-    amortise_years: Optional[float] = None,
-    backend: str = "local",
-    ray_address: Optional[str] = None,
-    include_bound: bool = False,
-) -> Recommendation:
+    model: str, *, rate: Optional[float] = None, concurrency: Optional[int] = None,
+    slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None, percentile: float = 90,
+    prompt: Any = 1024, output: Any = 256, hardware: Optional[Sequence[str]] = None, tp: Sequence[int] = (1, 2, 4, 8),
+    weight_dtype: Optional[str | Sequence[Optional[str]]] = None, runtime: Optional[str | Sequence[str]] = None,
+    disaggregate: bool = False, kv_link_gbs: Optional[float] = None, kv_link_latency_us: Optional[float] = None,
+    requests: int = 500, max_devices: int = 64, progress: Optional[Callable[[int, int], Any]] = None,
+    catalog: Optional[Catalog] = None, amortise_years: Optional[float] = None, backend: str = "local",
+    ray_address: Optional[str] = None, include_bound: bool = False,
+) -> Recommendation:  # fmt: skip
     """The plans that serve ``rate`` requests/s (Poisson), or ``concurrency`` clients each sending
     its next request when its last ends, of ``prompt`` + ``output`` tokens with ``percentile`` % of
     requests within ``slo_ttft_ms`` and ``slo_tpot_ms``, cheapest first.
@@ -230,32 +214,7 @@ def recommend(
                         f"{MAX_SEARCH_REQUESTS:,} requests; got {requests:,}")  # fmt: skip
     if rate is not None:
         _checks.rate(rate, requests)
-    # one degree given alone is checked as one
-    degrees: list[Any] = [tp] if isinstance(tp, (str, bytes)) or not isinstance(tp, (Sequence, set)) else list(tp)
-    tps = sorted({_checks.whole("tp", t, 1) for t in degrees})
-    years = None if amortise_years is None else _checks.number("amortise_years", amortise_years, positive=True)
-    given = _listed("hardware", hardware) if hardware is not None else []
-    if hardware is not None and not given:
-        raise PlanError("hardware: an empty list; give devices, or leave it out to search every device with an offer")
-    names = [cat.resolve(h) for h in given] if given else [n for n in cat.names() if cat.offers(n, years)]
-    if not names:
-        raise PlanError("hardware: no device to search")
-    # a serving question: vLLM unless told otherwise (llama.cpp, the default on some parts, has no
-    # continuous-batching scheduler in the simulator)
-    # the runtime each device defaults to, as estimate, sweep and simulate choose it (one default
-    # a device through every door), unless runtimes are named
-    runtimes = _listed("runtime", runtime) or [None]
-    dtypes = _listed("weight_dtype", weight_dtype) or [None]
-    # a name no plan could take is the caller's mistake, not a refused candidate: said up front
-    from .engine.runtimes import check_runtime
-    from .models import quant
-
-    for r in runtimes:
-        if r is not None:
-            check_runtime(r, cat)
-    for d in dtypes:
-        if d is not None:
-            quant.resolve(m, "bf16", d)
+    tps, years, names, runtimes, dtypes = _search_space(m, cat, hardware, tp, weight_dtype, runtime, amortise_years)
     if kv_link_gbs is not None:
         _checks.number("kv_link_gbs", kv_link_gbs, positive=True)
     if kv_link_latency_us is not None:
@@ -294,6 +253,38 @@ def recommend(
         r["frontier"] = r["ttft_q_s"] < best_ttft
         best_ttft = min(best_ttft, r["ttft_q_s"])
     return Recommendation(model=str(model), workload=workload, plans=plans, refused=refused, run=report, bound=bound)
+
+
+def _search_space(
+    m: Any, cat: Catalog, hardware: Any, tp: Any, weight_dtype: Any, runtime: Any, amortise_years: Any
+) -> tuple[list[int], Optional[float], list[str], list[Any], list[Any]]:
+    """The candidates' axes, each checked: TP degrees, the purchase years (or none: rentals), the
+    devices, the runtimes and the weight formats (None: the default)."""
+    # one degree given alone is checked as one
+    degrees: list[Any] = [tp] if isinstance(tp, (str, bytes)) or not isinstance(tp, (Sequence, set)) else list(tp)
+    tps = sorted({_checks.whole("tp", t, 1) for t in degrees})
+    years = None if amortise_years is None else _checks.number("amortise_years", amortise_years, positive=True)
+    given = _listed("hardware", hardware) if hardware is not None else []
+    if hardware is not None and not given:
+        raise PlanError("hardware: an empty list; give devices, or leave it out to search every device with an offer")
+    names = [cat.resolve(h) for h in given] if given else [n for n in cat.names() if cat.offers(n, years)]
+    if not names:
+        raise PlanError("hardware: no device to search")
+    # the runtime each device defaults to, as estimate, sweep and simulate choose it (one default
+    # a device through every door), unless runtimes are named
+    runtimes = _listed("runtime", runtime) or [None]
+    dtypes = _listed("weight_dtype", weight_dtype) or [None]
+    # a name no plan could take is the caller's mistake, not a refused candidate: said up front
+    from .engine.runtimes import check_runtime
+    from .models import quant
+
+    for r in runtimes:
+        if r is not None:
+            check_runtime(r, cat)
+    for d in dtypes:
+        if d is not None:
+            quant.resolve(m, "bf16", d)
+    return tps, years, names, runtimes, dtypes
 
 
 def _listed(name: str, v: Any) -> list[Any]:

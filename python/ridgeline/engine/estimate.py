@@ -80,111 +80,40 @@ _PREPARED_MAX = 4096
 
 
 def estimate(
-    model: str | Model,
-    hardware: str | Device,
-    *,
-    plan: Optional[Plan] = None,
-    batch: int = 1,
-    prompt: int = 1024,
-    output: int = 256,
-    prefix: int = 0,
-    identical_sequences: bool = False,
-    routing_skew: Optional[float] = None,
-    flash_attention: bool = True,
-    swa_cache_extra: Optional[int] = None,
-    kv_pad: Optional[int] = None,
-    kv_skip_masked_tail: Optional[bool] = None,
-    decode_graphs: Optional[bool] = None,
-    tp: int = 1,
-    ep: int = 1,
-    attention_dp: int = 1,
-    pp: int = 1,
-    dp: int = 1,
-    microbatches: Optional[int] = None,
-    devices_per_node: Optional[int] = None,
-    scaleout_gbs: Optional[float] = None,
-    scaleout_latency_us: Optional[float] = None,
-    dtype: str = "bf16",
-    weight_dtype: Optional[str] = None,
-    kv_dtype: Optional[str] = None,
-    chunk: Optional[int] = None,
-    runtime: Optional[str] = None,
-    allow_no_fit: bool = False,
-    calibrated: bool = True,
-    breakdown: bool = True,
-    catalog: Optional[Catalog] = None,
-    price_per_hour: Optional[float] = None,
-    amortise_years: Optional[float] = None,
-) -> Estimate:
+    model: str | Model, hardware: str | Device, *, plan: Optional[Plan] = None,
+    batch: int = 1, prompt: int = 1024, output: int = 256, prefix: int = 0, identical_sequences: bool = False,
+    routing_skew: Optional[float] = None, flash_attention: bool = True, swa_cache_extra: Optional[int] = None,
+    kv_pad: Optional[int] = None, kv_skip_masked_tail: Optional[bool] = None, decode_graphs: Optional[bool] = None,
+    tp: int = 1, ep: int = 1, attention_dp: int = 1, pp: int = 1, dp: int = 1, microbatches: Optional[int] = None,
+    devices_per_node: Optional[int] = None, scaleout_gbs: Optional[float] = None,
+    scaleout_latency_us: Optional[float] = None, dtype: str = "bf16", weight_dtype: Optional[str] = None,
+    kv_dtype: Optional[str] = None, chunk: Optional[int] = None, runtime: Optional[str] = None,
+    allow_no_fit: bool = False, calibrated: bool = True, breakdown: bool = True, catalog: Optional[Catalog] = None,
+    price_per_hour: Optional[float] = None, amortise_years: Optional[float] = None,
+) -> Estimate:  # fmt: skip
     """Estimates TTFT, TPOT, throughput and memory of one plan.
 
     Args:
         model: a bundled Hugging Face id, a path to a config.json, or a ``Model``.
         hardware: a catalog name or alias, or a ``Device``.
         plan: the plan's settings as one ``Plan`` (``ridgeline.Plan(tp=2, batch=8)``), instead of
-            the keywords below or beside them: a keyword set to other than its default must agree
-            with the plan. Each keyword is a field of ``Plan``, whose help says the same.
-        batch: concurrent sequences.
-        prompt: prompt tokens per sequence.
-        output: output tokens per sequence (the first comes from prefill).
-        prefix: tokens already cached before the prompt (llama-bench ``-d``, a prefix-cache hit).
-        identical_sequences: every sequence holds the same tokens (n copies of one request), so
-            MoE routing picks the same experts for all of them.
-        routing_skew: Zipf exponent of MoE expert popularity (0: uniform routing, spec 30);
-            default: the calibration's fitted value where it has one, else 0.
-        flash_attention: fused attention (default). False: the runtime materialises the score
-            matrix (llama.cpp without ``-fa``): the full query x key rectangle is computed and each
-            score moves through memory (``unfused_attention_score_bytes`` in the constants table).
-        swa_cache_extra: cells a sliding-window layer's KV cache holds beyond its window, all of
-            them read by each decode step (llama.cpp: ``n_ubatch``, its SWA cache being
-            n_swa + n_ubatch per sequence, filled as a ring); 0: exactly the window is read.
-        kv_pad: decode reads the KV cache in multiples of this many cells (llama.cpp pads its
-            n_kv to 256); 1: exactly the cells used.
-        kv_skip_masked_tail: with several sequences, decode skips each one's trailing
-            ``kv_pad``-cell tiles that hold no attended cell (llama.cpp's CUDA flash attention
-            over one KV stream per sequence), so a wrapped sliding-window ring is read up to its
-            newest cell; one sequence reads its whole view.
-        decode_graphs: one-token decode steps (batch 1) are replayed from a captured CUDA graph,
-            so no per-kernel launch overhead is paid there (llama.cpp CUDA); larger batches launch.
-            These four and ``chunk`` default to how ``runtime`` runs the plan
-            (``runtime_execution``: llama.cpp's from its source; any other runtime, or none,
-            reads exactly the cells used, prefills in one step and launches every kernel);
-            ``plan["from_runtime"]`` names the ones taken from it that shape this model's
-            numbers. A value given wins.
-        tp: tensor-parallel degree.
-        ep: expert-parallel degree: it divides ``tp`` x ``attention_dp`` (E/ep whole experts a rank,
-            each sharded over the rest of the group).
-        attention_dp: attention data-parallel groups of ``tp`` ranks, each running attention and
-            the dense layers on its own ``batch`` sequences while the routed experts serve every
-            group's tokens (dispatch and combine all-to-alls); throughput counts every group.
-        pp: pipeline stages (ceil(layers / pp) layers each); latency is the full pass plus the sends.
-        dp: data-parallel replicas (throughput only).
-        microbatches: micro-batches per pipeline round (default ``pp``); throughput follows GPipe.
-        devices_per_node: devices per node (default: the catalog's scale-up domain).
-        scaleout_gbs: per-device scale-out bandwidth between nodes, GB/s per direction (default: catalog).
-        scaleout_latency_us: scale-out per-hop latency (default: catalog, else omitted and flagged).
-        dtype: activation (compute) dtype: bf16, fp16, fp32 or tf32.
-        weight_dtype: weight storage format of the linear layers: a dtype (bf16, fp8, int8), a
-            quantisation (int4, w4a16, gptq, awq, mxfp4, nvfp4) or a GGUF type (q4_0, q4_k_m, q8_0, ...);
-            default: the checkpoint's quantization_config, else a hint in the model name, else ``dtype``.
-        kv_dtype: KV-cache dtype (default: ``dtype``).
-        chunk: chunked-prefill token budget per step (default: the runtime's, llama.cpp's
-            ``n_ubatch``; else one prefill step).
-        runtime: the serving runtime the numbers describe: its way of running the plan
-            (``runtime_execution``) and its shipped calibration. Default: the one ``ridgeline
-            estimate`` and ``ridgeline sweep`` pick for the device (``choose_runtime``: of the
-            runtimes that run there, vllm where fitted, else the best-covered one; none where no
-            calibrated runtime runs). ``"none"``: no runtime, the plan as written at the bound.
-            ``runtime_note`` says which and why.
+            the keywords or beside them: a keyword set to other than its default must agree with it.
+        batch, prompt, output, prefix, identical_sequences, routing_skew, flash_attention,
+        swa_cache_extra, kv_pad, kv_skip_masked_tail, decode_graphs, tp, ep, attention_dp, pp, dp,
+        microbatches, devices_per_node, scaleout_gbs, scaleout_latency_us, dtype, weight_dtype,
+        kv_dtype, chunk, runtime, calibrated, price_per_hour, amortise_years: the plan's settings,
+            each a field of ``Plan`` whose help (``help(ridgeline.Plan)``, or ``ridgeline
+            estimate --help``) says what it means, its unit and its default. Where swa_cache_extra,
+            kv_pad, kv_skip_masked_tail, decode_graphs and chunk are left unset they are how
+            ``runtime`` runs the plan (``runtime_execution``: llama.cpp's from its source; any
+            other runtime, or none, reads exactly the cells used, prefills in one step and
+            launches every kernel); ``plan["from_runtime"]`` names the ones taken from it that
+            shape this model's numbers. The runtime left unset is the one ``ridgeline estimate``
+            and ``ridgeline sweep`` pick for the device (``choose_runtime``); ``runtime_note``
+            says which and why.
         allow_no_fit: return a result with ``fits = False`` instead of raising.
-        calibrated: apply the runtime's shipped calibration (False: the efficiency-1 bound of the
-            same plan, run the same way, so the memory fit does not change).
         breakdown: keep per-operator rows.
         catalog: a ``Catalog`` other than the default one.
-        price_per_hour: USD per device-hour for ``cost`` (default: the cheapest published
-            on-demand offer for the device; none published: cost is missing).
-        amortise_years: reckon ``cost`` from the device's cheapest published purchase price
-            spread evenly over this many years of hours, instead of a rental.
 
     Raises:
         PlanError, ModelConfigError, UnknownNameError, DoesNotFitError.
@@ -279,31 +208,13 @@ def _run(p: _Prepared, n: tuple[Any, ...], *, allow_no_fit: bool, breakdown: boo
 
 
 def prepare(
-    model: Any,
-    hardware: Any,
-    catalog: Any = None,
-    *,
-    runtime: Any = None,
-    dtype: Any = "bf16",
-    weight_dtype: Any = None,
-    kv_dtype: Any = None,
-    chunk: Any = None,
-    routing_skew: Any = None,
-    identical_sequences: Any = False,
-    flash_attention: Any = True,
-    swa_cache_extra: Any = None,
-    kv_pad: Any = None,
-    kv_skip_masked_tail: Any = None,
-    decode_graphs: Any = None,
-    devices_per_node: Any = None,
-    scaleout_gbs: Any = None,
-    scaleout_latency_us: Any = None,
-    calibrated: Any = True,
-    attention_dp: Any = 1,
-    serving_step: bool = False,
-    t_step_us: Optional[float] = None,
-    attention_row: Optional[Mapping[str, Any]] = None,
-) -> _Prepared:
+    model: Any, hardware: Any, catalog: Any = None, *, runtime: Any = None, dtype: Any = "bf16",
+    weight_dtype: Any = None, kv_dtype: Any = None, chunk: Any = None, routing_skew: Any = None,
+    identical_sequences: Any = False, flash_attention: Any = True, swa_cache_extra: Any = None, kv_pad: Any = None,
+    kv_skip_masked_tail: Any = None, decode_graphs: Any = None, devices_per_node: Any = None,
+    scaleout_gbs: Any = None, scaleout_latency_us: Any = None, calibrated: Any = True, attention_dp: Any = 1,
+    serving_step: bool = False, t_step_us: Optional[float] = None, attention_row: Optional[Mapping[str, Any]] = None,
+) -> _Prepared:  # fmt: skip
     """Resolves and checks everything of a plan but its numbers (``estimate`` keeps the result).
     ``t_step_us`` replaces the calibration's step overhead; else, with ``serving_step`` (the serving
     simulator), a calibrated plan takes the overhead fitted on replayed serving runs where there is
@@ -320,21 +231,7 @@ def prepare(
         _flag(k, v)
     dtype = canonical_dtype("dtype", dtype)
     weight_dtype = None if weight_dtype is None else _text("weight_dtype", weight_dtype)
-    # a name with a quantisation suffix ("Meta-Llama-3.1-8B-FP8") states its weights
-    named = identify(model)[1] if not isinstance(model, Model) and m.source.startswith("bundled") else None
-    named = quant.named_format(m, named)
-    if named is not None:
-        if weight_dtype is None:
-            weight_dtype = named
-        elif quant._canonical(weight_dtype) != named:
-            raise PlanError(
-                f"weight_dtype: {weight_dtype} disagrees with the model name '{model}', which says {named} weights; "
-                f"give {named}, or the bundled model's own name ({m.name}) with the weight format"
-            )
-    # the weights' formats as stored: a runtime that has no type for one of them cannot run the plan
-    stored = quant.resolve(m, dtype, weight_dtype)
-    if named is not None:
-        stored = dataclasses.replace(stored, source=f"the model name '{model}'")
+    weight_dtype, stored = _stored_weights(model, m, dtype, weight_dtype)
     runtime, runtime_note = choose_runtime(runtime, dev, cat, stored.format_names().values())
     given = {"chunk": chunk, "swa_cache_extra": swa_cache_extra, "kv_pad": kv_pad,
              "kv_skip_masked_tail": kv_skip_masked_tail, "decode_graphs": decode_graphs}  # fmt: skip
@@ -413,6 +310,26 @@ def prepare(
         stamp=None if isinstance(model, Model) or m.source.startswith("bundled") else _stamp(model),
         basis_from=basis_from(label, fit_row),
     )  # fmt: skip
+
+
+def _stored_weights(model: Any, m: Model, dtype: str, weight_dtype: Optional[str]) -> tuple[Optional[str], Any]:
+    """The weight format a plan names (a bundled name's quantisation suffix, "Meta-Llama-3.1-8B-FP8",
+    states it; a weight_dtype that disagrees is refused) and the weights' formats as stored: a
+    runtime that has no type for one of them cannot run the plan."""
+    named = identify(model)[1] if not isinstance(model, Model) and m.source.startswith("bundled") else None
+    named = quant.named_format(m, named)
+    if named is not None:
+        if weight_dtype is None:
+            weight_dtype = named
+        elif quant._canonical(weight_dtype) != named:
+            raise PlanError(
+                f"weight_dtype: {weight_dtype} disagrees with the model name '{model}', which says {named} weights; "
+                f"give {named}, or the bundled model's own name ({m.name}) with the weight format"
+            )
+    stored = quant.resolve(m, dtype, weight_dtype)
+    if named is not None:
+        stored = dataclasses.replace(stored, source=f"the model name '{model}'")
+    return weight_dtype, stored
 
 
 def bound_with_attention(model: Any, hardware: Any, attention_row: Mapping[str, Any], catalog: Any = None,

@@ -95,14 +95,20 @@ class Plan:
     prefix: int = _setting(0, "Tokens already cached before the prompt (llama-bench -d, a prefix-cache hit).",
                            "tokens", _COUNT, ESTIMATE)  # fmt: skip
     tp: int = _setting(1, "Tensor-parallel degree.", "devices", _WHOLE, ALL, axis_help="TP degrees: 1,2,4,8.")
-    ep: int = _setting(1, "Expert-parallel degree (divides tp x attention_dp).", "devices", _WHOLE, ALL,
+    ep: int = _setting(1, "Expert-parallel degree: it divides tp x attention_dp (E/ep whole experts a rank, each "
+                       "sharded over the rest of the group).", "devices", _WHOLE, ALL,
                        axis_help="Expert-parallel degrees (1 or TP).")  # fmt: skip
-    attention_dp: int = _setting(1, "Attention data-parallel groups of tp ranks sharing the routed experts.",
-                                 "groups", _WHOLE, ESTIMATE)  # fmt: skip
-    pp: int = _setting(1, "Pipeline stages.", "stages", _WHOLE, ESTIMATE_SWEEP, axis_help="Pipeline stages.")
+    attention_dp: int = _setting(
+        1, "Attention data-parallel groups of tp ranks sharing the routed experts: each runs attention and the dense "
+        "layers on its own batch while the experts serve every group's tokens; throughput counts every group.",
+        "groups", _WHOLE, ESTIMATE,
+    )  # fmt: skip
+    pp: int = _setting(1, "Pipeline stages (ceil(layers / pp) layers each); latency is the full pass plus the sends.",
+                       "stages", _WHOLE, ESTIMATE_SWEEP, axis_help="Pipeline stages.")  # fmt: skip
     dp: int = _setting(1, "Data-parallel replicas (throughput only).", "replicas", _WHOLE, ESTIMATE_SWEEP,
                        axis_help="Data-parallel replicas.")  # fmt: skip
-    microbatches: Optional[int] = _setting(None, "Micro-batches per pipeline round. Default: pp.", "micro-batches",
+    microbatches: Optional[int] = _setting(None, "Micro-batches per pipeline round; throughput follows GPipe. Default: "
+                                           "pp.", "micro-batches",
                                            _OPT_WHOLE, ESTIMATE)  # fmt: skip
     devices_per_node: Optional[int] = _setting(None, "Devices per node. Default: the catalog's scale-up domain.",
                                                "devices", _OPT_WHOLE, ESTIMATE)  # fmt: skip
@@ -135,12 +141,14 @@ class Plan:
         "and calibration columns say which).",
     )  # fmt: skip
     routing_skew: Optional[float] = _setting(
-        None, "Zipf exponent of MoE expert popularity (0: uniform routing). Default: the calibration's fit, else 0.",
+        None, "Zipf exponent of MoE expert popularity (0: uniform routing; spec 30). Default: the calibration's "
+        "fit, else 0.",
         "", _optional(_checks.number), ESTIMATE,
     )  # fmt: skip
     flash_attention: bool = _setting(
         True, "Fused attention. Off: the runtime materialises the attention scores (llama.cpp without -fa): full "
-        "rectangle, scores via memory.", "", _checks.flag, ESTIMATE,
+        "rectangle, each score through memory (unfused_attention_score_bytes in data/constants.csv).", "",
+        _checks.flag, ESTIMATE,
         off_flag=("--no-flash-attention", "The runtime materialises the attention scores (llama.cpp without -fa): "
                   "full rectangle, scores via memory."),
     )  # fmt: skip
@@ -155,19 +163,21 @@ class Plan:
     )  # fmt: skip
     kv_skip_masked_tail: Optional[bool] = _setting(
         None, "With several sequences, decode skips trailing KV tiles with no attended cell (llama.cpp CUDA flash "
-        "attention): a wrapped sliding-window ring is read up to its newest cell. Default: the runtime's.", "",
+        "attention): a wrapped sliding-window ring is read up to its newest cell; one sequence reads its whole "
+        "view. Default: the runtime's.", "",
         _OPT_FLAG, ESTIMATE,
     )  # fmt: skip
     decode_graphs: Optional[bool] = _setting(
         None, "One-token decode steps (batch 1) are replayed from a captured CUDA graph: no per-kernel launch "
-        "overhead (llama.cpp CUDA). Default: the runtime's.", "", _OPT_FLAG, ESTIMATE,
+        "overhead (llama.cpp CUDA); larger batches launch. Default: the runtime's.", "", _OPT_FLAG, ESTIMATE,
     )  # fmt: skip
     identical_sequences: bool = _setting(
         False, "Every sequence holds the same tokens (n copies of one request), so MoE routing picks the same "
         "experts for all of them.", "", _checks.flag, ESTIMATE,
     )  # fmt: skip
     calibrated: bool = _setting(
-        True, "Apply the runtime's calibration. Off: the efficiency-1 bound of the same plan, run the same way.", "",
+        True, "Apply the runtime's calibration. Off: the efficiency-1 bound of the same plan, run the same way (so "
+        "the memory fit does not change).", "",
         _checks.flag, ALL,
         off_flag=("--uncalibrated", "Ignore the runtime's calibration: the efficiency-1 bound of the same plan, run "
                   "the same way."),
@@ -198,6 +208,16 @@ class Plan:
 
 
 FIELDS: tuple[dataclasses.Field[Any], ...] = dataclasses.fields(Plan)
+# help(ridgeline.Plan) lists every field with its help and unit: the one place they are written
+Plan.__doc__ = (
+    (Plan.__doc__ or "")
+    + "\n\n    Fields:\n"
+    + "\n".join(
+        f"        {f.name} ({f.metadata['setting'].unit or 'name or switch'}; default {f.default!r}): "
+        f"{f.metadata['setting'].help}"
+        for f in FIELDS
+    )
+)
 NAMES = frozenset(f.name for f in FIELDS)
 DEFAULTS: Mapping[str, Any] = {f.name: f.default for f in FIELDS}
 

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from .. import _data, names
 from ..errors import ModelConfigError, PlanError
-from .config import _flag
+from .keys import _flag
 
 LINEAR_ROLES = ("attn_q", "attn_k", "attn_v", "attn_o", "ffn_up", "ffn_down", "expert_up", "expert_down")
 ATTENTION_ROLES = ("attn_q", "attn_k", "attn_v", "attn_o")

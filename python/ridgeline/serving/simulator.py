@@ -110,66 +110,30 @@ BURSTINESS_RANGE = (1e-3, 1e3)
 
 
 def simulate(
-    model: Any,
-    hardware: Any,
-    *,
-    plan: Optional[Plan] = None,
-    rate: Optional[float] = None,
-    burstiness: float = 1.0,
-    concurrency: Optional[int] = None,
-    ramp_s: float = 0.0,
-    trace: Any = None,
-    requests: Optional[int] = None,
-    prompt: Any = 1024,
-    output: Any = 256,
-    declare_output: bool = True,
-    prefix_groups: Optional[int] = None,
-    prefix_tokens: Optional[int] = None,
-    seed: int = 0,
-    tp: int = 1,
-    ep: int = 1,
-    instances: int = 1,
-    router: str = "round_robin",
-    prefill_instances: Optional[int] = None,
-    decode_instances: Optional[int] = None,
-    prefill_tp: Optional[int] = None,
-    decode_tp: Optional[int] = None,
-    prefill_ep: Optional[int] = None,
-    decode_ep: Optional[int] = None,
-    kv_link_gbs: Optional[float] = None,
-    kv_link_latency_us: Optional[float] = None,
-    runtime: Optional[str] = None,
-    dtype: str = "bf16",
-    weight_dtype: Optional[str] = None,
-    kv_dtype: Optional[str] = None,
-    max_model_len: Optional[int] = None,
-    kv_blocks: Optional[int] = None,
-    slo_ttft_ms: Optional[float] = None,
-    slo_tpot_ms: Optional[float] = None,
-    horizon_s: Optional[float] = None,
-    keep_requests: bool = False,
-    sample_s: Optional[float] = None,
-    step_overhead_us: Optional[float] = None,
-    request_overhead_us: Optional[float] = None,
-    progress: Optional[Callable[[int, int], Any]] = None,
-    calibrated: bool = True,
-    catalog: Optional[Catalog] = None,
-    price_per_hour: Optional[float] = None,
-    amortise_years: Optional[float] = None,
-    **scheduler: Any,
-) -> Simulation:
+    model: Any, hardware: Any, *, plan: Optional[Plan] = None, rate: Optional[float] = None, burstiness: float = 1.0,
+    concurrency: Optional[int] = None, ramp_s: float = 0.0, trace: Any = None, requests: Optional[int] = None,
+    prompt: Any = 1024, output: Any = 256, declare_output: bool = True, prefix_groups: Optional[int] = None,
+    prefix_tokens: Optional[int] = None, seed: int = 0, tp: int = 1, ep: int = 1, instances: int = 1,
+    router: str = "round_robin", prefill_instances: Optional[int] = None, decode_instances: Optional[int] = None,
+    prefill_tp: Optional[int] = None, decode_tp: Optional[int] = None, prefill_ep: Optional[int] = None,
+    decode_ep: Optional[int] = None, kv_link_gbs: Optional[float] = None, kv_link_latency_us: Optional[float] = None,
+    runtime: Optional[str] = None, dtype: str = "bf16", weight_dtype: Optional[str] = None,
+    kv_dtype: Optional[str] = None, max_model_len: Optional[int] = None, kv_blocks: Optional[int] = None,
+    slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None, horizon_s: Optional[float] = None,
+    keep_requests: bool = False, sample_s: Optional[float] = None, step_overhead_us: Optional[float] = None,
+    request_overhead_us: Optional[float] = None, progress: Optional[Callable[[int, int], Any]] = None,
+    calibrated: bool = True, catalog: Optional[Catalog] = None, price_per_hour: Optional[float] = None,
+    amortise_years: Optional[float] = None, **scheduler: Any,
+) -> Simulation:  # fmt: skip
     """Simulates one serving instance under a workload.
 
     Args:
-        model, hardware, tp, ep, runtime, dtype, weight_dtype, kv_dtype, calibrated, catalog: as
-            ``estimate``; the runtime also gives the scheduler's defaults.
-        plan: those settings, ``prompt``, ``output`` and the price as one ``Plan`` instead (a keyword
-            beside it, set to other than its default, must agree); a plan that sets what the
-            simulator decides itself (batch, chunk, pp, ...) is refused.
-        price_per_hour: USD per device-hour for ``cost`` (default: the cheapest published on-demand
-            offer for the device; none published: cost is missing).
-        amortise_years: reckon ``cost`` from the cheapest published purchase price spread over
-            this many years, instead of a rental.
+        model, hardware, tp, ep, runtime, dtype, weight_dtype, kv_dtype, calibrated, catalog,
+            price_per_hour, amortise_years: as ``estimate`` (the fields of ``Plan``); the runtime
+            also gives the scheduler's defaults.
+        plan: those settings, ``prompt`` and ``output`` as one ``Plan`` instead (a keyword beside
+            it, set to other than its default, must agree); a plan that sets what the simulator
+            decides itself (batch, chunk, pp, ...) is refused.
         instances: identical instances (each ``tp`` devices) behind one router.
         router: round_robin, least_outstanding (fewest requests waiting or running) or least_kv
             (smallest share of KV blocks in use).
@@ -225,17 +189,101 @@ def simulate(
                                                                                   step_overhead_us))  # fmt: skip
     p, price = pricing(p, price_per_hour, amortise_years, catalog)
     runtime_name = p.plan_labels["runtime"]
-    # the front end's per-request time: given, else the runtime's fit where the plan is calibrated
+    front = _front_end(request_overhead_us, p.held_runtime, p.dev.chip)
+    sched = _scheduler(runtime_name, p.dev, scheduler, catalog)
+    mml = p.m.max_model_len if max_model_len is None else _checks.whole("max_model_len", max_model_len, 1)
+    arrivals = _arrivals(rate, burstiness, concurrency, ramp_s, trace)
+    n = None if requests is None else _checks.whole("requests", requests, 1)
+    if n is None and trace is None:
+        n = 1000
+    if arrivals["kind"] in ("poisson", "gamma") and n is not None:
+        _checks.rate(arrivals["rate"], n)
+    work = {
+        "arrivals": arrivals,
+        "requests": n if n is not None else len(arrivals["rows"]),
+        "prompt": parse_lengths("prompt", prompt, mml),
+        "output": parse_lengths("output", output, mml),
+        "declare_output": _checks.flag("declare_output", declare_output),
+        "seed": _checks.whole("seed", seed, 0),
+    }
+    if (prefix_groups is None) != (prefix_tokens is None):
+        raise PlanError("prefix_groups and prefix_tokens: give both (shared prefixes) or neither")
+    if prefix_groups is not None:
+        if trace is not None:
+            raise PlanError("prefix_groups: a trace gives its own prefix_id and prefix_tokens columns")
+        work["prefixes"] = {"count": _checks.whole("prefix_groups", prefix_groups, 1),
+                            "tokens": _checks.whole("prefix_tokens", prefix_tokens, 1)}  # fmt: skip
+    slo = {"ttft": slo_ttft_ms, "tpot": slo_tpot_ms}
+    opts = _options(slo_ttft_ms, slo_tpot_ms, horizon_s, keep_requests, sample_s)
+    core_sched = {k: sched[k] for k in SCHEDULER_FIELDS}
+    core_sched["max_model_len"] = mml
+    if kv_blocks is not None:
+        core_sched["kv_blocks"] = _checks.whole("kv_blocks", kv_blocks, 1)
+    cluster = _cluster(p.dev, core_sched, tp=tp, ep=ep, instances=instances, router=router,
+                       prefill_instances=prefill_instances, decode_instances=decode_instances, prefill_tp=prefill_tp,
+                       decode_tp=decode_tp, prefill_ep=prefill_ep, decode_ep=decode_ep, kv_link_gbs=kv_link_gbs,
+                       kv_link_latency_us=kv_link_latency_us)  # fmt: skip
+    cluster["request_overhead_s"] = 0.0 if front is None else front[0] * 1e-6
+    if progress is not None and not callable(progress):
+        raise PlanError(f"progress: expected a callable taking (ended, total), got {progress!r}")
+    r = _core.simulate_prepared(p.core, json.dumps(cluster), json.dumps(work), json.dumps(opts), progress)
+    frames = _frames(r, keep_requests, sample_s)
+    return _simulation(p, r, runtime_name, front, sched, mml, work, slo, cluster, frames, price)
+
+
+def _simulation(
+    p: Any, r: Mapping[str, Any], runtime_name: Optional[str], front: Optional[tuple[float, str]],
+    sched: Mapping[str, Any], mml: int, work: dict[str, Any], slo: Mapping[str, Any], cluster: Mapping[str, Any],
+    frames: tuple[Any, Any, Any], price: Optional[float],
+) -> Simulation:  # fmt: skip
+    """The core's result of a run as a ``Simulation``, with the labels of the prepared plan ``p``."""
+    itl_df, requests_df, series_df = frames
+    work["describe"] = _describe(work)
+    if work["arrivals"]["kind"] == "trace":
+        # the result keeps the trace's size, not its rows
+        work["arrivals"] = {"kind": "trace", "rows": len(work["arrivals"]["rows"])}
+    warnings = (*p.warnings, *r["warnings"])
+    return Simulation(
+        model=p.model, hardware=p.dev.name, runtime=runtime_name, calibration=p.label, basis_from=p.basis_from,
+        calibration_note=p.note + ("" if front is None else f"; {front[1]}"),
+        runtime_note=p.runtime_note, plan={"tp": cluster["pools"][0]["tp"], "ep": cluster["pools"][0]["ep"],
+                                           "dtype": p.plan_tail["dtype"], "weights": p.plan_labels["weights"]},
+        scheduler={**sched, "max_model_len": mml}, workload=work, counts=dict(r["counts"]),
+        ttft_s=_stats(r["ttft"]), tpot_s=_stats(r["tpot"]), itl_s=_stats(r["itl"]), e2e_s=_stats(r["e2e"]),
+        duration_s=float(r["duration_s"]), output_tokens=int(r["output_tokens"]), prompt_tokens=int(r["prompt_tokens"]),
+        steps=int(r["steps"]), preemptions=int(r["preemptions"]), good_requests=int(r["good_requests"]),
+        kv_blocks=tuple(int(b) for b in r["kv_blocks"]), max_model_len=mml, max_running=int(r["max_running"]),
+        slo=slo, cluster=_cluster_labels(cluster), transfers=int(r["transfers"]), transfer_s=float(r["transfer_s"]),
+        cached_tokens=int(r["cached_tokens"]),
+        warnings=tuple(dict.fromkeys(warnings)), requests=requests_df, series=series_df, itl_hist=itl_df,
+        offers=p.offers, price_per_hour=price, amortise_years=p.amortise_years,
+        energy_run=r["energy"] if isinstance(r["energy"], str)
+        else {**r["energy"], "duration_s": float(r["duration_s"])},
+    )  # fmt: skip
+
+
+def _front_end(request_overhead_us: Any, held_runtime: Optional[str], chip: str) -> Optional[tuple[float, str]]:
+    """The front end's per-request time (us) and its source: given, else the runtime's fit where
+    the plan is calibrated (``held_runtime``), else none."""
     front = None
     if request_overhead_us is not None:
         front = (_checks.number("request_overhead_us", request_overhead_us), "request overhead given")
-    elif p.held_runtime is not None:
+    elif held_runtime is not None:
         from ..engine.fits import serving_request
 
-        front = serving_request(p.held_runtime, p.dev.chip)
+        front = serving_request(held_runtime, chip)
     if front is not None and front[0] < 0:
         raise PlanError(f"request_overhead_us: must be >= 0 us, got {front[0]:g}")
-    sched = scheduler_defaults(runtime_name, p.dev)
+    return front
+
+
+def _scheduler(
+    runtime_name: Optional[str], dev: Device, scheduler: Mapping[str, Any], catalog: Optional[Catalog]
+) -> dict[str, Any]:
+    """The runtime's scheduler settings on ``dev`` with the ones given (``scheduler``) over them,
+    each checked; a runtime without defaults takes the given ones, which must then name the token
+    budget, the running requests and the block size."""
+    sched = scheduler_defaults(runtime_name, dev)
     given = {k: v for k, v in scheduler.items() if v is not None}
     if sched is None:
         core = ("max_num_batched_tokens", "max_num_seqs", "block_size")
@@ -261,7 +309,12 @@ def simulate(
             sched[k] = _checks.number(k, v, positive=True)
     if given:
         sched["source"] = f"{sched['source']}; given: {', '.join(sorted(given))}"
-    mml = p.m.max_model_len if max_model_len is None else _checks.whole("max_model_len", max_model_len, 1)
+    return sched
+
+
+def _arrivals(rate: Any, burstiness: Any, concurrency: Any, ramp_s: Any, trace: Any) -> dict[str, Any]:
+    """The arrival process: exactly one of an open loop (Poisson, or gamma gaps with ``burstiness``
+    != 1), a closed loop of ``concurrency`` clients, or a trace's rows."""
     modes = [x for x in (("rate", rate), ("concurrency", concurrency), ("trace", trace)) if x[1] is not None]
     if ramp_s and concurrency is None:
         raise PlanError("ramp_s: only with concurrency (a closed loop's clients start over it)")
@@ -283,46 +336,23 @@ def simulate(
                 f"regular, > 1 burstier), got {cv:g}"
             )
         arrivals = {"kind": "poisson", "rate": per_s} if cv == 1.0 else {"kind": "gamma", "rate": per_s, "cv": cv}
-    n = None if requests is None else _checks.whole("requests", requests, 1)
-    if n is None and trace is None:
-        n = 1000
-    if arrivals["kind"] in ("poisson", "gamma") and n is not None:
-        _checks.rate(arrivals["rate"], n)
-    work = {
-        "arrivals": arrivals,
-        "requests": n if n is not None else len(arrivals["rows"]),
-        "prompt": parse_lengths("prompt", prompt, mml),
-        "output": parse_lengths("output", output, mml),
-        "declare_output": _checks.flag("declare_output", declare_output),
-        "seed": _checks.whole("seed", seed, 0),
-    }
-    if (prefix_groups is None) != (prefix_tokens is None):
-        raise PlanError("prefix_groups and prefix_tokens: give both (shared prefixes) or neither")
-    if prefix_groups is not None:
-        if trace is not None:
-            raise PlanError("prefix_groups: a trace gives its own prefix_id and prefix_tokens columns")
-        work["prefixes"] = {"count": _checks.whole("prefix_groups", prefix_groups, 1),
-                            "tokens": _checks.whole("prefix_tokens", prefix_tokens, 1)}  # fmt: skip
-    slo = {"ttft": slo_ttft_ms, "tpot": slo_tpot_ms}
-    opts = {
+    return arrivals
+
+
+def _options(slo_ttft_ms: Any, slo_tpot_ms: Any, horizon_s: Any, keep_requests: Any, sample_s: Any) -> dict[str, Any]:
+    """The run's options as the core takes them (objectives in seconds), each checked."""
+    return {
         "slo_ttft_s": None if slo_ttft_ms is None else _checks.number("slo_ttft_ms", slo_ttft_ms, positive=True) / 1e3,
         "slo_tpot_s": None if slo_tpot_ms is None else _checks.number("slo_tpot_ms", slo_tpot_ms, positive=True) / 1e3,
         "horizon_s": None if horizon_s is None else _checks.number("horizon_s", horizon_s, positive=True),
         "keep_requests": _checks.flag("keep_requests", keep_requests),
         "sample_s": None if sample_s is None else _checks.number("sample_s", sample_s, positive=True),
     }
-    core_sched = {k: sched[k] for k in SCHEDULER_FIELDS}
-    core_sched["max_model_len"] = mml
-    if kv_blocks is not None:
-        core_sched["kv_blocks"] = _checks.whole("kv_blocks", kv_blocks, 1)
-    cluster = _cluster(p.dev, core_sched, tp=tp, ep=ep, instances=instances, router=router,
-                       prefill_instances=prefill_instances, decode_instances=decode_instances, prefill_tp=prefill_tp,
-                       decode_tp=decode_tp, prefill_ep=prefill_ep, decode_ep=decode_ep, kv_link_gbs=kv_link_gbs,
-                       kv_link_latency_us=kv_link_latency_us)  # fmt: skip
-    cluster["request_overhead_s"] = 0.0 if front is None else front[0] * 1e-6
-    if progress is not None and not callable(progress):
-        raise PlanError(f"progress: expected a callable taking (ended, total), got {progress!r}")
-    r = _core.simulate_prepared(p.core, json.dumps(cluster), json.dumps(work), json.dumps(opts), progress)
+
+
+def _frames(r: Mapping[str, Any], keep_requests: bool, sample_s: Optional[float]) -> tuple[Any, Any, Any]:
+    """The core's result as Polars frames: the ITL histogram, and where asked the per-request
+    records (with TTFT and E2E) and the queue/KV series."""
     import polars as pl
 
     itl_df = pl.DataFrame(dict(r["itl_hist"]))
@@ -338,28 +368,7 @@ def simulate(
             )
         if sample_s is not None:
             series_df = pl.DataFrame(dict(r["series"]))
-    work["describe"] = _describe(work)
-    if arrivals["kind"] == "trace":
-        # the result keeps the trace's size, not its rows
-        work["arrivals"] = {"kind": "trace", "rows": len(arrivals["rows"])}
-    warnings = (*p.warnings, *r["warnings"])
-    return Simulation(
-        model=p.model, hardware=p.dev.name, runtime=runtime_name, calibration=p.label, basis_from=p.basis_from,
-        calibration_note=p.note + ("" if front is None else f"; {front[1]}"),
-        runtime_note=p.runtime_note, plan={"tp": cluster["pools"][0]["tp"], "ep": cluster["pools"][0]["ep"],
-                                           "dtype": p.plan_tail["dtype"], "weights": p.plan_labels["weights"]},
-        scheduler={**sched, "max_model_len": mml}, workload=work, counts=dict(r["counts"]),
-        ttft_s=_stats(r["ttft"]), tpot_s=_stats(r["tpot"]), itl_s=_stats(r["itl"]), e2e_s=_stats(r["e2e"]),
-        duration_s=float(r["duration_s"]), output_tokens=int(r["output_tokens"]), prompt_tokens=int(r["prompt_tokens"]),
-        steps=int(r["steps"]), preemptions=int(r["preemptions"]), good_requests=int(r["good_requests"]),
-        kv_blocks=tuple(int(b) for b in r["kv_blocks"]), max_model_len=mml, max_running=int(r["max_running"]),
-        slo=slo, cluster=_cluster_labels(cluster), transfers=int(r["transfers"]), transfer_s=float(r["transfer_s"]),
-        cached_tokens=int(r["cached_tokens"]),
-        warnings=tuple(dict.fromkeys(warnings)), requests=requests_df, series=series_df, itl_hist=itl_df,
-        offers=p.offers, price_per_hour=price, amortise_years=p.amortise_years,
-        energy_run=r["energy"] if isinstance(r["energy"], str)
-        else {**r["energy"], "duration_s": float(r["duration_s"])},
-    )  # fmt: skip
+    return itl_df, requests_df, series_df
 
 
 def _scenario_task(model: Any, hardware: Any, kw: Mapping[str, Any]) -> Simulation:
