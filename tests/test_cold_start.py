@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import LLAMA
 
 HEAVY = ("numpy", "duckdb", "polars", "scipy", "yaml")
-LLAMA = "meta-llama/Llama-3.1-8B"
 REPORT = f"""
 import json, sys
 print(json.dumps({{"heavy": sorted(m for m in {HEAVY!r} if m in sys.modules),

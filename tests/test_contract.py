@@ -6,11 +6,10 @@ import json
 import pytest
 import ridgeline
 from cli_in_process import run_main
+from conftest import LLAMA
 from ridgeline import _data
 from ridgeline.errors import DoesNotFitError, ModelConfigError, PlanError, UnknownNameError
 from ridgeline.models.config import Model, _bundled
-
-LLAMA = "meta-llama/Llama-3.1-8B"
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 from cli_in_process import run_main
+from conftest import LLAMA
 from ridgeline import _data
 from ridgeline._io import read_text
 from ridgeline.catalog.benchmarks import import_file
@@ -126,7 +127,6 @@ def test_a_name_too_long_for_a_path_is_an_unknown_model(name):
     assert code == 3 and err.startswith("error: unknown model") and _one_line(err)
 
 
-LLAMA = "meta-llama/Llama-3.1-8B"
 MIXTRAL = "mistralai/Mixtral-8x7B-v0.1"
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
 QWEN_SWA = {"sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 28}

@@ -7,10 +7,9 @@ import numpy as np
 import polars as pl
 import pytest
 import ridgeline
+from conftest import LLAMA
 from ridgeline import _data
 from ridgeline.calibration.power_fit import constant_row, fit, predict, priced, rows, validation
-
-LLAMA = "meta-llama/Llama-3.1-8B"
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 from cli_in_process import run_main
+from conftest import REPO
 from ridgeline.catalog.benchmarks import identify_device, trtllm_precision
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO
 H100 = REPO / "data" / "benchmarks" / "aic" / "h100_sxm"
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import ridgeline
+from conftest import REPO
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO
 _AIC = REPO / "tests" / "data" / "aic_model_configs"
 
 

@@ -7,10 +7,9 @@ import polars as pl
 import pytest
 import ridgeline
 from click.testing import CliRunner
+from conftest import LLAMA
 from ridgeline.cli import cli
 from ridgeline.sweeps.sweep import sweep
-
-LLAMA = "meta-llama/Llama-3.1-8B"
 
 # dense, MoE, quantised, TP > 1 and several devices: NVIDIA data-centre and consumer parts (llama.cpp
 # CUDA's profile), Apple (Metal's), a device no calibrated runtime runs on (AMD: the bound), GB10 (its

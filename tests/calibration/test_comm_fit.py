@@ -1,16 +1,15 @@
 """Measured collectives (issue 18): the AIConfigurator comm tables, the link measurements fitted
 to them, and how well the engine's collective model then predicts them."""
 
-from pathlib import Path
-
 import pytest
+from conftest import REPO
 from ridgeline import PlanError
 from ridgeline.calibration.comm_fit import fit_links, holdout, links_csv
 from ridgeline.calibration.kernels import comm_rows
 from ridgeline.calibration.validate import comm_report
 from ridgeline.catalog.store import default_catalog
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 KERNELS = ROOT / "data" / "benchmarks" / "aic"
 
 

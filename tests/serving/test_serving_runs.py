@@ -1,16 +1,15 @@
 """The production runtimes' measured serving runs (AIConfigurator silicon_calibration.csv): read as
 they are, one record per measured metric, priced where a static plan can price them."""
 
-from pathlib import Path
-
 import pytest
 import ridgeline
+from conftest import REPO
 from ridgeline.calibration.decompose import decompose
 from ridgeline.calibration.validate import predict_shipped, rows_summary
 from ridgeline.catalog.benchmarks import import_file
 from ridgeline.catalog.store import default_catalog
 
-SILICON = Path(__file__).resolve().parents[1] / "data" / "benchmarks" / "aic" / "silicon_calibration.csv"
+SILICON = REPO / "data" / "benchmarks" / "aic" / "silicon_calibration.csv"
 
 
 @pytest.fixture(scope="module")

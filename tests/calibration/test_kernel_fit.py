@@ -2,11 +2,10 @@
 the fit of the shipped tables, the fit's structure is the engine's, and the figures the issue
 note reports."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import ridgeline
+from conftest import REPO
 from fit_tables import assert_same_fit_table
 from ridgeline.calibration.kernel_fit import (
     fit_production,
@@ -19,7 +18,7 @@ from ridgeline.calibration.kernel_fit import (
 )
 from ridgeline.catalog.store import default_catalog
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 KERNELS = ROOT / "data" / "benchmarks" / "aic"
 
 

@@ -3,9 +3,9 @@
 import csv
 import json
 import re
-from pathlib import Path
 
 import pytest
+from conftest import REPO
 from ridgeline import Model, ModelConfigError, UnknownNameError, _data
 
 INDEX = list(csv.DictReader(_data.read_text("data/models/INDEX.csv").splitlines()))
@@ -15,7 +15,7 @@ MOE_ACTIVE = list(csv.DictReader(_data.read_text("data/models/moe_active.csv").s
 # Every config of the current-models folder (shared/data/aic/model_configs, copied verbatim into
 # tests/data/aic_model_configs but for one 3 MB file), counted or refused, with the publisher's figure.
 AIC = list(csv.DictReader(_data.read_text("data/models/aic_configs.csv").splitlines()))
-AIC_DIR = Path(__file__).parent / "data" / "aic_model_configs"
+AIC_DIR = REPO / "tests" / "data" / "aic_model_configs"
 
 
 def _published(row):
@@ -300,7 +300,7 @@ def test_a_multimodal_estimate_says_its_tower_is_not_priced():
 
 
 # not bundled (tests/data/model_configs/README.md: a bundled model enters the structure fingerprint)
-QWEN3_NEXT = Path(__file__).parent / "data" / "model_configs" / "Qwen--Qwen3-Next-80B-A3B-Instruct.json"
+QWEN3_NEXT = REPO / "tests" / "data" / "model_configs" / "Qwen--Qwen3-Next-80B-A3B-Instruct.json"
 
 
 def _qwen3_next_config():

@@ -6,9 +6,8 @@ import json
 import polars as pl
 import pytest
 import ridgeline
+from conftest import LLAMA
 from ridgeline import PlanError
-
-LLAMA = "meta-llama/Llama-3.1-8B"
 
 
 def test_cost_follows_the_round_at_the_cheapest_published_offer():

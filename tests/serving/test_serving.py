@@ -10,12 +10,11 @@ import polars as pl
 import pytest
 import ridgeline
 from cli_in_process import run_main
+from conftest import LLAMA, REPO
 from ridgeline.catalog.store import default_catalog
 from ridgeline.errors import PlanError
 from ridgeline.serving.scheduler import SCHEDULER_FIELDS, scheduler_defaults
 from ridgeline.serving.workload import parse_lengths
-
-LLAMA = "meta-llama/Llama-3.1-8B"
 
 
 @pytest.mark.parametrize("runtime", ["vllm", "sglang", "trtllm"])
@@ -151,11 +150,10 @@ def test_serving_runs_replay_a_fixed_subset_through_the_simulator(tmp_path):
     # simulated measured requests' mean
     import csv
     import io
-    from pathlib import Path
 
     from ridgeline.calibration.validate import serving_runs
 
-    src = Path(__file__).resolve().parents[1] / "data" / "benchmarks" / "aic" / "silicon_calibration.csv"
+    src = REPO / "data" / "benchmarks" / "aic" / "silicon_calibration.csv"
     rows = list(csv.DictReader(io.StringIO(src.read_text())))
     agg = [r for r in rows if (r["backend"], r["model_path"], r["system"], r["mode"], r["tp_size"])
            == ("vllm", "Qwen/Qwen3-32B", "h100_sxm", "agg", "2")][:2]  # fmt: skip
@@ -241,12 +239,11 @@ def test_the_serving_step_fit_minimises_its_residual_and_is_held_out_across_devi
     # a fixed subset of the shipped runs: vLLM Qwen3-32B TP2 on H100 and Llama-3.1-70B TP4 on B200
     import csv
     import io
-    from pathlib import Path
 
     import numpy as np
     from ridgeline.calibration.validate import serving_runs, serving_step_fits
 
-    src = Path(__file__).resolve().parents[1] / "data" / "benchmarks" / "aic" / "silicon_calibration.csv"
+    src = REPO / "data" / "benchmarks" / "aic" / "silicon_calibration.csv"
     rows = list(csv.DictReader(io.StringIO(src.read_text())))
     pick = [r for r in rows if (r["backend"], r["system"], r["mode"]) == ("vllm", "h100_sxm", "agg")
             and r["model_path"] == "Qwen/Qwen3-32B" and r["tp_size"] == "2"][:4]  # fmt: skip

@@ -7,12 +7,12 @@ import inspect
 
 import pytest
 import ridgeline
+from conftest import LLAMA
 from ridgeline import Plan, PlanError
 from ridgeline.cli import cli
 from ridgeline.cli.options import PLAN_FIELD
 from ridgeline.engine.plan import FIELDS, SIMULATE, setting
 
-LLAMA = "meta-llama/Llama-3.1-8B"
 MIXTRAL = "mistralai/Mixtral-8x7B-v0.1"
 
 

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from conftest import REPO
 from ridgeline import Catalog, CatalogError
 from ridgeline.catalog import export as export_module
 from ridgeline.catalog import sources as sources_module
 from ridgeline.catalog import store as catalog_module
 from ridgeline.catalog.store import default_catalog
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO
 HEADER = "name,vendor,arch,family,kind,year,tflops_bf16,tflops_fp32,memory_gb,memory_bw_gbs,verified,source"
 GOOD = "MY_GPU,Acme,hopper,acme,gpu,2025,500,35,96,2000,false,my measurements"
 

@@ -5,12 +5,11 @@ import math
 
 import pytest
 import ridgeline
+from conftest import LLAMA
 from ridgeline import DoesNotFitError, Model, PlanError, UnknownNameError, _data
 from ridgeline.catalog.store import Catalog, default_catalog
 from ridgeline.engine.result import BREAKDOWN_COLUMNS
 from ridgeline.models.config import bundled_names
-
-LLAMA = "meta-llama/Llama-3.1-8B"
 
 
 def test_default_plan_labels_and_closed_forms():
