@@ -1,0 +1,609 @@
+//! The operator graph of one step, per device after TP sharding (spec 30).
+//!
+//! Every operator's FLOPs and bytes are affine in `k`, the keys one decode
+//! query attends (`k` at context `L`, as `attention::DecodeKeys` reads the cache); operators that do
+//! not attend have zero slope. A prefill or mixed step is the special case
+//! with all slopes zero and the exact pair/key counts folded into the
+//! constant terms. One builder serves both, so decode sums and step prices
+//! can never disagree on structure.
+
+use crate::attention::{causal_pairs, chunked_keys, chunked_pairs, distinct_keys, DecodeKeys};
+use crate::collectives::{Collective, ProtocolTable, Topology};
+use crate::model::Model;
+use crate::weights::{Role, WeightFormat, N_ROLES};
+
+mod builder;
+mod routing;
+
+use builder::Builder;
+pub use routing::{chunked_scan_flops, distinct_experts, Routing};
+
+/// The keys of an operator whose cost does not depend on the context.
+const NO_KEYS: DecodeKeys = DecodeKeys::exact(None);
+
+/// Group index of operators outside the decoder layers.
+pub const MODEL_LEVEL: u16 = u16::MAX;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpKind {
+    Embedding,
+    PositionEmbedding,
+    EmbeddingAllReduce,
+    Norm,
+    QkvProj,
+    QLoraProj,
+    KvLoraProj,
+    LatentNorm,
+    KvUpProj,
+    QAbsorb,
+    VUnabsorb,
+    QkNorm,
+    Rotary,
+    KvCacheWrite,
+    Attention,
+    OutProj,
+    AttnAllReduce,
+    FfnUp,
+    FfnAct,
+    FfnDown,
+    Router,
+    /// Dispatch and combine of routed tokens between attention-DP groups (all-to-all).
+    ExpertDispatch,
+    ActQuant,
+    /// The input quantisation of MLA's per-key up-projection: it varies with the step's segments.
+    KvUpActQuant,
+    ExpertUp,
+    ExpertAct,
+    ExpertDown,
+    SharedExpertUp,
+    SharedExpertAct,
+    SharedExpertDown,
+    FfnAllReduce,
+    FinalNorm,
+    PpSend,
+    LmHead,
+    LogitsAllGather,
+    /// The sigmoid output gate of gated attention (Qwen3-Next / Qwen3.5).
+    AttnGate,
+    /// A latent MoE's projections into and out of the experts' width (Nemotron-3).
+    MoeLatentProj,
+    /// The sparse-attention indexer's projections (wq_b, wk, weights_proj).
+    IndexerProj,
+    /// The indexer's key-cache write.
+    IndexerCacheWrite,
+    /// The indexer scoring every cached key for each query (and picking the top-k).
+    IndexerScores,
+    /// Gated DeltaNet: the input projection (q, k, v, z, b, a).
+    LinearInProj,
+    /// Gated DeltaNet: the short causal depthwise convolution and its SiLU.
+    ShortConv,
+    /// Gated DeltaNet: the gated delta rule over the recurrent state (chunked scan in prefill).
+    LinearAttention,
+    /// Gated DeltaNet: the gated RMSNorm of the output.
+    GatedNorm,
+    /// Gated DeltaNet: the output projection.
+    LinearOutProj,
+    LayerOverhead,
+    StepOverhead,
+}
+
+impl OpKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Embedding => "embedding",
+            OpKind::PositionEmbedding => "position_embedding",
+            OpKind::EmbeddingAllReduce => "embedding_allreduce",
+            OpKind::Norm => "norm",
+            OpKind::QkvProj => "qkv_proj",
+            OpKind::QLoraProj => "q_lora_proj",
+            OpKind::KvLoraProj => "kv_lora_proj",
+            OpKind::LatentNorm => "latent_norm",
+            OpKind::KvUpProj => "kv_up_proj",
+            OpKind::QAbsorb => "q_absorb",
+            OpKind::VUnabsorb => "v_unabsorb",
+            OpKind::QkNorm => "qk_norm",
+            OpKind::Rotary => "rotary",
+            OpKind::KvCacheWrite => "kv_cache_write",
+            OpKind::Attention => "attention",
+            OpKind::OutProj => "o_proj",
+            OpKind::AttnAllReduce => "attn_allreduce",
+            OpKind::FfnUp => "ffn_up",
+            OpKind::FfnAct => "ffn_act",
+            OpKind::FfnDown => "ffn_down",
+            OpKind::Router => "router",
+            OpKind::ExpertDispatch => "expert_dispatch_combine",
+            OpKind::ActQuant => "act_quant",
+            OpKind::KvUpActQuant => "kv_up_act_quant",
+            OpKind::ExpertUp => "expert_up",
+            OpKind::ExpertAct => "expert_act",
+            OpKind::ExpertDown => "expert_down",
+            OpKind::SharedExpertUp => "shared_expert_up",
+            OpKind::SharedExpertAct => "shared_expert_act",
+            OpKind::SharedExpertDown => "shared_expert_down",
+            OpKind::FfnAllReduce => "ffn_allreduce",
+            OpKind::FinalNorm => "final_norm",
+            OpKind::PpSend => "pp_send",
+            OpKind::LmHead => "lm_head",
+            OpKind::LogitsAllGather => "logits_allgather",
+            OpKind::AttnGate => "attn_gate",
+            OpKind::MoeLatentProj => "moe_latent_proj",
+            OpKind::IndexerProj => "indexer_proj",
+            OpKind::IndexerCacheWrite => "indexer_cache_write",
+            OpKind::IndexerScores => "indexer_scores",
+            OpKind::LinearInProj => "linear_in_proj",
+            OpKind::ShortConv => "short_conv",
+            OpKind::LinearAttention => "linear_attention",
+            OpKind::GatedNorm => "gated_norm",
+            OpKind::LinearOutProj => "linear_out_proj",
+            OpKind::LayerOverhead => "layer_overhead",
+            OpKind::StepOverhead => "step_overhead",
+        }
+    }
+
+    /// The operators of a prefill step whose cost depends on where its tokens sit in their
+    /// sequences (the attended pairs and keys), not only on how many tokens, sampling
+    /// sequences and sequences the step holds: what `build_kernels` builds.
+    pub fn varies_with_segments(self) -> bool {
+        matches!(
+            self,
+            OpKind::Attention
+                | OpKind::KvUpProj
+                | OpKind::KvUpActQuant
+                | OpKind::IndexerScores
+                | OpKind::LinearAttention
+        )
+    }
+
+    /// The operators of a decode step whose cost grows with the context (they read the cache).
+    pub fn reads_context(self) -> bool {
+        matches!(self, OpKind::Attention | OpKind::IndexerScores)
+    }
+
+    /// The routed-expert kernels (their memory efficiency may be fitted apart).
+    pub fn is_routed_expert(self) -> bool {
+        matches!(self, OpKind::ExpertUp | OpKind::ExpertAct | OpKind::ExpertDown)
+    }
+
+    pub fn is_comm(self) -> bool {
+        matches!(
+            self,
+            OpKind::EmbeddingAllReduce
+                | OpKind::ExpertDispatch
+                | OpKind::AttnAllReduce
+                | OpKind::FfnAllReduce
+                | OpKind::LogitsAllGather
+                | OpKind::PpSend
+        )
+    }
+}
+
+/// One operator of a step: `repeat` invocations (layers of its group), each
+/// launching `launches` kernels, with FLOPs `f0 + f1 k` and bytes `b0 + b1 k`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Op {
+    pub kind: OpKind,
+    pub group: u16,
+    pub repeat: f64,
+    pub launches: f64,
+    /// Dense peak (FLOP/s) of the operator's compute dtype, at efficiency 1.
+    pub peak: f64,
+    pub f0: f64,
+    pub f1: f64,
+    pub b0: f64,
+    pub b1: f64,
+    /// Bytes of `b0` that are activations (not weights, not KV cache).
+    pub act_bytes: f64,
+    /// The keys a decode step reads at context `L` (`k`, for `f1` and `b1`).
+    pub keys: DecodeKeys,
+    /// Communication time per invocation (comm operators only).
+    pub comm_s: f64,
+    /// A GEMM on weights stored below 16 bits (its kernels are fitted apart: eta_compute_quant).
+    pub quantized: bool,
+    /// The weight role whose storage format a GEMM reads (a fused GEMM: its first part's); a
+    /// quantized GEMM takes its format's fitted efficiency where one is given.
+    pub role: Option<Role>,
+    /// A routed-expert kernel over more than one token of a step: tokens are gathered per
+    /// expert into grouped GEMMs (eta_moe). With one token the selected experts are read by
+    /// the same GEMV kernels as dense weights (eta_mem).
+    pub grouped: bool,
+    /// A fused (flash) attention kernel of a GQA/MQA layer, and which of the runtime's kernels
+    /// runs it: a prefill step's (chunks on their prefixes) or a decode step's (one query per
+    /// sequence). A runtime with attention kernels of its own fitted prices it with them
+    /// (`Efficiency::attention`).
+    pub attention: Option<AttnPhase>,
+    /// The kernel's work items per invocation: sequences x KV heads on the rank (a fused
+    /// attention kernel schedules its thread blocks per sequence and KV head).
+    pub items: f64,
+}
+
+/// What the breakdown keeps of an operator besides its cost (`Op::flags`).
+pub type OpFlags = (bool, Option<Role>, bool, Option<AttnPhase>);
+
+/// Which fused attention kernel runs an attention operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttnPhase {
+    Prefill,
+    Decode,
+}
+
+impl AttnPhase {
+    pub fn name(self) -> &'static str {
+        match self {
+            AttnPhase::Prefill => "prefill",
+            AttnPhase::Decode => "decode",
+        }
+    }
+}
+
+/// Tokens of one kind in a step: `count` sequences, each adding `new`
+/// tokens on top of `prefix` cached ones; `samples` when they emit a token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Segment {
+    pub count: u64,
+    pub new: u64,
+    pub prefix: u64,
+    pub samples: bool,
+}
+
+/// What a step holds.
+#[derive(Clone, Copy, Debug)]
+pub enum Geometry<'a> {
+    /// Prefill chunks (and later, mixed steps): exact constant counts. MLA
+    /// runs in its expanded form here.
+    Segments(&'a [Segment]),
+    /// `batch` sequences each decoding one token at a symbolic context. MLA
+    /// runs in its weight-absorbed form here.
+    Decode { batch: u64 },
+}
+
+impl Geometry<'_> {
+    fn tokens(&self) -> f64 {
+        match self {
+            Geometry::Segments(s) => s.iter().map(|x| (x.count * x.new) as f64).sum(),
+            Geometry::Decode { batch } => *batch as f64,
+        }
+    }
+
+    /// Sequences in the step.
+    fn sequences(&self) -> f64 {
+        match self {
+            Geometry::Segments(s) => s.iter().map(|x| x.count as f64).sum(),
+            Geometry::Decode { batch } => *batch as f64,
+        }
+    }
+
+    fn samples(&self) -> f64 {
+        match self {
+            Geometry::Segments(s) => s.iter().filter(|x| x.samples).map(|x| x.count as f64).sum(),
+            Geometry::Decode { batch } => *batch as f64,
+        }
+    }
+
+    /// Scores an unfused attention computes and stores per head, affine in the decode key
+    /// count `k`: every query against every key of the cache view (the causal mask is applied
+    /// to the full rectangle); in decode, one query per sequence, so the attended pairs.
+    fn score_rectangle(&self, window: Option<u64>, chunk: Option<u64>) -> (f64, f64) {
+        match self {
+            Geometry::Segments(s) => {
+                let keys = |x: &Segment| match chunk {
+                    Some(c) => chunked_keys(x.new, x.prefix, c),
+                    None => distinct_keys(x.new, x.prefix, window),
+                };
+                let r = s.iter().map(|x| (x.count * x.new) as f64 * keys(x)).sum();
+                (r, 0.0)
+            }
+            Geometry::Decode { .. } => {
+                let (p0, p1, _, _) = self.attention(window);
+                (p0, p1)
+            }
+        }
+    }
+
+    /// `attention`, for a layer with chunked local attention of `chunk` tokens.
+    fn attention_chunked(&self, chunk: u64) -> (f64, f64, f64, f64) {
+        self.counted(|x| {
+            (
+                chunked_pairs(x.new, x.prefix, chunk),
+                chunked_keys(x.new, x.prefix, chunk),
+            )
+        })
+    }
+
+    /// (pairs0, pairs1, keys0, keys1): pair and distinct-key counts as affine
+    /// functions of the decode key count `k`.
+    fn attention(&self, window: Option<u64>) -> (f64, f64, f64, f64) {
+        self.counted(|x| {
+            (
+                causal_pairs(x.new, x.prefix, window),
+                distinct_keys(x.new, x.prefix, window),
+            )
+        })
+    }
+
+    /// The (pairs, keys) of every segment by `per_seq` (one sequence's), summed; in decode one
+    /// pair and one key per sequence and attended key (the slopes).
+    fn counted(&self, per_seq: impl Fn(&Segment) -> (f64, f64)) -> (f64, f64, f64, f64) {
+        match self {
+            Geometry::Segments(s) => {
+                let (mut p, mut k) = (0.0, 0.0);
+                for x in s.iter() {
+                    let (px, kx) = per_seq(x);
+                    p += x.count as f64 * px;
+                    k += x.count as f64 * kx;
+                }
+                (p, 0.0, k, 0.0)
+            }
+            Geometry::Decode { batch } => (0.0, *batch as f64, 0.0, *batch as f64),
+        }
+    }
+}
+
+/// Plan-derived constants the builder needs.
+#[derive(Clone, Copy, Debug)]
+pub struct BuildCtx<'a> {
+    pub model: &'a Model,
+    pub tp: u64,
+    /// Expert-parallel degree (it divides the MoE group, `tp` x `attention_dp`).
+    pub ep: u64,
+    /// Attention data-parallel groups: the routed experts serve every group's tokens.
+    pub attention_dp: u64,
+    /// Pipeline stages.
+    pub pp: u64,
+    /// All sequences hold the same tokens (MoE routing is shared).
+    pub identical_sequences: bool,
+    /// Zipf exponent of routed-expert popularity (0: uniform routing); see `distinct_experts`.
+    pub routing_skew: f64,
+    /// Bytes moved per attention score when the runtime materialises the score matrix
+    /// (unfused attention); 0 for fused (flash) attention.
+    pub attention_score_bytes: f64,
+    /// How decode reads the KV cache (`Plan::swa_cache_extra`, `kv_pad`, `kv_skip_masked_tail`);
+    /// its window is each layer's own, and the masked-tail skip applies to steps of several
+    /// sequences only (`decode_keys`), so one context serves plans of any batch.
+    pub kv_read: DecodeKeys,
+    /// Bytes per activation element.
+    pub act_b: f64,
+    pub kv_b: f64,
+    /// Tokens per chunk of the chunked linear-attention scan (`Plan::linear_chunk`).
+    pub linear_chunk: f64,
+    /// Storage format of each weight role (indexed like `Role::ALL`).
+    pub formats: [WeightFormat; N_ROLES],
+    /// Dense peak (FLOP/s) of the GEMMs on each weight role.
+    pub peaks: [f64; N_ROLES],
+    /// Dense peak of activation-dtype kernels (attention, elementwise).
+    pub peak_act: f64,
+    /// The devices' links (None on a single device).
+    pub topo: Option<Topology>,
+    pub proto: ProtocolTable,
+}
+
+impl BuildCtx<'_> {
+    /// How the routed experts are split over the MoE group (`tp` x `attention_dp` ranks):
+    /// (EP, MoE TP), E/EP whole experts a rank, each sharded over MoE TP = group / EP ranks.
+    pub fn expert_split(&self) -> (f64, f64) {
+        let ep = self.ep.max(1) as f64;
+        (ep, (self.tp * self.attention_dp.max(1)) as f64 / ep)
+    }
+
+    fn comm(&self, op: Collective, ranks: u64, msg: f64) -> f64 {
+        match self.topo {
+            Some(t) if ranks > 1 => t.time(op, ranks, msg, &self.proto).time_s,
+            _ => 0.0,
+        }
+    }
+
+    /// Activation sends between the `pp` stages of one step: TP-major
+    /// placement (stage s holds devices s*tp .. (s+1)*tp), so a boundary
+    /// crosses nodes when those devices sit on different nodes.
+    fn pp_sends(&self, msg: f64) -> f64 {
+        let Some(topo) = self.topo else { return 0.0 };
+        (1..self.pp)
+            .map(|s| {
+                let crosses = match topo.devices_per_node {
+                    Some(d) => (s * self.tp - 1) / d != (s * self.tp) / d,
+                    None => false,
+                };
+                match (crosses, topo.scaleout) {
+                    (true, Some(out)) => crate::collectives::time(Collective::PointToPoint, 2, msg, out, &self.proto),
+                    _ => crate::collectives::time(
+                        Collective::PointToPoint,
+                        2,
+                        msg,
+                        topo.local(Collective::PointToPoint, 2),
+                        &self.proto,
+                    ),
+                }
+            })
+            .sum()
+    }
+
+    pub fn format(&self, r: Role) -> WeightFormat {
+        self.formats[r as usize]
+    }
+
+    pub fn peak(&self, r: Role) -> f64 {
+        self.peaks[r as usize]
+    }
+
+    /// The keys one prefill query is computed against on a layer with attention window
+    /// `window`: the window, or with `swa_cache_extra` the whole ring of w + extra cells up to
+    /// the query (llama.cpp's CUDA flash attention skips only trailing masked tiles, so the
+    /// masked cells before the window are computed too).
+    pub fn swa_span(&self, window: Option<u64>) -> Option<u64> {
+        DecodeKeys { window, ..self.kv_read }.ring()
+    }
+
+    /// The keys a decode step of `batch` sequences reads on a layer with attention window
+    /// `window` (`Plan::decode_keys`: the masked-tail skip needs several sequences).
+    pub fn decode_keys(&self, window: Option<u64>, batch: u64) -> DecodeKeys {
+        DecodeKeys {
+            window,
+            skip_masked_tail: self.kv_read.skip_masked_tail && batch > 1,
+            ..self.kv_read
+        }
+    }
+}
+
+impl Op {
+    /// What the breakdown keeps of an operator besides its cost: quantized, role, grouped, the
+    /// fused attention kernel that runs it.
+    pub fn flags(&self) -> OpFlags {
+        (self.quantized, self.role, self.grouped, self.attention)
+    }
+}
+
+/// The operators of a prefill step that vary with where its tokens sit
+/// (`OpKind::varies_with_segments`), built exactly as `build_step` builds them and in its
+/// order, into `out` (cleared first): a schedule of steps that hold the same tokens prices the
+/// rest of the graph once.
+pub fn build_kernels(ctx: &BuildCtx, segs: &[Segment], out: &mut Vec<Op>) {
+    out.clear();
+    let geo = Geometry::Segments(segs);
+    let t = geo.tokens();
+    let mut b = Builder {
+        ctx,
+        out,
+        group: MODEL_LEVEL,
+        repeat: 1.0,
+    };
+    for (gi, g) in ctx.model.layer_groups.iter().enumerate() {
+        b.group = gi as u16;
+        b.repeat = g.count as f64;
+        if let Some(r) = g.recurrent(ctx.tp) {
+            b.linear_kernel(&r, &geo, t);
+        }
+        let Some(a) = &g.attention else { continue };
+        let h_t = (a.heads / ctx.tp) as f64;
+        match &a.mla {
+            None => b.mha_kernel(a, &geo, t, h_t),
+            Some(m) => {
+                if let Some(ix) = &a.indexer {
+                    if !ix.shared {
+                        b.indexer_scores(ix, &geo, t);
+                    }
+                    b.mla_absorbed_kernel(a, m, &geo, t, h_t);
+                } else {
+                    b.mla_expanded_kernel(a, m, &geo, t, h_t);
+                }
+            }
+        }
+    }
+}
+
+/// Tokens, sampling sequences and sequences of a prefill step: what every operator of it but
+/// the `varies_with_segments` kernels depends on.
+pub type StepShape = (u64, u64, u64);
+
+/// The `StepShape` of a prefill step's segments.
+pub fn step_shape(segs: &[Segment]) -> StepShape {
+    segs.iter().fold((0, 0, 0), |(t, s, q), x| {
+        (
+            t + x.count * x.new,
+            s + if x.samples { x.count } else { 0 },
+            q + x.count,
+        )
+    })
+}
+
+/// Appends the operators of one step to `out` (cleared first).
+pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
+    out.clear();
+    let m = ctx.model;
+    let d = m.hidden_size as f64;
+    let t = geo.tokens();
+    let samples = geo.samples();
+    let tpf = ctx.tp as f64;
+    // Tokens whose routing is independent: one sequence's worth when all sequences are the same.
+    let route_tokens = if ctx.identical_sequences {
+        t / geo.sequences().max(1.0)
+    } else {
+        t
+    };
+
+    let mut b = Builder {
+        ctx,
+        out,
+        group: MODEL_LEVEL,
+        repeat: 1.0,
+    };
+    // Embedding lookup (vocab-parallel under TP): read T rows, write T x d.
+    let act = t * d * ctx.act_b;
+    let rows = ctx.format(Role::Embedding).bytes(d, t) / tpf;
+    b.push(
+        OpKind::Embedding,
+        ctx.peak_act,
+        (0.0, 0.0),
+        (rows + act, 0.0),
+        act,
+        NO_KEYS,
+    );
+    if m.position_embeddings > 0 {
+        // Learned absolute positions: read T rows, add to the hidden state.
+        let act = 2.0 * t * d * ctx.act_b;
+        let rows = ctx.format(Role::Embedding).bytes(d, t);
+        b.push(
+            OpKind::PositionEmbedding,
+            ctx.peak_act,
+            (t * d, 0.0),
+            (rows + act, 0.0),
+            act,
+            NO_KEYS,
+        );
+    }
+    if ctx.tp > 1 {
+        b.comm(
+            OpKind::EmbeddingAllReduce,
+            Collective::AllReduce,
+            ctx.tp,
+            t * d * ctx.act_b,
+        );
+    }
+    for (gi, g) in m.layer_groups.iter().enumerate() {
+        b.group = gi as u16;
+        b.repeat = g.count as f64;
+        b.norm(OpKind::Norm, g.norms as f64, t, d);
+        if let Some(a) = &g.attention {
+            b.attention(a, geo, t);
+        }
+        if let Some(r) = g.recurrent(ctx.tp) {
+            b.recurrent(&r, geo, t);
+        }
+        b.ffn(g, t, route_tokens);
+    }
+    b.group = MODEL_LEVEL;
+    b.repeat = 1.0;
+    if ctx.pp > 1 {
+        let s = ctx.pp_sends(t * d * ctx.act_b);
+        b.out.push(Op {
+            kind: OpKind::PpSend,
+            group: MODEL_LEVEL,
+            repeat: 1.0,
+            launches: (ctx.pp - 1) as f64,
+            peak: ctx.peak_act,
+            f0: 0.0,
+            f1: 0.0,
+            b0: 0.0,
+            b1: 0.0,
+            act_bytes: t * d * ctx.act_b,
+            keys: NO_KEYS,
+            comm_s: s,
+            quantized: false,
+            role: None,
+            grouped: false,
+            attention: None,
+            items: 0.0,
+        });
+    }
+    b.norm(OpKind::FinalNorm, 1.0, t, d);
+    if samples > 0.0 {
+        let v = m.vocab_size as f64 / tpf;
+        b.gemm(OpKind::LmHead, samples, d, v, Role::LmHead, m.lm_head_bias);
+        if ctx.tp > 1 {
+            b.comm(
+                OpKind::LogitsAllGather,
+                Collective::AllGather,
+                ctx.tp,
+                samples * m.vocab_size as f64 * ctx.act_b,
+            );
+        }
+    }
+}
