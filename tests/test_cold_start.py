@@ -9,12 +9,16 @@ import sys
 
 import pytest
 from conftest import LLAMA
+from ridgeline.cli.group import COMMANDS
 
 HEAVY = ("numpy", "duckdb", "polars", "scipy", "yaml")
+COMMAND_MODULES = sorted(set(COMMANDS.values()))
 REPORT = f"""
 import json, sys
 print(json.dumps({{"heavy": sorted(m for m in {HEAVY!r} if m in sys.modules),
-                  "structure_version": "ridgeline.engine.structure" in sys.modules}}))
+                  "structure_version": "ridgeline.engine.structure" in sys.modules,
+                  "commands": sorted(m for m in sys.modules if m.startswith("ridgeline.cli.")
+                                     and m.split(".")[2] in {COMMAND_MODULES!r})}}))
 """
 API = f"""
 import ridgeline
@@ -40,7 +44,9 @@ def test_a_cold_estimate_imports_nothing_heavy_and_writes_nothing(code, tmp_path
     )
     assert r.returncode == 0, r.stderr
     *printed, report = r.stdout.splitlines()
-    assert json.loads(report) == {"heavy": [], "structure_version": False}
+    # the CLI reads the estimate command's module alone (the others load when their command runs)
+    commands = ["ridgeline.cli.estimate"] if code == CLI else []
+    assert json.loads(report) == {"heavy": [], "structure_version": False, "commands": commands}
     assert list(cache.iterdir()) == []
     if code == CLI:
         assert any(line.strip().startswith("TTFT") for line in printed)

@@ -10,11 +10,12 @@ True
 2
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
 from .catalog.device import Device
 from .catalog.store import Catalog
 from .engine.estimate import estimate
-from .engine.plan import Plan
 from .engine.result import Estimate
 from .errors import (
     CatalogError,
@@ -28,9 +29,31 @@ from .errors import (
 )
 from .models.config import Model
 from .recommend import Recommendation, recommend
-from .serving.result import Simulation
-from .serving.simulator import simulate, simulate_grid
-from .sweeps.sweep import Dataset, sweep, write_folder
+
+if TYPE_CHECKING:
+    from .engine.plan import Plan
+    from .serving.result import Simulation
+    from .serving.simulator import simulate, simulate_grid
+    from .sweeps.sweep import Dataset, sweep, write_folder
+
+#: The public names read when first named, each from its module: a cold estimate imports the
+#: engine, the catalog and the models, not the simulator, the sweeps or the Plan dataclass.
+_LAZY = {
+    "Plan": "engine.plan", "Simulation": "serving.result", "simulate": "serving.simulator",
+    "simulate_grid": "serving.simulator", "Dataset": "sweeps.sweep", "sweep": "sweeps.sweep",
+    "write_folder": "sweeps.sweep",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'ridgeline' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Catalog",

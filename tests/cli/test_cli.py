@@ -172,3 +172,14 @@ def test_model_commands(tmp_path):
     assert rows["Qwen/Qwen3-VL-8B-Instruct"]["not_counted"] == "vision tower"
     r = run("model", "show", "google/gemma-2-9b", "--json", cwd=tmp_path)
     assert json.loads(r.stdout)["params"]["total"] == 9_241_705_984
+
+
+def test_the_lazy_command_table_names_every_command_its_module_adds():
+    # `ridgeline estimate` imports the estimate command's module alone; the table that says where
+    # each command lives must name every command the modules add, and the module that adds it
+    from ridgeline.cli.group import COMMANDS, load_all
+
+    group = load_all()
+    assert sorted(group.commands) == sorted(COMMANDS) and len(COMMANDS) == 11
+    for name, module in COMMANDS.items():
+        assert group.commands[name].callback.__module__ == f"ridgeline.cli.{module}", name

@@ -7,7 +7,7 @@ import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from .. import _checks, _core
 from .._checks import MAX_EXACT
@@ -18,10 +18,11 @@ from ..errors import DoesNotFitError, PlanError
 from ..models import quant
 from ..models.config import Model, identify
 from .collectives import protocol_json, resolve_topology
-from .plan import NAMES as PLAN_FIELDS
-from .plan import Plan, merged
 from .result import _NUMBERS, GB, Estimate, _Prepared
 from .runtimes import _NO_RUNTIME_EXECUTION, KERNEL_RUNTIMES, choose_runtime, collective_library, runtime_execution
+
+if TYPE_CHECKING:
+    from .plan import Plan
 
 #: What every estimate says about its efficiencies until calibration exists.
 UNCALIBRATED = "uncalibrated"
@@ -123,7 +124,9 @@ def estimate(
     ('calibrated (H100_SXM, vllm 0.24.0, 107425 rows)', 'measured', True)
     """
     if plan is not None:
-        settings = merged(plan, {k: v for k, v in locals().items() if k in PLAN_FIELDS}, "estimate")
+        from .plan import NAMES, merged  # a Plan's module is read when a plan is given (the cold start)
+
+        settings = merged(plan, {k: v for k, v in locals().items() if k in NAMES}, "estimate")
         return estimate(model, hardware, allow_no_fit=allow_no_fit, breakdown=breakdown, catalog=catalog, **settings)
     # What the plan's numbers do not change (model, device, precisions, runtime, calibration,
     # links) is resolved once and kept: a warm call checks the numbers and prices them. Each

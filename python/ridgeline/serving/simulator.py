@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from .. import _checks, _core
 from ..catalog.device import Device
 from ..catalog.store import Catalog
 from ..engine.estimate import prepare, pricing
-from ..engine.plan import SIMULATE as PLAN_SIMULATE
-from ..engine.plan import Plan, merged
 from ..errors import PlanError
 from ..sweeps.cluster import RunReport, by_name, check_backend, run_tasks
 from .result import Simulation, _stats
 from .scheduler import _SCHEDULERS, SCHEDULER_FIELDS, _scheduler_rows, scheduler_defaults
 from .workload import length_text, parse_lengths, read_trace
+
+if TYPE_CHECKING:
+    from ..engine.plan import Plan
 
 
 def _describe(workload: Mapping[str, Any]) -> str:
@@ -177,7 +178,9 @@ def simulate(
     """
     if plan is not None:
         args = {k: v for k, v in locals().items() if k not in ("plan", "scheduler", "model", "hardware")}
-        args.update(merged(plan, {k: args[k] for k in PLAN_SIMULATE}, "simulate", PLAN_SIMULATE))
+        from ..engine.plan import SIMULATE, merged
+
+        args.update(merged(plan, {k: args[k] for k in SIMULATE}, "simulate", SIMULATE))
         return simulate(model, hardware, **args, **scheduler)
     unknown = sorted(set(scheduler) - set(SCHEDULER_FIELDS))
     if unknown:
@@ -192,6 +195,32 @@ def simulate(
     front = _front_end(request_overhead_us, p.held_runtime, p.dev.chip)
     sched = _scheduler(runtime_name, p.dev, scheduler, catalog)
     mml = p.m.max_model_len if max_model_len is None else _checks.whole("max_model_len", max_model_len, 1)
+    work = _work(rate, burstiness, concurrency, ramp_s, trace, requests, prompt, output, mml, declare_output, seed,
+                 prefix_groups, prefix_tokens)  # fmt: skip
+    slo = {"ttft": slo_ttft_ms, "tpot": slo_tpot_ms}
+    opts = _options(slo_ttft_ms, slo_tpot_ms, horizon_s, keep_requests, sample_s)
+    core_sched = {k: sched[k] for k in SCHEDULER_FIELDS}
+    core_sched["max_model_len"] = mml
+    if kv_blocks is not None:
+        core_sched["kv_blocks"] = _checks.whole("kv_blocks", kv_blocks, 1)
+    cluster = _cluster(p.dev, core_sched, tp=tp, ep=ep, instances=instances, router=router,
+                       prefill_instances=prefill_instances, decode_instances=decode_instances, prefill_tp=prefill_tp,
+                       decode_tp=decode_tp, prefill_ep=prefill_ep, decode_ep=decode_ep, kv_link_gbs=kv_link_gbs,
+                       kv_link_latency_us=kv_link_latency_us)  # fmt: skip
+    cluster["request_overhead_s"] = 0.0 if front is None else front[0] * 1e-6
+    if progress is not None and not callable(progress):
+        raise PlanError(f"progress: expected a callable taking (ended, total), got {progress!r}")
+    r = _core.simulate_prepared(p.core, json.dumps(cluster), json.dumps(work), json.dumps(opts), progress)
+    frames = _frames(r, keep_requests, sample_s)
+    return _simulation(p, r, runtime_name, front, sched, mml, work, slo, cluster, frames, price)
+
+
+def _work(
+    rate: Optional[float], burstiness: float, concurrency: Optional[int], ramp_s: float, trace: Any,
+    requests: Optional[int], prompt: Any, output: Any, mml: int, declare_output: bool, seed: int,
+    prefix_groups: Optional[int], prefix_tokens: Optional[int],
+) -> dict[str, Any]:  # fmt: skip
+    """The workload the core draws: arrivals, request count, lengths and shared prefixes, each checked."""
     arrivals = _arrivals(rate, burstiness, concurrency, ramp_s, trace)
     n = None if requests is None else _checks.whole("requests", requests, 1)
     if n is None and trace is None:
@@ -213,22 +242,7 @@ def simulate(
             raise PlanError("prefix_groups: a trace gives its own prefix_id and prefix_tokens columns")
         work["prefixes"] = {"count": _checks.whole("prefix_groups", prefix_groups, 1),
                             "tokens": _checks.whole("prefix_tokens", prefix_tokens, 1)}  # fmt: skip
-    slo = {"ttft": slo_ttft_ms, "tpot": slo_tpot_ms}
-    opts = _options(slo_ttft_ms, slo_tpot_ms, horizon_s, keep_requests, sample_s)
-    core_sched = {k: sched[k] for k in SCHEDULER_FIELDS}
-    core_sched["max_model_len"] = mml
-    if kv_blocks is not None:
-        core_sched["kv_blocks"] = _checks.whole("kv_blocks", kv_blocks, 1)
-    cluster = _cluster(p.dev, core_sched, tp=tp, ep=ep, instances=instances, router=router,
-                       prefill_instances=prefill_instances, decode_instances=decode_instances, prefill_tp=prefill_tp,
-                       decode_tp=decode_tp, prefill_ep=prefill_ep, decode_ep=decode_ep, kv_link_gbs=kv_link_gbs,
-                       kv_link_latency_us=kv_link_latency_us)  # fmt: skip
-    cluster["request_overhead_s"] = 0.0 if front is None else front[0] * 1e-6
-    if progress is not None and not callable(progress):
-        raise PlanError(f"progress: expected a callable taking (ended, total), got {progress!r}")
-    r = _core.simulate_prepared(p.core, json.dumps(cluster), json.dumps(work), json.dumps(opts), progress)
-    frames = _frames(r, keep_requests, sample_s)
-    return _simulation(p, r, runtime_name, front, sched, mml, work, slo, cluster, frames, price)
+    return work
 
 
 def _simulation(

@@ -17,15 +17,17 @@ import re
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .. import _checks, _core
 from .._checks import MAX_EXACT, flag, whole
 from ..catalog.store import Catalog, default_catalog
-from ..engine.plan import Plan, merged
 from ..errors import InternalError, PlanError
 from ..models.config import Model
 from .cluster import RunReport, check_backend, fingerprint, run_tasks
+
+if TYPE_CHECKING:
+    from ..engine.plan import Plan
 
 NUMERIC_AXES = ("tp", "pp", "ep", "dp", "chunk", "batch", "prompt", "output")
 CATEGORICAL_AXES = ("model", "hardware", "dtype", "weight_dtype", "kv_dtype", "runtime")
@@ -514,6 +516,8 @@ def with_plan(
     if not isinstance(grid, Mapping):
         raise PlanError(f"grid: expected a mapping of axis names to values, got {type(grid).__name__}")
     axes = frozenset(NUMERIC_AXES + CATEGORICAL_AXES)
+    from ..engine.plan import merged
+
     kw = merged(plan, {"calibrated": calibrated, "amortise_years": amortise_years}, "sweep",
                 axes | {"calibrated", "amortise_years"})  # fmt: skip
     both = sorted(k for k in plan.changed() if k in axes and k in grid)
