@@ -31,7 +31,7 @@ def test_every_plan_meets_the_slos_in_its_own_simulation_and_is_priced_by_its_de
         sim = ridgeline.simulate(LLAMA70, p["hardware"], tp=p["tp"], instances=p["replicas"], rate=5,
                                  router="least_outstanding", requests=200 * p["replicas"], prompt=1024, output=256,
                                  max_model_len=1280, slo_ttft_ms=1000, slo_tpot_ms=50)  # fmt: skip
-        assert sim.good_requests / sim.finished == pytest.approx(p["within_slo"])
+        assert sim.within_slo == pytest.approx(p["within_slo"]) and sim.rejected == sim.unfinished == 0
     costs = [p["usd_per_million_output_tokens"] for p in rec.plans]
     assert costs == sorted(costs)
 
@@ -57,7 +57,7 @@ def test_bad_input_is_refused_by_name():
 
 
 def test_cli_recommend_prints_the_ranked_plans_and_json(tmp_path):
-    from test_cli import run
+    from conftest import run
 
     args = ["recommend", "-m", LLAMA70, "--rate", "5", "--slo-ttft-ms", "1000", "--slo-tpot-ms", "50",
             "-H", "H100_SXM", "-H", "A30", "--requests", "200", "--tp", "4,8"]  # fmt: skip
@@ -96,7 +96,11 @@ def test_runtimes_weights_and_disaggregation_are_searched_and_each_plan_holds_in
                                  prefill_instances=p["prefill_instances"], decode_instances=p["decode_instances"],
                                  router="least_outstanding", requests=150 * p["replicas"], prompt=1024, output=256,
                                  max_model_len=1280, slo_ttft_ms=500, slo_tpot_ms=40, **link)  # fmt: skip
-        assert sim.good_requests / sim.finished == pytest.approx(p["within_slo"]) and p["within_slo"] >= 0.9
+        assert (
+            sim.within_slo == pytest.approx(p["within_slo"])
+            and sim.rejected == sim.unfinished == 0
+            and p["within_slo"] >= 0.9
+        )
     # the frontier: cheapest first, each faster than every cheaper plan; the energy is the simulation's
     front = r.frontier()
     assert front and all(a["ttft_q_s"] > b["ttft_q_s"] for a, b in zip(front, front[1:]))
@@ -141,7 +145,11 @@ def test_length_distributions_are_drawn_by_the_simulator_and_bound_its_sequences
     sim = ridgeline.simulate(LLAMA8, "H100_SXM", tp=1, instances=p["replicas"], router="least_outstanding", rate=6,
                              requests=200 * p["replicas"], max_model_len=8512, slo_ttft_ms=800, slo_tpot_ms=40,
                              **lengths)  # fmt: skip
-    assert sim.good_requests / sim.finished == pytest.approx(p["within_slo"]) and p["within_slo"] >= 0.9
+    assert (
+        sim.within_slo == pytest.approx(p["within_slo"])
+        and sim.rejected == sim.unfinished == 0
+        and p["within_slo"] >= 0.9
+    )
     with pytest.raises(PlanError, match="prompt"):
         ridgeline.recommend(LLAMA8, rate=6, slo_tpot_ms=40, prompt="zipf:3")
 
@@ -157,7 +165,7 @@ def test_a_closed_loop_of_clients_is_served_by_the_fewest_replicas_that_meet_the
         s = ridgeline.simulate(LLAMA8, "H100_SXM", tp=1, instances=n, router="least_outstanding", concurrency=64,
                                requests=200 * n, prompt=1024, output=256, max_model_len=1280, slo_ttft_ms=500,
                                slo_tpot_ms=30)  # fmt: skip
-        return s.good_requests / s.finished
+        return s.within_slo
 
     # its own simulation meets the SLOs; one replica fewer does not
     assert run(p["replicas"]) == pytest.approx(p["within_slo"]) and p["within_slo"] >= 0.9
@@ -166,3 +174,39 @@ def test_a_closed_loop_of_clients_is_served_by_the_fewest_replicas_that_meet_the
         ridgeline.recommend(LLAMA8, rate=5, concurrency=8, slo_tpot_ms=30)
     with pytest.raises(PlanError, match="needs a load"):
         ridgeline.recommend(LLAMA8, slo_tpot_ms=30)
+
+
+def test_a_disaggregated_split_that_rejects_requests_is_never_listed():
+    # Llama-3.1-8B on L40S, 8k prompts: one decode instance holds the KV of few requests; 1P+1D at
+    # 2 req/s rejects most of them (decode KV) while every request it finishes is within the SLOs,
+    # so counting finished requests only would list it at 100% within SLO
+    slo = {"slo_ttft_ms": 60000, "slo_tpot_ms": 1000}
+    link = {"kv_link_gbs": 50, "kv_link_latency_us": 10}
+    split = ridgeline.simulate(LLAMA8, "L40S", rate=2, requests=200, prompt=8192, output=1024, max_model_len=9216,
+                               prefill_instances=1, decode_instances=1, router="least_outstanding", **slo,
+                               **link)  # fmt: skip
+    assert split.rejected_causes["decode_kv"] > 0 and split.good_requests == split.finished
+    assert split.within_slo == split.good_requests / 200 < 0.9
+    r = ridgeline.recommend(LLAMA8, rate=2, prompt=8192, output=1024, hardware=["L40S"], tp=(1,), disaggregate=True,
+                            requests=100, **slo, **link)  # fmt: skip
+    assert r.plans and all(p["rejected"] == p["unfinished"] == 0 for p in r.plans)
+    for p in r.plans:
+        if p["prefill_instances"]:
+            sim = ridgeline.simulate(LLAMA8, "L40S", rate=2, requests=100 * p["replicas"], prompt=8192, output=1024,
+                                     max_model_len=9216, prefill_instances=p["prefill_instances"],
+                                     decode_instances=p["decode_instances"], router="least_outstanding", **slo,
+                                     **link)  # fmt: skip
+            assert sim.rejected == 0 and sim.within_slo >= 0.9
+    # none of the splits met the objectives here: the refusal names the nearest and what it broke
+    (why,) = [x["reason"] for x in r.refused if x["reason"].startswith("disaggregated")]
+    assert "no split of 7 instances or fewer" in why and "requests rejected (decode kv" in why, why
+
+
+def test_a_search_that_finds_nothing_names_its_nearest_miss_and_the_objective_it_broke():
+    r = ridgeline.recommend(LLAMA8, rate=60, slo_ttft_ms=200, slo_tpot_ms=30, prompt=1024, output=256,
+                            hardware=["H100_SXM"], tp=(1,), requests=100, max_devices=1)  # fmt: skip
+    assert not r.plans
+    near = r.nearest_miss()
+    assert near is not None and near["within_slo"] < 0.9
+    assert "more than max_devices 1" in near["reason"] and "p90 TTFT" in near["reason"], near
+    assert f"the nearest miss: {near['candidate']}: {near['reason']}" in r.summary()

@@ -6,7 +6,8 @@ is pruned by the static engine first (the model must fit, and a lone request mus
 and TPOT objectives), priced at the device's cheapest published offer (``Catalog.offers``:
 on-demand, or a purchase price amortised over the years given; a device without one cannot be
 ranked by cost and is listed as refused), then sized by the simulator: the highest Poisson rate
-one instance serves with ``percentile`` % of requests within the SLOs (``serving.max_rate``)
+one instance serves with ``percentile`` % of requests within the SLOs (``serving.max_rate``;
+a run that rejects, length-caps or leaves a request unfinished never meets them)
 gives the replicas the target rate needs, and a simulation of that many replicas behind a
 least-outstanding router at the target rate confirms it (a replica is added while it does not).
 For a closed loop of ``concurrency`` clients the fewest replicas whose simulation meets the SLOs
@@ -89,6 +90,13 @@ class Recommendation:
                  "offer": f"{r['offer']['provider']}, {r['offer']['as_of']}"} for r in self.plans]  # fmt: skip
         return pl.DataFrame(rows)
 
+    def nearest_miss(self) -> Optional[dict[str, Any]]:
+        """The refused candidate whose simulation came closest to the objectives (the largest share
+        of requests within them), with the reason it was refused; none when no candidate was
+        simulated."""
+        tried = [r for r in self.refused if r.get("within_slo") is not None]
+        return max(tried, key=lambda r: r["within_slo"]) if tried else None
+
     def frontier(self) -> list[dict[str, Any]]:
         """The Pareto plans, cheapest first: no other plan is cheaper and at least as fast."""
         return [r for r in self.plans if r["frontier"]]
@@ -101,7 +109,10 @@ class Recommendation:
         lines = [f"{self.model}: {load_text(w)}, prompt {length_text(w['prompt'])}, output "
                  f"{length_text(w['output'])} tokens; p{w['percentile']:g} within {slo}"]  # fmt: skip
         if not self.plans:
-            lines.append("no plan meets the SLOs" + (": see the refused candidates below" if self.refused else ""))
+            near = self.nearest_miss()
+            lines.append("no plan meets the SLOs" + (f"; the nearest miss: {near['candidate']}: {near['reason']}"
+                                                      if near else ": see the refused candidates below"
+                                                      if self.refused else ""))  # fmt: skip
         else:
             q = w["shown_quantile"]
             shown = self.plans[:top]
@@ -109,7 +120,7 @@ class Recommendation:
             # the runtime and weight columns where the search varied them
             varied = [k for k in ("runtime", "weights") if len({r[k] for r in self.plans}) > 1]
             head = ["", "hardware", "plan", "replicas", "devices", *varied, "$/M out", "$/hour", f"{q} TTFT",
-                    f"{q} TPOT", "within SLO", "J/token", "basis", "offer"]  # fmt: skip
+                    f"{q} TPOT", "within SLO", "rejected", "unfinished", "J/token", "basis", "offer"]  # fmt: skip
             # a borrowed plan is marked with whose fit it took, as a numbered note under the table
             notes = list(dict.fromkeys(r["basis_from"] for r in (*shown, *front) if r["basis"] != MEASURED))
 
@@ -119,6 +130,7 @@ class Recommendation:
             cells = [["*" if r["frontier"] else "", r["hardware"], plan_label(r), str(r["replicas"]), str(r["devices"]),
                       *(str(r[k]) for k in varied), f"${sig(r['usd_per_million_output_tokens'])}",
                       f"${sig(r['usd_per_hour'])}", ms(r["ttft_q_s"]), ms(r["tpot_q_s"]), f"{r['within_slo']:.0%}",
+                      str(r["rejected"]), str(r["unfinished"]),
                       "-" if r["j_per_output_token"] is None else sig(r["j_per_output_token"]),
                       basis_cell(r), f"{r['offer']['provider']}, {r['offer']['as_of']}"]
                      for r in (*shown, *front)]  # fmt: skip
@@ -127,7 +139,8 @@ class Recommendation:
             lines += [("  " + "  ".join(c.ljust(wd) for c, wd in zip(row, widths))).rstrip() for row in rows]
             more = f" (the {len(front)} below the top {top} listed after it)" if front else ""
             lines.append(
-                f"  * on the Pareto frontier of cost and {q} TTFT{more}; {len(self.plans)} plans meet the SLOs"
+                f"  * on the Pareto frontier of cost and {q} TTFT{more}; {len(self.plans)} plans meet the SLOs; within "
+                "SLO: of the requests sent; unfinished: length-capped or in flight at the end"
             )
             lines += [f"  [{i}] {note}" for i, note in enumerate(notes, 1)]
         if self.bound:
@@ -185,6 +198,7 @@ def recommend(
             the plans are the same as a local search's, in the same order.
     """
     from .models.config import Model
+    from .serving.capacity import quantile_for
     from .serving.workload import length_bounds, parse_lengths
 
     if check_backend(backend, ray_address) == "ray" and catalog is not None:
@@ -221,7 +235,7 @@ def recommend(
         _checks.number("kv_link_latency_us", kv_link_latency_us)
     moe = bool(m.is_moe)
     # the simulator streams p50, p90 and p99: the plans show the nearest at or above the percentile
-    shown = "p50" if pct <= 50 else "p90" if pct <= 90 else "p99"
+    shown = quantile_for(pct / 100)
     workload = {"rate": rate, "concurrency": concurrency, "prompt": lengths["prompt"], "output": lengths["output"],
                 "mean_lengths": (max(1, round(p_mean)), max(2, round(o_mean))),
                 "max_model_len": min(int(m.max_model_len), p_max + o_max), "percentile": pct, **slo,
@@ -236,7 +250,7 @@ def recommend(
     tasks = [(model, hw, t, ep, None if backend == "ray" else cat, workload, {"weight_dtype": wd, "runtime": rt},
               max_devices) for hw, t, ep, rt, wd in candidates]  # fmt: skip
     results, report = run_tasks(_candidate_task, tasks, backend=backend, ray_address=ray_address, progress=progress)
-    for (hw, t, ep, rt, wd), (found, why) in zip(candidates, results):
+    for (hw, t, ep, rt, wd), (found, why, near) in zip(candidates, results):
         label = (
             f"{hw} {plan_label({'tp': t, 'ep': ep})}"
             + (f" {rt}" if len(runtimes) > 1 else "")
@@ -244,7 +258,7 @@ def recommend(
         )
         plans += found
         refused += [{"candidate": label, "hardware": hw, "tp": t, "ep": ep, "runtime": rt, "weight_dtype": wd,
-                     "reason": r} for r in why]  # fmt: skip
+                     "reason": r, "within_slo": near} for r in why]  # fmt: skip
     plans.sort(key=lambda r: (r["usd_per_million_output_tokens"], r["ttft_q_s"]))
     bound = [] if _checks.flag("include_bound", include_bound) else [r for r in plans if r["basis"] == BOUND]
     plans = [r for r in plans if r not in bound]
@@ -304,20 +318,30 @@ def _listed(name: str, v: Any) -> list[Any]:
     raise PlanError(f"{name}: expected a name or a list of names, got {v!r}")
 
 
-def _candidate_task(model: Any, hw: str, tp: int, ep: int, cat: Optional[Catalog], w: dict[str, Any],
-                    plan_kw: dict[str, Any], max_devices: int) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+def _candidate_task(
+    model: Any, hw: str, tp: int, ep: int, cat: Optional[Catalog], w: dict[str, Any], plan_kw: dict[str, Any],
+    max_devices: int,
+) -> tuple[list[dict[str, Any]], list[str], Optional[float]]:  # fmt: skip
     """One candidate as a task of the backend (``cluster``): on a Ray worker (no catalog given)
-    with that worker's default catalog, which the backend checked is the driver's."""
+    with that worker's default catalog, which the backend checked is the driver's. Its plans, why
+    any was refused, and the largest share of requests within the objectives among its simulations
+    that missed them (none: no simulation missed)."""
     cat = cat or default_catalog()
-    return _candidate(model, hw, tp, ep, cat, w, {**plan_kw, "catalog": cat}, max_devices)
+    near: list[float] = []
+    found, why = _candidate(model, hw, tp, ep, cat, w, {**plan_kw, "catalog": cat}, max_devices, near)
+    return found, why, max(near) if near else None
 
 
-def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str, Any], plan_kw: dict[str, Any],
-               max_devices: int) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+def _candidate(
+    model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str, Any], plan_kw: dict[str, Any],
+    max_devices: int, near: list[float],
+) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
     """One device, TP and EP degree, runtime and weight format: its plans (aggregated, and with
-    ``disaggregate`` the smallest prefill/decode split meeting the SLOs) and why any was refused."""
+    ``disaggregate`` the smallest prefill/decode split meeting the SLOs) and why any was refused;
+    ``near`` gains the share within the objectives of each simulation that missed them."""
     from .engine.estimate import estimate
-    from .serving.capacity import max_rate
+    from .serving.capacity import max_rate, miss
+    from .serving.capacity import meets as meets_share
     from .serving.scheduler import has_scheduler
     from .serving.simulator import simulate
 
@@ -349,8 +373,14 @@ def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str,
               "max_model_len": w["max_model_len"], **slo, **plan_kw}  # fmt: skip
     share = w["percentile"] / 100
 
+    last_miss = [""]
+
     def meets(s: Any) -> bool:
-        return bool(s.finished and s.good_requests >= share * s.finished)
+        if meets_share(s, share):
+            return True
+        near.append(s.within_slo)
+        last_miss[0] = miss(s, share)
+        return False
 
     def run(n: int, **kw: Any) -> Any:
         load = {"rate": w["rate"]} if w["rate"] is not None else {"concurrency": w["concurrency"]}
@@ -369,7 +399,8 @@ def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str,
             "runtime": s.runtime, "weights": s.plan["weights"],
             "usd_per_device_hour": price, "usd_per_hour": price * devices, "offer": offer,
             "usd_per_million_output_tokens": usd_per_million(price * devices, s.output_tok_s),
-            "per_instance_rate": per_instance, "within_slo": s.good_requests / s.finished,
+            "per_instance_rate": per_instance, "within_slo": s.within_slo, "rejected": s.rejected,
+            "unfinished": int(s.counts["length_capped"]) + s.unfinished,
             "ttft_q_s": float(s.ttft_s[q]), "tpot_q_s": float(s.tpot_s[q]), "output_tok_s": s.output_tok_s,
             "j_per_output_token": en.get("j_per_output_token"), "calibration": e.calibration, "basis": e.basis,
             "basis_from": e.basis_from, "frontier": False,
@@ -385,8 +416,8 @@ def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str,
             per_instance, lo, hi, s = None, 0, 1, None
             while s is None:
                 if too_many(hi):
-                    return [], [f"{lo} replicas miss the SLOs and {hi} take {hi * tp} devices, more than max_devices "
-                                f"{max_devices}"]  # fmt: skip
+                    return [], [f"{lo} replicas miss the SLOs ({last_miss[0]}) and {hi} take {hi * tp} devices, more "
+                                f"than max_devices {max_devices}"]  # fmt: skip
                 got = run(hi, instances=hi, router="least_outstanding")
                 lo, hi, s = (lo, hi, got) if meets(got) else (hi, hi * 2, None)
             while hi - lo > 1:
@@ -401,13 +432,22 @@ def _candidate(model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str,
             replicas = math.ceil(w["rate"] / per_instance)
             for _ in range(_CONFIRM_STEPS + 1):
                 if too_many(replicas):
-                    return [], [str(too_many(replicas))]
+                    # what the most replicas max_devices allows break at the target rate
+                    most = max_devices // tp
+                    if most and not last_miss[0]:
+                        s = run(most, instances=most, router="least_outstanding")
+                        if meets(s):  # max_rate's bracket was conservative: the fleet allowed meets them
+                            replicas = most
+                            break
+                    after = f" ({most} at {w['rate']:g} req/s: {last_miss[0]})" if last_miss[0] else ""
+                    return [], [f"{too_many(replicas)}{after}"]
                 s = run(replicas, instances=replicas, router="least_outstanding")
                 if meets(s):
                     break
                 replicas += 1
             else:
-                return [], [f"the sized fleet misses the SLOs in simulation after {_CONFIRM_STEPS} added replicas"]
+                return [], [f"the sized fleet misses the SLOs in simulation after {_CONFIRM_STEPS} added replicas: "
+                            f"{last_miss[0]}"]  # fmt: skip
     except RidgelineError as err:
         return [], [str(err).splitlines()[0]]
     return _split(w, [plan(s, replicas, per_instance)], replicas, run, meets, plan)
@@ -422,6 +462,9 @@ def _split(w: dict[str, Any], out: Plans, replicas: int, run: Callable[..., Any]
     instances up to one more than the aggregated fleet's) that meets the SLOs, and why none did."""
     if not w["disaggregate"]:
         return out, []
+    from .serving.capacity import miss
+
+    nearest: tuple[float, str] = (-1.0, "")
     for n in range(2, replicas + 2):
         tried = []
         for p in range(1, n):
@@ -430,8 +473,11 @@ def _split(w: dict[str, Any], out: Plans, replicas: int, run: Callable[..., Any]
             except RidgelineError as err:
                 return out, [f"disaggregated: {str(err).splitlines()[0]}"]
             if meets(d):
-                tried.append((d.good_requests / d.finished, -d.ttft_s[w["shown_quantile"]], p, d))
+                tried.append((d.within_slo, -d.ttft_s[w["shown_quantile"]], p, d))
+            elif d.within_slo > nearest[0]:
+                nearest = (d.within_slo, f"{p}P+{n - p}D: {miss(d, w['percentile'] / 100)}")
         if tried:
             _, _, p, d = max(tried, key=lambda x: x[:3])
             return [*out, plan(d, n, None, (p, n - p))], []
-    return out, [f"disaggregated: no split of {replicas + 1} instances or fewer meets the SLOs"]
+    return out, [f"disaggregated: no split of {replicas + 1} instances or fewer meets the SLOs (the nearest, "
+                 f"{nearest[1]})"]  # fmt: skip

@@ -3,22 +3,14 @@
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import ridgeline
-from conftest import REPO
+from conftest import REPO, run
 
 REPO = REPO
 _AIC = REPO / "tests" / "data" / "aic_model_configs"
-
-
-def run(*args, cwd=None):
-    exe = Path(sys.executable).with_name("ridgeline")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "ridgeline.cli"]
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, cwd=cwd, env=os.environ.copy())
 
 
 def test_installed_package_not_the_source_tree():

@@ -45,7 +45,7 @@ def test_no_price_is_missing_and_a_given_one_is_used(tmp_path):
     for r in df.filter(pl.col("hardware") == "H100_SXM").iter_rows(named=True):
         want = ridgeline.estimate(LLAMA, "H100_SXM", batch=r["batch"]).cost["usd_per_million_output_tokens"]
         assert r["usd_per_million_output_tokens"] == pytest.approx(want, rel=1e-12)
-    from test_cli import run
+    from conftest import run
 
     out = run("estimate", "-m", LLAMA, "-H", "A30", "--price-per-hour", "0.5", cwd=tmp_path).stdout
     assert "at $0.500 per device-hour x 1 (the price given)" in out

@@ -64,7 +64,7 @@ def test_missing_power_is_said_never_defaulted(tmp_path):
         p = ridgeline.estimate(LLAMA, "H100_SXM", batch=r["batch"]).power
         assert r["power_decode_w"] == p["decode"]["watts"] and r["energy_per_token_j"] == p["energy_per_output_token_j"]
     # --json carries it; the CLI prints it in the answer's lines
-    from test_cli import run
+    from conftest import run
 
     out = run("estimate", "-m", LLAMA, "-H", "RTX_4090", cwd=tmp_path).stdout
     assert "power        missing: RTX_4090 has no sourced idle_w" in out

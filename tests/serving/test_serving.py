@@ -345,3 +345,51 @@ def test_progress_is_told_each_hundredth_and_its_errors_surface():
         ridgeline.simulate(LLAMA, "H100_SXM", concurrency=8, requests=50, prompt=200, output=20, progress=stop)
     with pytest.raises(PlanError, match="progress"):
         ridgeline.simulate(LLAMA, "H100_SXM", concurrency=8, requests=5, progress=3)
+
+
+def test_a_request_cut_at_the_length_limit_or_rejected_is_a_miss_never_left_out():
+    # outputs of 200-400 tokens without a declared budget, under a 1,300-token limit: some are cut
+    # (length-capped), and prompts of 1,300 or more are rejected; none of them is within the SLOs
+    from ridgeline.serving.capacity import meets, miss
+
+    s = ridgeline.simulate(LLAMA, "H100_SXM", rate=5.0, requests=300, prompt="uniform:800:1400",
+                           output="uniform:200:400", declare_output=False, max_model_len=1300, slo_ttft_ms=10000,
+                           slo_tpot_ms=1000)  # fmt: skip
+    c = s.counts
+    assert c["length_capped"] > 0 and s.rejected_causes["prompt_too_long"] > 0 and s.unfinished == 0
+    assert s.good_requests == c["completed"] and s.within_slo == pytest.approx(c["completed"] / 300)
+    assert not meets(s, 0.5)
+    why = miss(s, 0.5)
+    assert f"{s.rejected} of 300 requests rejected (prompt too long {s.rejected})" in why
+    assert f"{c['length_capped']} length-capped" in why
+    # a horizon that stops the clock leaves requests unfinished: a miss too
+    h = ridgeline.simulate(LLAMA, "H100_SXM", rate=50.0, requests=300, horizon_s=2.0, slo_ttft_ms=10000)
+    assert h.unfinished > 0 and not meets(h, 0.5) and f"{h.unfinished} unfinished at the horizon" in miss(h, 0.5)
+
+
+def test_validate_serving_rows_prices_only_the_file_given_and_each_row_of_another_layout(tmp_path):
+    import csv
+    import io
+    import json
+
+    from conftest import run
+
+    src = REPO / "data" / "benchmarks" / "aic" / "silicon_calibration.csv"
+    rows = list(csv.DictReader(io.StringIO(src.read_text())))
+    f = tmp_path / "runs.csv"
+    with f.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(r for r in rows if (r["backend"], r["system"], r["tp_size"], r["mode"], r["isl"], r["batch_size"])
+                    == ("vllm", "h100_sxm", "2", "agg", "1024", "4"))  # fmt: skip
+    r = run("validate", "--serving", "--rows", str(f), "--json")
+    got = json.loads(r.stdout)
+    # the file's four runs only (two metrics a run): the shipped max-throughput rows are not appended
+    assert r.returncode == 0 and len(got) == 8 and {g["mode"] for g in got} == {"agg"}, r.stderr
+    assert sum(g["predicted"] is not None for g in got) == 8
+    # a file in another layout (vLLM's benchmark tables): every row, priced or with why not
+    v = tmp_path / "v.csv"
+    v.write_text("".join((REPO / "data" / "benchmarks" / "vllm_benchmarks.csv").read_text().splitlines(True)[:5]))
+    r = run("validate", "--serving", "--rows", str(v))
+    assert r.returncode == 0 and "not in the serving-runs layout" in r.stderr, r.stderr
+    assert r.stdout.count("needs the serving simulator") == 4 and "internal error" not in r.stderr

@@ -417,7 +417,22 @@ def _validate_serving(rows_file: Optional[str], limit: Optional[int], as_json: b
         )
     if limit is not None and limit < 1:
         raise PlanError(f"limit: must be a whole number >= 1, got {limit}")
-    _rows_report([*serving_runs(path, limit=limit), *max_throughput_rows(limit=limit)], as_json, per_row=False)
+    if rows_file is None:  # the shipped runs: the serving runs and the offline max-throughput rows
+        _rows_report([*serving_runs(path, limit=limit), *max_throughput_rows(limit=limit)], as_json, per_row=False)
+        return
+    from .._io import read_text
+    from ..errors import CatalogError
+
+    header = read_text(path, what="rows file", error=CatalogError).partition("\n")[0]
+    if not {"silicon_ttft_ms", "silicon_tpot_ms", "mode"} <= {c.strip() for c in header.split(",")}:
+        # not closed-loop serving runs: every row priced as validate --rows prices it, or why not
+        if not as_json:
+            click.echo(f"{path}: not in the serving-runs layout (silicon_calibration.csv's mode, isl, osl, "
+                       "batch_size, silicon_ttft_ms, silicon_tpot_ms): each row priced as validate --rows "
+                       "prices it, or why not", err=True)  # fmt: skip
+        _validate_rows(path, as_json)
+        return
+    _rows_report(serving_runs(path, limit=limit), as_json, per_row=False)
 
 
 def _validate_comm(as_json: bool, per_row: bool, kernels: Optional[str]) -> None:

@@ -139,7 +139,8 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
     "max_share",
     type=float,
     default=None,
-    help="Search the highest Poisson rate at which this share (0-1] of requests meets the SLOs.",
+    help="Search the highest Poisson rate at which this share (0-1] of the requests sent meets the SLOs, none "
+    "rejected, length-capped or unfinished.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @RAY

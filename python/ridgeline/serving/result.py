@@ -127,6 +127,30 @@ class Simulation:
         return int(self.counts["completed"] + self.counts["length_capped"])
 
     @property
+    def rejected(self) -> int:
+        """Requests refused, every cause (``rejected_causes``)."""
+        return sum(self.rejected_causes.values())
+
+    @property
+    def rejected_causes(self) -> dict[str, int]:
+        """Refused requests by cause (prompt too long, budget too long, prompt over budget, decode
+        KV), the causes with none left out."""
+        return {k[len("rejected_") :]: int(v) for k, v in self.counts.items() if k.startswith("rejected") and v}
+
+    @property
+    def unfinished(self) -> int:
+        """Requests still waiting, running or in transfer when the run stopped (at the horizon)."""
+        c = self.counts
+        return int(c["waiting"] + c["running"] + c.get("transferring", 0))
+
+    @property
+    def within_slo(self) -> float:
+        """The share of the requests sent that completed within every SLO given: a request
+        rejected, length-capped or unfinished is a miss, never left out of the count."""
+        sent = int(self.counts["injected"])
+        return self.good_requests / sent if sent else 0.0
+
+    @property
     def request_rate_req_s(self) -> float:
         return self.finished / self.duration_s if self.duration_s > 0 else 0.0
 
@@ -140,7 +164,7 @@ class Simulation:
 
     @property
     def goodput_req_s(self) -> float:
-        """Finished requests meeting every SLO given, per second."""
+        """Completed requests meeting every SLO given, per second."""
         return self.good_requests / self.duration_s if self.duration_s > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -156,9 +180,8 @@ class Simulation:
     def summary(self) -> str:
         """A readable summary with units."""
         s, c, w = self.scheduler, self.counts, self.workload
-        rejected = sum(v for k, v in c.items() if k.startswith("rejected"))
-        causes = ", ".join(f"{k[len('rejected_') :].replace('_', ' ')} {v:,}" for k, v in c.items()
-                           if k.startswith("rejected") and v)  # fmt: skip
+        rejected = self.rejected
+        causes = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in self.rejected_causes.items())
         causes = f" ({causes})" if causes else ""
         kv = " / ".join(f"{b:,}" for b in self.kv_blocks)
         table = [f"  {'':<10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}"]
@@ -177,7 +200,7 @@ class Simulation:
         rows = [
             ("throughput", f"{sig(self.request_rate_req_s)} req/s, {sig(self.output_tok_s)} output tok/s, "
              f"{sig(self.total_tok_s)} total tok/s over {sig(self.duration_s)} s"
-             + (f"; goodput {sig(self.goodput_req_s)} req/s ({self.good_requests:,} of {self.finished:,} within "
+             + (f"; goodput {sig(self.goodput_req_s)} req/s ({self.good_requests:,} of {c['injected']:,} within "
                 + ", ".join(f"{k.upper()} {v:g} ms" for k, v in self.slo.items() if v is not None) + ")"
                 if any(v is not None for v in self.slo.values()) else "")),
             ("requests", f"{c['injected']:,} sent, {c['completed']:,} completed, {c['length_capped']:,} length-capped, "

@@ -229,7 +229,8 @@ impl Metrics {
         }
         let ok_ttft = self.opts.slo_ttft_s.is_none_or(|s| ttft <= s);
         let ok_tpot = self.opts.slo_tpot_s.is_none_or(|s| tpot.is_none_or(|t| t <= s));
-        if ok_ttft && ok_tpot {
+        // a length-capped request was cut short of what it asked for: never within the objectives
+        if status == Status::Completed && ok_ttft && ok_tpot {
             self.good += 1;
         }
         self.record(r, status, instance);

@@ -152,7 +152,8 @@ pub struct SimResult {
     pub prompt_tokens: u64,
     pub steps: u64,
     pub preemptions: u64,
-    /// Finished requests meeting every SLO given (all finished ones without SLOs).
+    /// Completed requests meeting every SLO given (all completed ones without SLOs); a
+    /// length-capped request is not among them.
     pub good_requests: u64,
     /// KV blocks of one instance of each pool (aggregated: one pool; disaggregated: prefill, decode).
     pub kv_blocks: Vec<u64>,
