@@ -227,5 +227,9 @@ CREATE TABLE calibration (
     attn_decode_eta_mem     DOUBLE CHECK (isfinite(attn_decode_eta_mem) AND attn_decode_eta_mem > 0 AND attn_decode_eta_mem <= 1),
     attn_decode_t_floor_us  DOUBLE CHECK (isfinite(attn_decode_t_floor_us) AND attn_decode_t_floor_us >= 0),
     attn_decode_t_item_us   DOUBLE CHECK (isfinite(attn_decode_t_item_us) AND attn_decode_t_item_us >= 0),
+    -- a production runtime's front-end time a request takes before its prefill, fitted on the
+    -- lightly loaded serving runs replayed through the simulator (kernel_fits.csv, from
+    -- serving_fits.csv); NULL for the benchmark-row fits (fits.csv), which have none
+    t_request_us            DOUBLE CHECK (isfinite(t_request_us) AND t_request_us >= 0),
     PRIMARY KEY (hardware, runtime, memory, precision, phase)
 );

@@ -109,7 +109,7 @@ def rate_curve(sims: Sequence[Any], directory: str, fmt: str = "png") -> str:
     return str(p)
 
 
-#: Operator classes of the decode waterfall, by the engine's operator names (rust/src/graph.rs
+#: Operator classes of the decode waterfall, by the engine's operator names (rust/src/graph/mod.rs
 #: ``OpKind::name``); an operator not listed is its own band, so none is dropped.
 OP_CLASSES = {
     "attention projections": ("qkv_proj", "q_lora_proj", "kv_lora_proj", "kv_up_proj", "q_absorb", "v_unabsorb",
@@ -124,7 +124,7 @@ OP_CLASSES = {
                       "expert_dispatch_combine", "pp_send"),
     "embedding and head": ("embedding", "position_embedding", "final_norm", "lm_head"),
     "norms and quantisation": ("norm", "act_quant", "kv_up_act_quant"),
-    "layer and step overhead": ("layer_overhead", "step_overhead"),
+    "layer, step and front-end overhead": ("layer_overhead", "step_overhead", "request_overhead"),
 }  # fmt: skip
 _CLASS_OF = {op: c for c, ops in OP_CLASSES.items() for op in ops}
 LAUNCH_BAND = "kernel launches / floors"

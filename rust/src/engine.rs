@@ -321,6 +321,8 @@ struct Acc {
     /// Pipeline send time within `total`.
     sends_s: f64,
     overhead_s: f64,
+    /// The front end's time within `total` (`front_end`).
+    front_s: f64,
     steps: u64,
     rows: Option<Vec<BreakdownRow>>,
     phase: Phase,
@@ -332,6 +334,7 @@ impl Acc {
             total: Cost::default(),
             sends_s: 0.0,
             overhead_s: 0.0,
+            front_s: 0.0,
             steps: 0,
             rows: breakdown.then(Vec::new),
             phase,
@@ -381,6 +384,21 @@ impl Acc {
             );
         }
         self.overhead_s += per_layer + per_step;
+    }
+
+    /// The front end's time of the phase's requests, once: they are parsed and routed side by
+    /// side, before the first prefill step (the simulator delays each arrival by it).
+    fn front_end(&mut self, eff: &Efficiency) {
+        if eff.t_request_s > 0.0 {
+            self.add(
+                OpKind::RequestOverhead,
+                MODEL_LEVEL,
+                (false, None, false, None),
+                Cost::overhead(eff.t_request_s),
+            );
+            self.overhead_s += eff.t_request_s;
+            self.front_s += eff.t_request_s;
+        }
     }
 
     fn totals(&self, peak: f64, bw: f64) -> PhaseTotals {
@@ -672,6 +690,7 @@ pub fn prefill(l: &Layout, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64, b
         }
     }
     acc.overhead(ctx.model.num_layers(), schedule.steps(), eff);
+    acc.front_end(eff);
     PhaseRun { acc, workspace }
 }
 
@@ -752,7 +771,8 @@ pub fn numbers(
     let mb = plan.microbatches();
     let (stage_s, round_s) = match micro {
         Some((pm, dm)) if plan.pp > 1 => {
-            let e2e_m = pm.acc.total.time_s + dm.acc.total.time_s;
+            // a pipeline stage runs the steps, not the front end that precedes them
+            let e2e_m = pm.acc.total.time_s - pm.acc.front_s + dm.acc.total.time_s;
             let sends_m = pm.acc.sends_s + dm.acc.sends_s;
             let stage = (e2e_m - sends_m) * stage_share + sends_m / (plan.pp - 1) as f64;
             (stage, (mb + plan.pp - 1) as f64 * stage)

@@ -156,6 +156,10 @@ pub struct Efficiency {
     pub t_layer_s: f64,
     #[serde(default)]
     pub t_step_s: f64,
+    /// A request's front-end time before it reaches the scheduler's queue (parsing, tokenising,
+    /// routing), added once to its TTFT: the same in the static estimate and the simulator.
+    #[serde(default)]
+    pub t_request_s: f64,
     /// The runtime's fused attention kernels fitted from their own measurements: a prefill
     /// step's and a decode step's (`graph::AttnPhase`); None prices them as any kernel.
     #[serde(default)]
@@ -190,6 +194,7 @@ impl Efficiency {
             t_launch_s: 0.0,
             t_layer_s: 0.0,
             t_step_s: 0.0,
+            t_request_s: 0.0,
             attention_prefill: None,
             attention_decode: None,
         }
@@ -234,6 +239,7 @@ impl Efficiency {
             ("t_launch_s", self.t_launch_s),
             ("t_layer_s", self.t_layer_s),
             ("t_step_s", self.t_step_s),
+            ("t_request_s", self.t_request_s),
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(Error::plan(name, format!("must be >= 0, got {v}")));

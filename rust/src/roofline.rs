@@ -352,7 +352,7 @@ mod tests {
             o.items = items;
             // a fitted attention kernel adds compute seconds that do not scale with the keys
             let kernel = fitted_kernel.then_some(crate::plan::AttnEff { eta_compute: 0.4, eta_mem: 0.75, t_floor_s: 1.2e-5, t_item_s: t_item });
-            let eff = Efficiency { eta_compute: 0.7, eta_mem: 0.8, eta_moe: None, eta_compute_quant: None, eta_compute_quant_roles: [None; crate::weights::N_ROLES], overlap, overlap_moe: None, t_launch_s: launch, t_layer_s: 0.0, t_step_s: 0.0, attention_prefill: None, attention_decode: kernel };
+            let eff = Efficiency { eta_compute: 0.7, eta_mem: 0.8, eta_moe: None, eta_compute_quant: None, eta_compute_quant_roles: [None; crate::weights::N_ROLES], overlap, overlap_moe: None, t_launch_s: launch, t_layer_s: 0.0, t_step_s: 0.0, t_request_s: 0.0, attention_prefill: None, attention_decode: kernel };
             let hi = lo + len;
             let a = price_range(&o, lo, hi, 1e9, &eff);
             let b = brute(&o, lo, hi, &eff);

@@ -529,6 +529,7 @@ mod tests {
             overlap: Some(0.4),
             t_launch_s: 3e-6,
             t_step_s: 1e-4,
+            t_request_s: 2e-3,
             ..Efficiency::uncalibrated()
         };
         let axes = Axes {

@@ -57,15 +57,21 @@ def test_figures_the_note_reports(fitted):
         assert 0.7 < float(r["eta_compute"]) < 0.8 and 0.75 < float(r["eta_mem"]) < 0.85
         assert 2 < float(r["t_launch_us"]) < 5
     checks = {(t["runtime"], t["hardware"]): t for t in transfer(KERNELS, fitted)}
-    # in sample the kernels plus one step overhead put vLLM's B200 TPOT runs within 16% (median;
-    # 12% before Kimi-K2.5's and MiniMax-M2.5's runs were priced, whose kernels are not all fitted)
-    assert checks[("vllm", "B200")]["in_sample"]["medape"] < 0.16
-    # across devices the step overhead does not carry: H100's runs need 2-11x B200's (the finding;
-    # 3-20x before the B200 runs of Kimi-K2.5, MiniMax-M2.5, Qwen3.5 and GLM-5 joined the fit and the
-    # NVFP4 runs were priced with NVFP4 weights; 2.2-7.5x before the attention kernels were fitted
-    # from their own tables, whose 12.8 us floor a layer on H100 the step overhead had absorbed)
-    for rt in ("vllm", "sglang", "trtllm"):
-        assert float(rows[(rt, "H100_SXM", "*")]["t_step_us"]) > 2.0 * float(rows[(rt, "B200", "*")]["t_step_us"])
+    # the step overhead and the front end are the replayed serving runs' (issue 44: one per plan in
+    # every door): the device's own serving fit, else its runtime's profile of them
+    from ridgeline.engine.fits import serving_fits
+
+    serving = serving_fits()
+    for (rt, hw, prec), r in rows.items():
+        own = serving.get((rt, hw)) or serving[(rt, "*")]
+        assert float(r["t_step_us"]) == pytest.approx(float(own["t_step_us"]), rel=1e-5), (rt, hw, prec)
+        req = own["request_us"] or serving[(rt, "*")]["request_us"]
+        assert float(r["t_request_us"]) == pytest.approx(float(req), rel=1e-5), (rt, hw, prec)
+    # priced as a static decode step at that overhead, vLLM's TPOT runs land within 12% on B200 and
+    # 15% on H100 (median) although a closed loop's prefills interrupt its decodes, which the
+    # simulator prices (8.1% and 12.2%, `ridgeline validate --serving`)
+    assert checks[("vllm", "B200")]["in_sample"]["medape"] < 0.13
+    assert checks[("vllm", "H100_SXM")]["in_sample"]["medape"] < 0.16
 
 
 def _table_row(phase, **cols):

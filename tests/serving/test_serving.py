@@ -20,19 +20,19 @@ from ridgeline.serving.workload import parse_lengths
 @pytest.mark.parametrize("runtime", ["vllm", "sglang", "trtllm"])
 def test_one_client_gets_the_static_estimate_of_its_runtime(runtime):
     # one request at a time: TTFT is the estimate's prefill in the scheduler's token-budget
-    # chunks, TPOT its decode at batch 1, both under the runtime's shipped calibration (with its
-    # t_step: by default the simulator takes the overhead fitted on replayed runs instead; and no
-    # front-end time, which the static estimate does not price)
-    from ridgeline.engine.fits import lookup
-
-    t_step = float(lookup("H100_SXM", runtime)[1]["t_step_us"])
-    s = ridgeline.simulate(LLAMA, "H100_SXM", concurrency=1, requests=3, prompt=3000, output=40, runtime=runtime,
-                           step_overhead_us=t_step, request_overhead_us=0)  # fmt: skip
+    # chunks after the front end, TPOT its decode at batch 1, both under the runtime's shipped
+    # calibration: one step overhead and one front-end time in both doors
+    s = ridgeline.simulate(LLAMA, "H100_SXM", concurrency=1, requests=3, prompt=3000, output=40, runtime=runtime)
     budget = s.scheduler["max_num_batched_tokens"]
     e = ridgeline.estimate(LLAMA, "H100_SXM", prompt=3000, output=40, runtime=runtime, chunk=budget)
-    assert s.calibration == e.calibration
+    assert s.calibration == e.calibration and s.calibration_note == e.calibration_note
     assert s.ttft_s["mean"] == pytest.approx(e.ttft_s, rel=1e-9)
     assert s.tpot_s["mean"] == pytest.approx(e.tpot_s, rel=1e-9)
+    # the front end given as none: the estimate's TTFT less its request_overhead row
+    front = float(e.breakdown.filter(pl.col("op") == "request_overhead")["time_s"].sum())
+    bare = ridgeline.simulate(LLAMA, "H100_SXM", concurrency=1, requests=3, prompt=3000, output=40, runtime=runtime,
+                              request_overhead_us=0)  # fmt: skip
+    assert front > 0 and bare.ttft_s["mean"] == pytest.approx(e.ttft_s - front, rel=1e-9)
     assert s.counts["completed"] == 3 and s.output_tokens == 120
 
 
@@ -157,8 +157,9 @@ def test_serving_runs_replay_a_fixed_subset_through_the_simulator(tmp_path):
     rows = list(csv.DictReader(io.StringIO(src.read_text())))
     agg = [r for r in rows if (r["backend"], r["model_path"], r["system"], r["mode"], r["tp_size"])
            == ("vllm", "Qwen/Qwen3-32B", "h100_sxm", "agg", "2")][:2]  # fmt: skip
-    disagg = [r for r in rows if (r["mode"], r["backend"], r["system"]) == ("disagg", "sglang", "h100_sxm")
-              and "silicon_concurrency=" in r["silicon_data_source"]][:1]  # fmt: skip
+    # a disaggregated run stating its worker counts (one prefill and one decode worker, TP8 each)
+    disagg = [r for r in rows if (r["mode"], r["backend"], r["system"], r["isl"]) == ("disagg", "sglang", "b200_sxm",
+              "1024") and (r["prefill_num_workers"], r["decode_num_workers"]) == ("1", "1")][:1]  # fmt: skip
     f = tmp_path / "runs.csv"
     with f.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
@@ -297,17 +298,21 @@ def test_a_front_end_overhead_adds_to_ttft_and_e2e_only():
     assert b.calibration_note.endswith("request overhead given")
     with pytest.raises(PlanError, match="request_overhead_us"):
         ridgeline.simulate(LLAMA, "H100_SXM", request_overhead_us=-1, **kw)
-    # by default a calibrated run takes its runtime's fit on the lightly loaded serving runs, and says so
+    # by default a calibrated run takes its calibration's front end (the runtime's fit on the lightly
+    # loaded serving runs), as the estimate does, which lists it among its fitted parameters
+    from ridgeline._fmt import duration_us
     from ridgeline.engine.fits import serving_request
 
     fit = serving_request("vllm", "H100_SXM")
     assert fit is not None and fit[0] > 0
     d = ridgeline.simulate(LLAMA, "H100_SXM", **kw)
     assert d.ttft_s["mean"] == pytest.approx(a.ttft_s["mean"] + fit[0] / 1e6, rel=1e-9)
-    assert fit[1] in d.calibration_note
+    e = ridgeline.estimate(LLAMA, "H100_SXM", runtime="vllm", prompt=1000, output=50)
+    assert dict(e.fitted)["front end"] == f"{duration_us(fit[0])} per request, before its prefill"
     # the bound takes none
     u = ridgeline.simulate(LLAMA, "H100_SXM", calibrated=False, **kw)
-    assert "front-end" not in u.calibration_note
+    u0 = ridgeline.simulate(LLAMA, "H100_SXM", calibrated=False, request_overhead_us=0, **kw)
+    assert u.ttft_s == u0.ttft_s
 
 
 def test_max_rate_finds_where_the_slo_share_gives_way():
@@ -393,3 +398,29 @@ def test_validate_serving_rows_prices_only_the_file_given_and_each_row_of_anothe
     r = run("validate", "--serving", "--rows", str(v))
     assert r.returncode == 0 and "not in the serving-runs layout" in r.stderr, r.stderr
     assert r.stdout.count("needs the serving simulator") == 4 and "internal error" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    "model, hardware, runtime, tp",
+    [
+        (LLAMA, "H100_SXM", "vllm", 1), (LLAMA, "H100_SXM", "sglang", 1), (LLAMA, "H100_SXM", "trtllm", 1),
+        (LLAMA, "B200", "vllm", 1), (LLAMA, "B200", "sglang", 1), (LLAMA, "B200", "trtllm", 1),
+        (LLAMA, "A100_SXM_80GB", "vllm", 1), (LLAMA, "L40S", "sglang", 1), (LLAMA, "H200_SXM", "trtllm", 1),
+        ("Qwen/Qwen3-30B-A3B", "H100_SXM", "vllm", 2), ("meta-llama/Llama-3.1-70B", "B200", "sglang", 4),
+        (LLAMA, "RTX_4090", "llamacpp-cuda", 1), (LLAMA, "M2_ULTRA", "llamacpp-metal", 1),
+    ],
+)  # fmt: skip
+def test_a_lone_request_is_the_same_in_estimate_and_simulate(model, hardware, runtime, tp):
+    # spec 70: at low load the simulator is the engine's estimate; one step overhead and one front end
+    # (the calibration's) in both doors. llama.cpp has no scheduler defaults: its prompt step
+    # (n_ubatch, 512) is given as the token budget
+    sched = {"max_num_batched_tokens": 512, "max_num_seqs": 1, "block_size": 256} if "llamacpp" in runtime else {}
+    e = ridgeline.estimate(model, hardware, runtime=runtime, tp=tp, prompt=1024, output=200)
+    s = ridgeline.simulate(model, hardware, runtime=runtime, tp=tp, concurrency=1, requests=2, prompt=1024,
+                           output=200, max_model_len=2048, **sched)  # fmt: skip
+    assert e.calibration == s.calibration and e.basis != "bound"
+    assert s.ttft_s["mean"] == pytest.approx(e.ttft_s, rel=1e-6)
+    assert s.tpot_s["mean"] == pytest.approx(e.tpot_s, rel=1e-6)
+    # the front end is in both, once: the estimate's breakdown shows it
+    front = e.breakdown.filter(pl.col("op") == "request_overhead")
+    assert ("llamacpp" in runtime) == front.is_empty()

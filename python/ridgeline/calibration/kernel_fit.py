@@ -15,13 +15,22 @@ Per (runtime, device) with kernel tables, in two stages:
    device) fix each fused attention kernel's own ATTENTION_PARAMS (``fit_attention``): its
    compute and memory efficiencies, its fixed time per call and its time per work item
    (sequence x KV head), priced by the engine's attention structure (``attention_batch``).
-2. The agg serving runs' TPOT (``silicon_calibration.csv``, priced as the steady-state decode
-   step, the attention kernels by their stage-1 fits) fix ``t_step_us``, the per-step overhead
-   (scheduling, sampling, detokenisation), with everything else what the kernels gave.
+2. The per-step overhead (``t_step_us``: scheduling, sampling, detokenisation) and a request's
+   front-end time (``t_request_us``) are the ones fitted by replaying the agg serving runs
+   (``silicon_calibration.csv``) through the serving simulator (``ridgeline calibrate
+   --serving``, ``data/calibration/serving_fits.csv``): the simulator schedules each new prompt
+   among the running decodes as the runtime does, so the overhead is what a step costs beyond
+   its operators, and a lone request gets the same answer from ``estimate`` and ``simulate``.
+   (Fitted instead to the runs' TPOT priced as a static batch's decode step, it also absorbed
+   the prefills that interrupt a closed loop's decodes: 2.5 ms a step for vLLM on H100 where the
+   replay gives 0.94 ms, so a lone request's TPOT read 9.4 ms in estimate and 7.7 in simulate.)
 
-A device with kernels but no serving runs takes its runtime's median step overhead; a device
-with neither takes the runtime's profile (the median of the devices' rows), and says so.
-``ridgeline calibrate --production`` writes ``data/calibration/kernel_fits.csv``.
+A device with kernels but no serving runs takes its runtime's profile of the serving fits (the
+median over the devices with runs); a device with neither takes the runtime's profile (the
+median of the devices' rows), and says so. The TPOT runs priced as a static decode step at that
+overhead give each row's ``rms_log`` and the held-out check (``transfer``). ``ridgeline calibrate
+--serving`` runs first, then ``ridgeline calibrate --production`` writes
+``data/calibration/kernel_fits.csv``.
 """
 
 from __future__ import annotations
@@ -49,7 +58,7 @@ from .kernels import KERNEL_DIR, attention_tables, gemm_tables
 
 SERVING_FILE = "silicon_calibration.csv"
 #: kernel_fits.csv's columns: a calibration row's, and its fused attention kernels'.
-KERNEL_FIT_COLUMNS = (*FIT_COLUMNS, *ATTENTION_COLUMNS)
+KERNEL_FIT_COLUMNS = (*FIT_COLUMNS, *ATTENTION_COLUMNS, "t_request_us")
 _I = {k: PARAMS.index(k) for k in PARAMS}
 
 
@@ -212,23 +221,34 @@ def serving_rows(root: str | os.PathLike[str], cat: Catalog,
             if r["metric"] == "tpot_ms" and not r["not_priced"] and r["runtime"] in KERNEL_RUNTIMES]  # fmt: skip
 
 
-def fit_step(rows: Sequence[Decomposed], kernel: dict[str, Any], cat: Catalog) -> tuple[float, float]:
-    """Stage 2: the per-step overhead (us) that best fits these TPOT rows with the kernels'
-    parameters held, and the rms of log(observed / predicted)."""
-    from scipy.optimize import least_squares
+def overheads(runtime: str, hardware: str) -> tuple[float, float, str]:
+    """Stage 2: the step overhead and a request's front-end time (us) fitted by replaying the
+    serving runs (``serving_fits.csv``: the device's own, else the runtime's profile), and whose
+    fit they are, in words. A runtime with no serving fit is refused: calibrate --serving first."""
+    from ..engine.fits import SERVING_FITS, serving_row
 
+    step = serving_row(runtime, hardware, "t_step_us")
+    if step is None:
+        raise PlanError(f"{SERVING_FITS}: no step overhead for {runtime} on {hardware} nor a profile of it; "
+                        "run ridgeline calibrate --serving first (it replays the serving runs through the "
+                        "simulator)")  # fmt: skip
+    row, where = step
+    where = f"{runtime}'s profile over its" if hardware == "*" else where
+    req = serving_row(runtime, hardware, "request_us")
+    request = float(req[0]["request_us"]) if req else 0.0
+    text = (f"t_step_us from {where} {row['n_runs']} serving runs replayed through the simulator "
+            f"({SERVING_FITS}); t_request_us "
+            + (f"from {where if hardware == '*' else req[1]} {req[0]['request_runs']} lightly loaded ones" if req
+               else "none: no lightly loaded run"))  # fmt: skip
+    return float(row["t_step_us"]), request, text
+
+
+def step_rms(rows: Sequence[Decomposed], kernel: dict[str, Any], step_us: float) -> float:
+    """The rms of log(observed / predicted) of these TPOT runs priced as a static decode step with
+    the kernels' parameters and this step overhead."""
     batch = Batch(rows)
-    obs = batch.observed
-    p0 = params(kernel["eta_mem"], kernel["eta_compute"], kernel["t_launch_us"])
-    lo, hi = _bounds(cat)[_I["t_step_us"]]
-
-    def resid(x: np.ndarray) -> np.ndarray:
-        p = p0.copy()
-        p[_I["t_step_us"]] = x[0]
-        return np.asarray(np.log(obs / batch.predict(p, kernel["formats"])))
-
-    fit = least_squares(resid, [100.0], bounds=([lo], [hi]))
-    return float(f"{fit.x[0]:.6g}"), float(f"{np.sqrt(np.mean(resid(fit.x) ** 2)):.6g}")
+    p = params(kernel["eta_mem"], kernel["eta_compute"], kernel["t_launch_us"], step_us)
+    return float(f"{np.sqrt(np.mean(np.log(batch.observed / batch.predict(p, kernel['formats'])) ** 2)):.6g}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,27 +320,25 @@ def fit_production(
     sv = structure_version(cat)
     m = measured or measure(root, cat)
     kernel, serving = m.kernel, m.serving
-    steps = {key: fit_step(serving[key], kernel[key], cat) for key in sorted(serving) if key in kernel}
     out = []
     for rt in KERNEL_RUNTIMES:
         mine = sorted(k for k in kernel if k[0] == rt)
         if not mine:
             continue
-        fitted_steps = [steps[k][0] for k in mine if k in steps]
-        median_step = float(f"{np.median(fitted_steps):.6g}") if fitted_steps else 0.0
+        rms_of = {}
         for key in mine:
             rt, hw = key
             k = kernel[key]
             s = serving.get(key, [])
-            step, rms = steps.get(key, (median_step, k["rms"]))
-            stage2 = (f"t_step_us from {len(s)} agg TPOT runs of {SERVING_FILE}" if s
-                      else f"no serving run on {hw}: t_step_us is {rt}'s median over devices with them")  # fmt: skip
+            step, request, stage2 = overheads(rt, hw)
+            rms = rms_of[key] = step_rms(s, k, step) if s else k["rms"]
             row = _row(cat, hw, rt, memory_technology(cat.get(hw).memory_type), k, step, k["rows"] + len(s), rms, sv,
                        _digest([(f, "") for f in k["files"]] + [(d.row["id"], d.row["value"]) for d in s]),
                        f"ridgeline calibrate --production: eta_mem, eta_compute and the per-kernel floor "
                        f"(t_launch_us, CUDA-graph replay) by log least squares on {len(k['files'])} GEMM table(s) "
                        f"data/benchmarks/aic/{k['files'][0]} (bf16 rows within 1.5x: {k['within']['bf16']:.1%}); "
                        f"{stage2}")  # fmt: skip
+            row["t_request_us"] = request
             row["runtime_version"] = k["version"]
             att = m.attention.get(key, {})
             row.update(attention_columns(att))
@@ -345,11 +363,14 @@ def fit_production(
         per_format = {f: [kernel[key]["formats"][f] for key in mine if f in kernel[key]["formats"]] for f in fmts}
         prof_formats: dict[str, float] = {f: float(f"{np.median(v):.6g}") for f, v in per_format.items()}
         prof: dict[str, Any] = {**med, "formats": prof_formats}
-        rms_all = float(f"{np.median([steps[k][1] if k in steps else kernel[k]['rms'] for k in mine]):.6g}")
-        row = _row(cat, "*", rt, "*", prof, median_step, sum(kernel[key]["rows"] for key in mine), rms_all, sv,
+        rms_all = float(f"{np.median([rms_of[k] for k in mine]):.6g}")
+        step, request, stage2 = overheads(rt, "*")
+        row = _row(cat, "*", rt, "*", prof, step, sum(kernel[key]["rows"] for key in mine), rms_all, sv,
                    _digest([(f"{key}", "") for key in mine]),
                    f"ridgeline calibrate --production: the median over {', '.join(hw for _, hw in mine)} of "
-                   f"their kernel-fitted rows (a device without kernel tables: through its catalog peaks)")  # fmt: skip
+                   f"their kernel-fitted rows (a device without kernel tables: through its catalog peaks); "
+                   f"{stage2}")  # fmt: skip
+        row["t_request_us"] = request
         row["runtime_version"] = ", ".join(sorted({kernel[key]["version"] for key in mine}))
         row.update(attention_columns(_attention_profile([m.attention[key] for key in mine if key in m.attention])))
         out.append(row)

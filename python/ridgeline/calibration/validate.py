@@ -256,20 +256,23 @@ _NEEDS_SIMULATOR = "needs the serving simulator"
 
 
 def _disagg_shape(x: dict[str, str], dev: Any) -> tuple[dict[str, Any], int, Optional[str]]:
-    """A disaggregated run's pools (workers, TP, EP each; a blank count is one worker), its
-    concurrency (the source's silicon_concurrency) and why it cannot be replayed, if so. The KV
-    link is the device's scale-out link; its latency is omitted where the catalog has none."""
-    import re
+    """A disaggregated run's pools (workers, TP, EP each), its concurrency (the source's
+    silicon_concurrency) and why it cannot be replayed, if so: a blank worker count is a run
+    whose shape is not stated (simulated as one worker a pool it made TPOT 1.7x too slow), never
+    one worker. The KV link is the device's scale-out link; its latency is omitted where the
+    catalog has none."""
+    from ..catalog.benchmarks import silicon_concurrency
 
     def num(k: str) -> int:
         return int(x[k]) if x[k].strip() else 1
 
-    m = re.search(r"silicon_concurrency=(\d+)", x["silicon_data_source"])
-    c = int(m.group(1)) if m else 0
-    why = None
-    if not c:
-        why = "disaggregated run without silicon_concurrency in its source"
-    elif any(num(f"{p}_{k}") > 1 for p in ("prefill", "decode") for k in ("attention_dp_size", "pp_size")):
+    conc, why = silicon_concurrency(x)
+    c = conc or 0
+    blank = [f"{p}_num_workers" for p in ("prefill", "decode") if not x[f"{p}_num_workers"].strip()]
+    if why is None and blank:
+        why = f"disaggregated run whose worker counts are not stated ({' and '.join(blank)} blank)"
+    elif why is None and any(num(f"{p}_{k}") > 1 for p in ("prefill", "decode")
+                             for k in ("attention_dp_size", "pp_size")):  # fmt: skip
         why = "attention DP or PP: the serving simulator runs instances without them"
     shape = {
         "prefill_instances": num("prefill_num_workers"), "decode_instances": num("decode_num_workers"),
@@ -342,7 +345,7 @@ def serving_runs(
                     if x["not_priced"] and _NEEDS_SIMULATOR not in x["not_priced"]), None)  # fmt: skip
         kw: dict[str, Any] = {}
         shape: dict[str, Any] = {}
-        c = int(r["batch"] or 1)
+        c = int(r["batch"]) if r["batch"] is not None else 0  # a run without a concurrency is not priced
         if why is None:
             kw, _ = _estimate_kwargs(r, Model.from_config(r["model"]).max_model_len, cat)
             shape = {"tp": kw["tp"], "ep": kw["ep"]}

@@ -345,6 +345,25 @@ def _is_moe(model: str) -> bool:
     return bool(Model.from_config(model).is_moe)
 
 
+def silicon_concurrency(r: dict[str, str]) -> tuple[Optional[int], Optional[str]]:
+    """A silicon_calibration.csv run's concurrency (requests in flight), or why it cannot be read.
+    The benchmark's own record, ``silicon_concurrency`` in the source, is the concurrency;
+    ``batch_size`` states the same figure (the file's README), except in attention-DP runs where it
+    is one DP rank's batch (silicon_concurrency = batch_size x attention_dp_size in 137 of the 138
+    such runs shipped; the other states the concurrency in both). Where the two disagree otherwise,
+    as in 13 TensorRT-LLM runs whose silicon_concurrency is 2-32x batch_size with attention_dp_size
+    blank or 1, the run's layout is not stated and it is left unpriced, never given a default; so
+    is a run stating neither."""
+    m = re.search(r"silicon_concurrency=(\d+)", r["silicon_data_source"])
+    sc, bs, adp = int(m.group(1)) if m else None, _int(r["batch_size"]), r["attention_dp_size"].strip()
+    if sc is None and bs is None:
+        return None, "concurrency not stated (batch_size blank and no silicon_concurrency in its source)"
+    if sc is None or bs is None or sc == bs or (adp and sc == bs * int(adp)):
+        return (sc if sc is not None else bs), None
+    return None, (f"concurrency stated twice and disagreeing: silicon_concurrency {sc}, batch_size {bs}, "
+                  f"attention_dp_size {adp or 'blank'}")  # fmt: skip
+
+
 def _silicon(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
     """AIConfigurator's silicon_calibration.csv: closed-loop serving runs (batch_size requests in
     flight, each isl prompt and osl output tokens). One row per measured metric: ttft_ms and
@@ -355,8 +374,8 @@ def _silicon(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
         moe = (r["moe_quant_mode"] or "").strip()
         gemm = (r["gemm_quant_mode"] or "").strip()
         adp, mtp, mep, tp = (_int(r[k]) or 1 for k in ("attention_dp_size", "moe_tp_size", "moe_ep_size", "tp_size"))
-        why = None
-        if r["mode"] != "agg":
+        conc, why = silicon_concurrency(r)
+        if why is None and r["mode"] != "agg":
             why = "prefill/decode-disaggregated run (mode disagg): needs the serving simulator"
         # attention DP: tp_size ranks a group, attention_dp_size groups each serving its share of
         # the concurrency, the routed experts over all of them (moe_tp x moe_ep = tp x adp)
@@ -368,12 +387,13 @@ def _silicon(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
             "file_hardware": r["system"], "file_model": r["model_path"], "runtime": r["backend"],
             "runtime_version": r["backend_version"] or None, "tp": tp, "pp": _int(r["pp_size"]) or 1,
             "ep": mep if mep > 1 else None, "prompt_tokens": _int(r["isl"]),
-            "batch": -(-(_int(r["batch_size"]) or 1) // adp),
+            # one attention-DP rank's share of the requests in flight
+            "batch": None if conc is None else -(-conc // adp),
             "flags": f"attention_dp={adp}" if adp > 1 else None,
             "output_tokens": _int(r["osl"]), "depth": 0,
             # the checkpoint's own formats where the model ships quantised weights of its own kind
             "weight_quant": _AIC_QUANT.get(moe or gemm) if (moe or gemm) else None,
-            "notes": f"AIC run {r['id']}; concurrency {r['batch_size']}; precision {r['precision'] or '-'}, "
+            "notes": f"AIC run {r['id']}; concurrency {conc or '-'}; precision {r['precision'] or '-'}, "
                      f"gemm {gemm or '-'}, moe {moe or '-'}; "
                      f"KV dtype not stated (the plan's default)",
         }  # fmt: skip
@@ -386,7 +406,7 @@ def _silicon(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
                 out["weight_quant"] = None
             if why is None and moe_split and out["model"] and _is_moe(out["model"]):
                 why_row: Optional[str] = moe_split
-            elif why is None and metric == "ttft_ms" and (_int(r["batch_size"]) or 1) > 1:
+            elif why is None and metric == "ttft_ms" and conc is not None and conc > 1:
                 why_row = _TTFT_UNDER_LOAD
             else:
                 why_row = why

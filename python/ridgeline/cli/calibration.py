@@ -23,7 +23,8 @@ from .group import cli
 @click.option(
     "--serving",
     is_flag=True,
-    help="Fit the serving simulator's step overhead by replaying the serving runs (serving_fits.csv).",
+    help="Fit the step overhead and a request's front-end time by replaying the serving runs through the "
+    "simulator (serving_fits.csv); --production then takes them.",
 )
 @click.option(
     "--power", is_flag=True,

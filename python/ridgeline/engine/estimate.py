@@ -35,7 +35,7 @@ UNCALIBRATED_NOTE = (
 
 
 _UNCALIBRATED_EFF = json.dumps(
-    {"eta_compute": 1.0, "eta_mem": 1.0, "t_launch_s": 0.0, "t_layer_s": 0.0, "t_step_s": 0.0}
+    {"eta_compute": 1.0, "eta_mem": 1.0, "t_launch_s": 0.0, "t_layer_s": 0.0, "t_step_s": 0.0, "t_request_s": 0.0}
 )
 
 
@@ -216,14 +216,15 @@ def prepare(
     identical_sequences: Any = False, flash_attention: Any = True, swa_cache_extra: Any = None, kv_pad: Any = None,
     kv_skip_masked_tail: Any = None, decode_graphs: Any = None, devices_per_node: Any = None,
     scaleout_gbs: Any = None, scaleout_latency_us: Any = None, calibrated: Any = True, attention_dp: Any = 1,
-    serving_step: bool = False, t_step_us: Optional[float] = None, attention_row: Optional[Mapping[str, Any]] = None,
+    t_step_us: Optional[float] = None, t_request_us: Optional[float] = None,
+    attention_row: Optional[Mapping[str, Any]] = None,
 ) -> _Prepared:  # fmt: skip
     """Resolves and checks everything of a plan but its numbers (``estimate`` keeps the result).
-    ``t_step_us`` replaces the calibration's step overhead; else, with ``serving_step`` (the serving
-    simulator), a calibrated plan takes the overhead fitted on replayed serving runs where there is
-    one (``_fits.serving_step``). The note says which. Uncalibrated with ``attention_row``, the plan
-    is the bound but for its fused attention kernels, which that calibration row's fitted kernels
-    price (``bound_with_attention``)."""
+    ``t_step_us`` and ``t_request_us`` replace the calibration's step and front-end overheads (the
+    simulator's step_overhead_us and request_overhead_us; the note says so); else the plan takes
+    the calibration's, the same in every door. Uncalibrated with ``attention_row``, the plan is the
+    bound but for its fused attention kernels, which that calibration row's fitted kernels price
+    (``bound_with_attention``)."""
     if catalog is not None and not isinstance(catalog, Catalog):
         raise PlanError(f"catalog: expected a ridgeline.Catalog, got {type(catalog).__name__}")
     cat = catalog or default_catalog()
@@ -272,18 +273,18 @@ def prepare(
         scaleout_latency_us = _number("scaleout_latency_us", scaleout_latency_us)
     topo = resolve_topology(dev, devices_per_node, scaleout_gbs, scaleout_latency_us)
     from .fits import attention_efficiency, basis_from, efficiency_json, lookup
-    from .fits import serving_step as serving_fit
 
     label, fit_row = lookup(dev.chip, runtime, cat) if calibrated else (UNCALIBRATED, None)
     formats = weights.format_names()
     eff = _UNCALIBRATED_EFF if fit_row is None else efficiency_json(fit_row, formats)
     if fit_row is None and attention_row is not None:
         eff = json.dumps({**json.loads(_UNCALIBRATED_EFF), **attention_efficiency(attention_row)})
-    step = (t_step_us, "step overhead given") if t_step_us is not None else None
-    if step is None and serving_step and fit_row is not None:
-        step = serving_fit(runtime, dev.chip)
-    if step is not None:
-        eff = json.dumps({**json.loads(eff), "t_step_s": step[0] * 1e-6})
+    given_over = {k: (us, f"{what} given") for k, us, what in (("t_step_s", t_step_us, "step overhead"),
+                                                                ("t_request_s", t_request_us, "request overhead"))
+                  if us is not None}  # fmt: skip
+    if given_over:
+        eff = json.dumps({**json.loads(eff), **{k: us * 1e-6 for k, (us, _) in given_over.items()}})
+    step = given_over.get("t_step_s")
     if routing_skew is None:
         tail["routing_skew"] = float(fit_row.get("routing_skew") or 0.0) if fit_row else 0.0
     else:
@@ -304,14 +305,14 @@ def prepare(
     return _Prepared(
         model=m.name, m=m, dev=dev, core=core, plan_head=head, plan_tail=tail,
         label=label, note=(UNCALIBRATED_NOTE if fit_row is None else _calibrated_note(fit_row))
-        + (f"; {step[1]}" if step else ""),
+        + "".join(f"; {why}" for _, why in given_over.values()),
         fitted=_fitted(fit_row, step), offers=tuple(cat.prices(dev.name, "on-demand")),
         runtime_note=runtime_note, held_runtime=runtime if fit_row is not None else None,
         warnings=tuple(warnings), group_labels=_group_labels(m), formats=formats,
         plan_labels={"runtime": runtime, "from_runtime": from_runtime, "weights": weights.label,
                      "weights_source": weights.source, "topology": topo.source},
         stamp=None if isinstance(model, Model) or m.source.startswith("bundled") else _stamp(model),
-        basis_from=basis_from(label, fit_row),
+        basis_from=basis_from(label, fit_row), request_s=float(json.loads(eff)["t_request_s"]),
     )  # fmt: skip
 
 
@@ -450,6 +451,8 @@ def fitted_parameters(f: Optional[Mapping[str, Any]]) -> list[tuple[str, str]]:
             att("t_item_us", f"{duration_us(a['t_item_us'])} per sequence x KV head"),
         ))))  # fmt: skip
     out.append(("step overhead", at("t_step_us", f"{duration_us(float(f['t_step_us']))} per step")))
+    if float(f.get("t_request_us") or 0):
+        out.append(("front end", f"{duration_us(float(f['t_request_us']))} per request, before its prefill"))
     if float(f.get("t_layer_us") or 0):
         out.append(("layer overhead", f"{duration_us(float(f['t_layer_us']))} per layer"))
     return out

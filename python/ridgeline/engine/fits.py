@@ -227,6 +227,7 @@ def efficiency_json(fit_row: Optional[dict[str, Any]], roles: Optional[Mapping[s
     return json.dumps({"eta_mem": eta_m, "eta_compute": eta_c, "eta_moe": eta_moe, "eta_compute_quant": eta_cq,
                        "eta_compute_quant_roles": by_role, "overlap": overlap, "overlap_moe": overlap_moe,
                        "t_launch_s": tl * 1e-6, "t_layer_s": tlayer * 1e-6, "t_step_s": ts * 1e-6,
+                       "t_request_s": float((fit_row or {}).get("t_request_us") or 0.0) * 1e-6,
                        **attention_efficiency(fit_row)})  # fmt: skip
 
 
@@ -259,7 +260,7 @@ def serving_fits() -> dict[tuple[str, str], dict[str, str]]:
     return {(r["runtime"], r["hardware"]): r for r in csv.DictReader(_data.read_text(SERVING_FITS).splitlines())}
 
 
-def _serving_row(runtime: Optional[str], hardware: str, column: str) -> Optional[tuple[dict[str, str], str]]:
+def serving_row(runtime: Optional[str], hardware: str, column: str) -> Optional[tuple[dict[str, str], str]]:
     """The serving fit row holding ``column`` for ``runtime`` on ``hardware`` (the device's own,
     else the runtime's profile) and whose fit it is, in words; None where neither holds it."""
     if not runtime:
@@ -276,7 +277,7 @@ def serving_request(runtime: Optional[str], hardware: str) -> Optional[tuple[flo
     """The simulator's per-request front-end overhead for ``runtime`` on ``hardware`` (us) and what
     it rests on: the device's own fit, else the runtime's profile (a device without lightly
     loaded runs has none of its own); None where neither has one."""
-    found = _serving_row(runtime, hardware, "request_us")
+    found = serving_row(runtime, hardware, "request_us")
     if found is None:
         return None
     row, where = found
@@ -289,11 +290,11 @@ def serving_request(runtime: Optional[str], hardware: str) -> Optional[tuple[flo
 def serving_step(runtime: Optional[str], hardware: str) -> Optional[tuple[float, str]]:
     """The simulator's per-step overhead for ``runtime`` on ``hardware`` (us) and what it rests on:
     the device's own serving fit, else the runtime's profile (the median over fitted devices)."""
-    found = _serving_row(runtime, hardware, "t_step_us")
+    found = serving_row(runtime, hardware, "t_step_us")
     if found is None:
         return None
     row, where = found
     return float(row["t_step_us"]), (
-        f"in place of t_step, the simulator's step overhead {float(row['t_step_us']):.4g} us, fitted on {where} "
-        f"{row['n_runs']} replayed serving runs (TPOT MedAPE {float(row['medape']):.1%}; {SERVING_FITS})"
+        f"the step overhead {float(row['t_step_us']):.4g} us, fitted on {where} {row['n_runs']} serving runs "
+        f"replayed through the simulator (TPOT MedAPE {float(row['medape']):.1%}; {SERVING_FITS})"
     )

@@ -87,6 +87,9 @@ class _Prepared(NamedTuple):
     amortise_years: Optional[float] = None
     #: Whose fit priced the plan, in words (``_fits.basis_from``).
     basis_from: str = ""
+    #: A request's front-end time (s) the plan's TTFT takes, as the core's efficiency holds it: the
+    #: simulator delays each arrival by the same.
+    request_s: float = 0.0
 
 
 class Estimate:

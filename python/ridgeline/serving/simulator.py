@@ -162,11 +162,12 @@ def simulate(
         horizon_s: stop the clock here (requests in flight are counted as such).
         keep_requests: return per-request records (``Simulation.requests``, a Polars frame).
         sample_s: interval of the queue and KV time series (``Simulation.series``).
-        step_overhead_us: each step's host overhead (default: the runtime's fit on replayed serving
-            runs, ``serving_fits.csv``, where it has one; else its calibration's t_step).
+        step_overhead_us: each step's host overhead (default: the calibration's t_step, the one
+            ``estimate`` takes; a production runtime's is fitted by replaying its serving runs,
+            ``serving_fits.csv``).
         request_overhead_us: each request's front-end time before it reaches an instance's queue
-            (parsing, tokenising, routing; default: the runtime's fit on the lightly loaded replayed
-            serving runs, ``serving_fits.csv``, where it has one; else none).
+            (parsing, tokenising, routing; default: the calibration's, the one ``estimate`` adds to
+            TTFT; a production runtime's is fitted on its lightly loaded replayed serving runs).
         progress: called as ``progress(ended, total)`` each hundredth of the requests.
         **scheduler: any of ``SCHEDULER_FIELDS`` (max_num_batched_tokens, max_num_seqs, block_size,
             chunked_prefill, mixed, reserve_full, memory_fraction, fraction_of_free) over the
@@ -187,12 +188,12 @@ def simulate(
         raise PlanError(f"{unknown[0]}: not a simulate argument (scheduler fields: {', '.join(SCHEDULER_FIELDS)})")
     # a calibrated run takes the step overhead fitted on replayed serving runs where there is one
     p = prepare(model, hardware, catalog, runtime=runtime, dtype=dtype, weight_dtype=weight_dtype,
-                 kv_dtype=kv_dtype, calibrated=calibrated, serving_step=True,
+                 kv_dtype=kv_dtype, calibrated=calibrated,
                  t_step_us=None if step_overhead_us is None else _checks.number("step_overhead_us",
-                                                                                  step_overhead_us))  # fmt: skip
+                                                                                  step_overhead_us),
+                 t_request_us=None if request_overhead_us is None else _front_end(request_overhead_us))  # fmt: skip
     p, price = pricing(p, price_per_hour, amortise_years, catalog)
     runtime_name = p.plan_labels["runtime"]
-    front = _front_end(request_overhead_us, p.held_runtime, p.dev.chip)
     sched = _scheduler(runtime_name, p.dev, scheduler, catalog)
     mml = p.m.max_model_len if max_model_len is None else _checks.whole("max_model_len", max_model_len, 1)
     work = _work(rate, burstiness, concurrency, ramp_s, trace, requests, prompt, output, mml, declare_output, seed,
@@ -207,12 +208,13 @@ def simulate(
                        prefill_instances=prefill_instances, decode_instances=decode_instances, prefill_tp=prefill_tp,
                        decode_tp=decode_tp, prefill_ep=prefill_ep, decode_ep=decode_ep, kv_link_gbs=kv_link_gbs,
                        kv_link_latency_us=kv_link_latency_us)  # fmt: skip
-    cluster["request_overhead_s"] = 0.0 if front is None else front[0] * 1e-6
+    # the front end the plan's calibration (or the caller) gives, as estimate's TTFT takes it
+    cluster["request_overhead_s"] = p.request_s
     if progress is not None and not callable(progress):
         raise PlanError(f"progress: expected a callable taking (ended, total), got {progress!r}")
     r = _core.simulate_prepared(p.core, json.dumps(cluster), json.dumps(work), json.dumps(opts), progress)
     frames = _frames(r, keep_requests, sample_s)
-    return _simulation(p, r, runtime_name, front, sched, mml, work, slo, cluster, frames, price)
+    return _simulation(p, r, runtime_name, sched, mml, work, slo, cluster, frames, price)
 
 
 def _work(
@@ -246,7 +248,7 @@ def _work(
 
 
 def _simulation(
-    p: Any, r: Mapping[str, Any], runtime_name: Optional[str], front: Optional[tuple[float, str]],
+    p: Any, r: Mapping[str, Any], runtime_name: Optional[str],
     sched: Mapping[str, Any], mml: int, work: dict[str, Any], slo: Mapping[str, Any], cluster: Mapping[str, Any],
     frames: tuple[Any, Any, Any], price: Optional[float],
 ) -> Simulation:  # fmt: skip
@@ -259,7 +261,7 @@ def _simulation(
     warnings = (*p.warnings, *r["warnings"])
     return Simulation(
         model=p.model, hardware=p.dev.name, runtime=runtime_name, calibration=p.label, basis_from=p.basis_from,
-        calibration_note=p.note + ("" if front is None else f"; {front[1]}"),
+        calibration_note=p.note,
         runtime_note=p.runtime_note, plan={"tp": cluster["pools"][0]["tp"], "ep": cluster["pools"][0]["ep"],
                                            "dtype": p.plan_tail["dtype"], "weights": p.plan_labels["weights"]},
         scheduler={**sched, "max_model_len": mml}, workload=work, counts=dict(r["counts"]),
@@ -276,19 +278,12 @@ def _simulation(
     )  # fmt: skip
 
 
-def _front_end(request_overhead_us: Any, held_runtime: Optional[str], chip: str) -> Optional[tuple[float, str]]:
-    """The front end's per-request time (us) and its source: given, else the runtime's fit where
-    the plan is calibrated (``held_runtime``), else none."""
-    front = None
-    if request_overhead_us is not None:
-        front = (_checks.number("request_overhead_us", request_overhead_us), "request overhead given")
-    elif held_runtime is not None:
-        from ..engine.fits import serving_request
-
-        front = serving_request(held_runtime, chip)
-    if front is not None and front[0] < 0:
-        raise PlanError(f"request_overhead_us: must be >= 0 us, got {front[0]:g}")
-    return front
+def _front_end(request_overhead_us: Any) -> float:
+    """A front-end time given per request (us), checked."""
+    us = _checks.number("request_overhead_us", request_overhead_us)
+    if us < 0:
+        raise PlanError(f"request_overhead_us: must be >= 0 us, got {us:g}")
+    return us
 
 
 def _scheduler(
@@ -311,8 +306,10 @@ def _scheduler(
         from ..catalog.store import default_catalog
 
         frac = (catalog or default_catalog()).constant("gpu_memory_utilization")
+        # vLLM's scheduling, with no prefix cache unless the caller turns one on
         sched = {"chunked_prefill": True, "mixed": True, "reserve_full": False, "memory_fraction": frac,
-                 "fraction_of_free": False, "source": "given by the caller (the runtime has no defaults)"}  # fmt: skip
+                 "fraction_of_free": False, "prefix_caching": False,
+                 "source": "given by the caller (the runtime has no defaults)"}  # fmt: skip
     for k, v in given.items():
         kind = SCHEDULER_FIELDS[k]
         if kind is bool:

@@ -258,6 +258,26 @@ fn pipeline_throughput_follows_gpipe() {
 }
 
 #[test]
+fn the_front_end_adds_once_to_ttft_and_never_to_a_pipeline_stage() {
+    let t = 2.5e-3;
+    let front = Efficiency {
+        t_request_s: t,
+        ..Efficiency::uncalibrated()
+    };
+    let with = |p: &Plan| estimate(&llama31_8b(), &h100(), p, &front, proto(), true).unwrap();
+    for b in [1u64, 8] {
+        let (a, f) = (run(&plan(b, 1024, 64)), with(&plan(b, 1024, 64)));
+        assert!((f.ttft_s - (a.ttft_s + t)).abs() < 1e-15 && (f.e2e_s - (a.e2e_s + t)).abs() < 1e-15);
+        assert_eq!(f.tpot_s, a.tpot_s);
+        assert_eq!(row(&f, Phase::Prefill, OpKind::RequestOverhead).time_s, t);
+        assert_eq!(f.prefill.overhead_s, a.prefill.overhead_s + t);
+    }
+    // GPipe's stage time: the micro-batches' steps, without the front end
+    let (a, f) = (run(&pp_plan(8, 2)), with(&pp_plan(8, 2)));
+    assert!((f.parallel.stage_s - a.parallel.stage_s).abs() < 1e-15 && f.ttft_s > a.ttft_s);
+}
+
+#[test]
 fn tp_across_nodes_uses_the_hierarchical_allreduce() {
     let mut p = plan(1, 1024, 2);
     p.tp = 16;

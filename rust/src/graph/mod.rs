@@ -85,6 +85,8 @@ pub enum OpKind {
     LinearOutProj,
     LayerOverhead,
     StepOverhead,
+    /// A request's front-end time before its prefill (`Efficiency::t_request_s`).
+    RequestOverhead,
 }
 
 impl OpKind {
@@ -137,6 +139,7 @@ impl OpKind {
             OpKind::LinearOutProj => "linear_out_proj",
             OpKind::LayerOverhead => "layer_overhead",
             OpKind::StepOverhead => "step_overhead",
+            OpKind::RequestOverhead => "request_overhead",
         }
     }
 
