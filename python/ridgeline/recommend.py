@@ -143,6 +143,10 @@ class Recommendation:
                 "SLO: of the requests sent; unfinished: length-capped or in flight at the end"
             )
             lines += [f"  [{i}] {note}" for i, note in enumerate(notes, 1)]
+            unfitted = sorted({f"{r['runtime']}" for r in (*shown, *front) if r.get("handoff_note")})
+            if unfitted:
+                lines.append(f"  disaggregated plans of {', '.join(unfitted)} count no KV hand-off: no disaggregated "
+                             "run of that runtime was fitted (serving_fits.csv)")  # fmt: skip
         if self.bound:
             where = ", ".join(sorted({r["hardware"] for r in self.bound}))
             lines.append(f"{len(self.bound)} plans that meet the SLOs rest on no calibration ({where}: the "
@@ -388,9 +392,7 @@ def _candidate(
 
     price, offer = price_of(None, offers) or (0.0, None)  # offers is not empty: checked above
 
-    def plan(
-        s: Any, replicas: int, per_instance: Optional[float], split: Optional[tuple[int, int]] = None
-    ) -> dict[str, Any]:
+    def plan(s: Any, replicas: int, per_instance: Optional[float], split: Optional[tuple[int, int]] = None) -> Plan:
         devices = replicas * tp
         q, en = w["shown_quantile"], s.energy
         return {
@@ -404,6 +406,8 @@ def _candidate(
             "ttft_q_s": float(s.ttft_s[q]), "tpot_q_s": float(s.tpot_s[q]), "output_tok_s": s.output_tok_s,
             "j_per_output_token": en.get("j_per_output_token"), "calibration": e.calibration, "basis": e.basis,
             "basis_from": e.basis_from, "frontier": False,
+            # a disaggregated plan whose runtime has no fitted KV hand-off counts none: said under the table
+            "handoff_note": next((n for n in s.calibration_note.split("; ") if n.startswith("no KV hand-off")), None),
         }  # fmt: skip
 
     def too_many(n: int) -> Optional[str]:
@@ -453,7 +457,8 @@ def _candidate(
     return _split(w, [plan(s, replicas, per_instance)], replicas, run, meets, plan)
 
 
-Plans = list[dict[str, Any]]
+Plan = dict[str, Any]
+Plans = list[Plan]
 
 
 def _split(w: dict[str, Any], out: Plans, replicas: int, run: Callable[..., Any], meets: Callable[[Any], bool],

@@ -424,3 +424,33 @@ def test_a_lone_request_is_the_same_in_estimate_and_simulate(model, hardware, ru
     # the front end is in both, once: the estimate's breakdown shows it
     front = e.breakdown.filter(pl.col("op") == "request_overhead")
     assert ("llamacpp" in runtime) == front.is_empty()
+
+
+def test_a_lone_disaggregated_request_is_prefill_transfer_hand_off_then_decode():
+    # one client through a 1P+1D pair: the first token reaches the client from the decode instance
+    # after the estimate's prefill (front end included), the KV's transfer (prompt x 128 KiB over
+    # 50 GB/s + 20 us) and the hand-off; every other token is the decode instance's step
+    kw = {"concurrency": 1, "requests": 2, "prompt": 3000, "output": 60, "runtime": "sglang", "max_model_len": 4096,
+          "prefill_instances": 1, "decode_instances": 1, "kv_link_gbs": 50.0, "kv_link_latency_us": 20.0}  # fmt: skip
+    s = ridgeline.simulate(LLAMA, "H100_SXM", kv_handoff_us=150_000, **kw)
+    budget = s.scheduler["max_num_batched_tokens"]
+    e = ridgeline.estimate(LLAMA, "H100_SXM", runtime="sglang", prompt=3000, output=60, chunk=budget)
+    transfer = 3000 * 131072 / 50e9 + 20e-6 + 0.15
+    assert s.transfer_s == pytest.approx(2 * transfer, rel=1e-12)
+    assert s.ttft_s["mean"] == pytest.approx(e.ttft_s + transfer, rel=1e-9)
+    assert s.tpot_s["mean"] == pytest.approx(e.tpot_s, rel=1e-9)
+    assert "KV hand-off given" in s.calibration_note and "+ a 150 ms hand-off" in s.cluster["describe"]
+    # by default the runtime's fit on its lightly loaded disaggregated runs, said in the note
+    from ridgeline.engine.fits import serving_row
+
+    row, _ = serving_row("sglang", "H100_SXM", "handoff_us")
+    fitted = ridgeline.simulate(LLAMA, "H100_SXM", **kw)
+    assert fitted.ttft_s["mean"] == pytest.approx(s.ttft_s["mean"] + float(row["handoff_us"]) * 1e-6 - 0.15, rel=1e-9)
+    assert f"a KV hand-off of {float(row['handoff_us']) / 1e3:.3g} ms a transfer" in fitted.calibration_note
+    # a runtime none of whose disaggregated runs was fitted counts none, and says so
+    v = ridgeline.simulate(LLAMA, "H100_SXM", **{**kw, "runtime": "vllm"})
+    assert "no KV hand-off counted: no disaggregated run of vllm was fitted" in v.calibration_note
+    with pytest.raises(PlanError, match="kv_handoff_us: only with prefill_instances"):
+        ridgeline.simulate(LLAMA, "H100_SXM", concurrency=1, requests=2, kv_handoff_us=5)
+    with pytest.raises(PlanError, match="kv_handoff_us: must be a finite number >= 0"):
+        ridgeline.simulate(LLAMA, "H100_SXM", kv_handoff_us=-1, **kw)

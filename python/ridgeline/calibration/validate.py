@@ -300,6 +300,7 @@ def serving_runs(
     step_overhead_us: Optional[float | Mapping[tuple[str, str], float]] = None,
     modes: tuple[str, ...] = ("agg", "disagg"),
     request_overhead_us: Optional[float] = None, max_concurrency: Optional[int] = None,
+    handoff_us: Optional[float] = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """The closed-loop serving runs of a silicon_calibration-format file, each replayed through the
     serving simulator: ``concurrency`` clients of ``isl`` prompt and ``osl`` output tokens under
@@ -310,7 +311,8 @@ def serving_runs(
     record per metric row of the file, priced or with its reason; ``limit``: the first runs only;
     ``step_overhead_us``: every run's per-step overhead, or one per (runtime, device) (default:
     the shipped serving fits); ``request_overhead_us``: every run's front-end overhead (default:
-    the shipped fits); ``modes``: agg and/or disagg runs; ``max_concurrency``: those runs only."""
+    the shipped fits); ``modes``: agg and/or disagg runs; ``max_concurrency``: those runs only;
+    ``handoff_us``: every disaggregated run's KV hand-off (default: the shipped fit)."""
     from .._io import read_text
     from ..catalog.benchmarks import import_file
     from ..errors import CatalogError, RidgelineError
@@ -353,6 +355,7 @@ def serving_runs(
                 why = "attention DP or PP: the serving simulator runs instances without them"
             if base[0]["mode"] == "disagg":
                 shape, c, why = _disagg_shape(raw[int(r["id"].split(":")[1])], cat.get(r["hardware"]))
+                shape["kv_handoff_us"] = handoff_us
                 for b in base:
                     b["concurrency"] = c
         if why is None:
@@ -487,6 +490,7 @@ def serving_step_fits(path: str, catalog: Optional[Catalog] = None) -> list[dict
         fits[key] = round(float(fit.x[0]), 3)  # to the ns: a fit at its bound of 0 reads 0
         rms[key] = float(np.sqrt(np.mean(fit.fun**2)))
     request = _request_fits(path, cat, fits, probe)
+    handoff = _handoff_fits(path, cat)
     # what the fit was made against: the engine's structure, the data, ridgeline's version
     stamp = {"structure_version": structure_version(cat), "data_hash": data_hash()[:16], "fitted_at": __version__}
     out = []
@@ -498,7 +502,7 @@ def serving_step_fits(path: str, catalog: Optional[Catalog] = None) -> list[dict
             "rms_log": float(f"{rms[(rt, hw)]:.6g}"), "medape": float(f"{medape(runs[(rt, hw)], t):.6g}"),
             "medape_transferred": float(f"{medape(moved, t):.6g}") if moved else None,
             "transferred_to": ",".join(h for h, _ in others) or None, **request.get((rt, hw), _NO_REQUEST_FIT),
-            **stamp,
+            **_NO_HANDOFF_FIT, **stamp,
             "source": f"ridgeline calibrate --serving: {len(runs[(rt, hw)])} aggregated serving runs of {rt} on {hw} "
                       f"replayed through the simulator ({path.rsplit('/', 1)[-1]})",
         })  # fmt: skip
@@ -507,13 +511,47 @@ def serving_step_fits(path: str, catalog: Optional[Catalog] = None) -> list[dict
         mine = [x for (r, _), v in runs.items() if r == rt for x in v]
         out.append({"runtime": rt, "hardware": "*", "t_step_us": float(f"{t:.6g}"), "n_runs": len(mine),
                     "rms_log": None, "medape": float(f"{medape(mine, t):.6g}"), "medape_transferred": None,
-                    "transferred_to": None, **request.get((rt, "*"), _NO_REQUEST_FIT), **stamp,
+                    "transferred_to": None, **request.get((rt, "*"), _NO_REQUEST_FIT),
+                    **handoff.get(rt, _NO_HANDOFF_FIT), **stamp,
                     "source": f"ridgeline calibrate --serving: {rt}'s profile, the median of its devices' fits",
                     })  # fmt: skip
     return out
 
 
 _NO_REQUEST_FIT = {"request_us": None, "request_runs": None, "ttft_medape": None, "ttft_medape_transferred": None}
+_NO_HANDOFF_FIT = {"handoff_us": None, "handoff_runs": None, "handoff_ttft_medape": None}
+
+
+def _handoff_fits(path: str, cat: Catalog) -> dict[str, dict[str, Any]]:
+    """Per runtime, the KV hand-off of its disaggregated runs (the transfer engine's connection and
+    the decode side's scheduling of an arriving request, beyond the link's bandwidth and latency):
+    the lightly loaded runs (``fit_request_max_concurrency`` clients or fewer: above, the measured
+    TTFT is the prefill pool's queue, 1.3-9.7 s at 64 clients where the replay waits 0.2 s, which
+    a hand-off must not absorb) are replayed with none (at the shipped step overhead and front
+    end), each run's TTFT is its replayed TTFT plus the hand-off, every request's first token
+    waiting for it once, and the hand-off is the log least squares of that against the measured
+    TTFT, >= 0; its MedAPE is of the runs replayed again at the fit."""
+    from scipy.optimize import least_squares
+
+    light = int(cat.constant("fit_request_max_concurrency"))
+    at0 = serving_runs(path, cat, modes=("disagg",), handoff_us=0.0, max_concurrency=light)
+    runs: dict[str, list[tuple[float, float]]] = {}
+    for a in at0:
+        if a["metric"] == "ttft_ms" and a["predicted"] is not None:
+            runs.setdefault(a["runtime"], []).append((a["observed"], a["predicted"]))
+    out = {}
+    for rt, rows in sorted(runs.items()):
+        obs, p0 = (np.array(col) for col in zip(*rows))
+
+        def resid(x: np.ndarray, obs: np.ndarray = obs, p0: np.ndarray = p0) -> np.ndarray:
+            return np.asarray(np.log(obs / (p0 + x[0] / 1e3)))
+
+        us = round(float(least_squares(resid, [1e5], bounds=([0.0], [np.inf])).x[0]), 1)
+        again = [a for a in serving_runs(path, cat, modes=("disagg",), handoff_us=us, max_concurrency=light)
+                 if a["metric"] == "ttft_ms" and a["predicted"] is not None and a["runtime"] == rt]  # fmt: skip
+        err = float(np.median([abs(a["predicted"] - a["observed"]) / a["observed"] for a in again]))
+        out[rt] = {"handoff_us": us, "handoff_runs": len(rows), "handoff_ttft_medape": float(f"{err:.6g}")}
+    return out
 
 
 def _request_fits(path: str, cat: Catalog, steps: Mapping[tuple[str, str], float],

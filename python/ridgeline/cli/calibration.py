@@ -126,7 +126,8 @@ def _calibrate_power(out: str, force: bool) -> None:
 
 SERVING_FIT_COLUMNS = ("runtime", "hardware", "t_step_us", "n_runs", "rms_log", "medape", "medape_transferred",
                        "transferred_to", "request_us", "request_runs", "ttft_medape", "ttft_medape_transferred",
-                       "structure_version", "data_hash", "fitted_at", "source")  # fmt: skip
+                       "handoff_us", "handoff_runs", "handoff_ttft_medape", "structure_version", "data_hash",
+                       "fitted_at", "source")  # fmt: skip
 
 
 def _calibrate_serving(out: str, force: bool, kernels: str) -> None:

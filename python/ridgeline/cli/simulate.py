@@ -17,8 +17,8 @@ from .options import RAY, plan_options
 
 _SIM_KEYS = (
     "model", "hardware", "tp", "ep", "instances", "router", "prefill_instances", "decode_instances", "prefill_tp",
-    "decode_tp", "prefill_ep", "decode_ep", "kv_link_gbs", "kv_link_latency_us", "runtime", "dtype", "weight_dtype",
-    "kv_dtype", "rate", "burstiness", "concurrency", "ramp_s", "trace", "requests", "prompt", "output",
+    "decode_tp", "prefill_ep", "decode_ep", "kv_link_gbs", "kv_link_latency_us", "kv_handoff_us", "runtime", "dtype",
+    "weight_dtype", "kv_dtype", "rate", "burstiness", "concurrency", "ramp_s", "trace", "requests", "prompt", "output",
     "declare_output", "prefix_groups", "prefix_tokens", "prefix_caching", "seed", "max_model_len", "kv_blocks",
     "slo_ttft_ms", "slo_tpot_ms", "horizon_s", "max_num_batched_tokens", "max_num_seqs", "block_size",
     "chunked_prefill", "mixed", "reserve_full", "memory_fraction", "fraction_of_free", "price_per_hour",
@@ -84,6 +84,13 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
     help="Disaggregated: GB/s per rank the KV moves at (default: the catalog's scale-out link).",
 )
 @click.option("--kv-link-latency-us", type=float, default=None, help="Disaggregated: KV transfer latency in us.")
+@click.option(
+    "--kv-handoff-us",
+    type=float,
+    default=None,
+    help="Disaggregated: the transfer engine's hand-off a transfer, in us (default: the runtime's fit on its "
+    "disaggregated runs).",
+)
 @click.option("--rate", default=None, help="Open loop: requests per second (Poisson); a list (2,4,8) sweeps the rates.")
 @click.option("--burstiness", type=float, default=None, help="Gamma arrivals: the gaps' coefficient of variation.")
 @click.option("--concurrency", type=int, default=None, help="Closed loop: clients, each sending when its last ends.")

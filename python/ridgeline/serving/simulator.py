@@ -49,7 +49,8 @@ ROUTERS = ("round_robin", "least_outstanding", "least_kv", "prefix_affinity")
 
 def _cluster(dev: Device, sched: Mapping[str, Any], *, tp: Any, ep: Any, instances: Any, router: Any,
              prefill_instances: Any, decode_instances: Any, prefill_tp: Any, decode_tp: Any, prefill_ep: Any,
-             decode_ep: Any, kv_link_gbs: Any, kv_link_latency_us: Any) -> dict[str, Any]:  # fmt: skip
+             decode_ep: Any, kv_link_gbs: Any, kv_link_latency_us: Any,
+             kv_handoff_us: Any = None) -> dict[str, Any]:  # fmt: skip
     """The core's cluster: one pool of ``instances`` (aggregated) or, when prefill or decode
     instances are given, a prefill pool and a decode pool with the KV link between them (default:
     the device's scale-out link from the catalog: the pools sit on different nodes)."""
@@ -60,7 +61,7 @@ def _cluster(dev: Device, sched: Mapping[str, Any], *, tp: Any, ep: Any, instanc
     if not disagg:
         for k, v in (("prefill_tp", prefill_tp), ("decode_tp", decode_tp), ("prefill_ep", prefill_ep),
                      ("decode_ep", decode_ep), ("kv_link_gbs", kv_link_gbs),
-                     ("kv_link_latency_us", kv_link_latency_us)):  # fmt: skip
+                     ("kv_link_latency_us", kv_link_latency_us), ("kv_handoff_us", kv_handoff_us)):  # fmt: skip
             if v is not None:
                 raise PlanError(f"{k}: only with prefill_instances and decode_instances (disaggregated serving)")
         n = _checks.whole("instances", instances, 1)
@@ -85,7 +86,8 @@ def _cluster(dev: Device, sched: Mapping[str, Any], *, tp: Any, ep: Any, instanc
         for k, n, t, e in (("prefill", prefill_instances, prefill_tp, prefill_ep),
                            ("decode", decode_instances, decode_tp, decode_ep))
     ]  # fmt: skip
-    return {"pools": pools, "router": router, "kv_link": {"bw_gbs": float(bw), "latency_us": float(lat)}}
+    link = {"bw_gbs": float(bw), "latency_us": float(lat), "handoff_us": float(kv_handoff_us or 0.0)}
+    return {"pools": pools, "router": router, "kv_link": link}
 
 
 def _cluster_labels(c: Mapping[str, Any]) -> dict[str, Any]:
@@ -98,7 +100,8 @@ def _cluster_labels(c: Mapping[str, Any]) -> dict[str, Any]:
     else:
         link = c["kv_link"]
         text = (f"disaggregated: prefill {shape[0]}, decode {shape[1]}, {c['router'].replace('_', ' ')} routing, "
-                f"KV over {link['bw_gbs']:g} GB/s + {link['latency_us']:g} us")  # fmt: skip
+                f"KV over {link['bw_gbs']:g} GB/s + {link['latency_us']:g} us"
+                + (f" + a {link['handoff_us'] / 1e3:.3g} ms hand-off" if link.get("handoff_us") else ""))  # fmt: skip
     return {"pools": [{k: p[k] for k in ("instances", "tp", "ep")} for p in pools], "router": c["router"],
             "kv_link": c.get("kv_link"), "describe": text}  # fmt: skip
 
@@ -118,6 +121,7 @@ def simulate(
     router: str = "round_robin", prefill_instances: Optional[int] = None, decode_instances: Optional[int] = None,
     prefill_tp: Optional[int] = None, decode_tp: Optional[int] = None, prefill_ep: Optional[int] = None,
     decode_ep: Optional[int] = None, kv_link_gbs: Optional[float] = None, kv_link_latency_us: Optional[float] = None,
+    kv_handoff_us: Optional[float] = None,
     runtime: Optional[str] = None, dtype: str = "bf16", weight_dtype: Optional[str] = None,
     kv_dtype: Optional[str] = None, max_model_len: Optional[int] = None, kv_blocks: Optional[int] = None,
     slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None, horizon_s: Optional[float] = None,
@@ -142,7 +146,11 @@ def simulate(
             decode pool (``prefill_tp``, ``decode_tp``, default ``tp``; ``prefill_ep``, ``decode_ep``,
             default ``ep``); after its prompt a request's
             KV moves to a decode instance over ``kv_link_gbs`` per rank plus ``kv_link_latency_us``
-            (default: the device's scale-out link in the catalog). TTFT is the prefill's first token.
+            (default: the device's scale-out link in the catalog) plus ``kv_handoff_us``, the
+            transfer engine's hand-off (default: the runtime's fit on its disaggregated serving
+            runs, ``serving_fits.csv``; none where it has none, said in the note). The first token
+            reaches the client from the decode instance: TTFT counts the prefill, the transfer and
+            the hand-off; TPOT the decode instance's steps.
         rate: open-loop arrivals per second (Poisson; gamma gaps with ``burstiness`` != 1, the
             coefficient of variation of the gaps).
         concurrency: closed loop instead: this many clients, each sending its next request when
@@ -191,7 +199,8 @@ def simulate(
                  kv_dtype=kv_dtype, calibrated=calibrated,
                  t_step_us=None if step_overhead_us is None else _checks.number("step_overhead_us",
                                                                                   step_overhead_us),
-                 t_request_us=None if request_overhead_us is None else _front_end(request_overhead_us))  # fmt: skip
+                 t_request_us=None if request_overhead_us is None else _checks.number("request_overhead_us",
+                                                                                     request_overhead_us))  # fmt: skip
     p, price = pricing(p, price_per_hour, amortise_years, catalog)
     runtime_name = p.plan_labels["runtime"]
     sched = _scheduler(runtime_name, p.dev, scheduler, catalog)
@@ -204,10 +213,15 @@ def simulate(
     core_sched["max_model_len"] = mml
     if kv_blocks is not None:
         core_sched["kv_blocks"] = _checks.whole("kv_blocks", kv_blocks, 1)
+    disagg = prefill_instances is not None or decode_instances is not None
+    handoff = _handoff(kv_handoff_us, p.held_runtime, p.dev.chip) if disagg else None
     cluster = _cluster(p.dev, core_sched, tp=tp, ep=ep, instances=instances, router=router,
                        prefill_instances=prefill_instances, decode_instances=decode_instances, prefill_tp=prefill_tp,
                        decode_tp=decode_tp, prefill_ep=prefill_ep, decode_ep=decode_ep, kv_link_gbs=kv_link_gbs,
-                       kv_link_latency_us=kv_link_latency_us)  # fmt: skip
+                       kv_link_latency_us=kv_link_latency_us,
+                       kv_handoff_us=kv_handoff_us if handoff is None else handoff[0])  # fmt: skip
+    if handoff is not None:
+        p = p._replace(note=f"{p.note}; {handoff[1]}")
     # the front end the plan's calibration (or the caller) gives, as estimate's TTFT takes it
     cluster["request_overhead_s"] = p.request_s
     if progress is not None and not callable(progress):
@@ -278,12 +292,23 @@ def _simulation(
     )  # fmt: skip
 
 
-def _front_end(request_overhead_us: Any) -> float:
-    """A front-end time given per request (us), checked."""
-    us = _checks.number("request_overhead_us", request_overhead_us)
-    if us < 0:
-        raise PlanError(f"request_overhead_us: must be >= 0 us, got {us:g}")
-    return us
+def _handoff(given: Any, held_runtime: Optional[str], chip: str) -> tuple[float, str]:
+    """A disaggregated transfer's hand-off (us) and what it rests on: given; else the runtime's fit
+    on its disaggregated serving runs where the plan is calibrated; else none, said so."""
+    from ..engine.fits import serving_row
+
+    if given is not None:
+        return _checks.number("kv_handoff_us", given), "KV hand-off given"
+    found = serving_row(held_runtime, chip, "handoff_us") if held_runtime else None
+    if found is None:
+        why = "the plan is the efficiency-1 bound" if held_runtime is None else (
+            f"no disaggregated run of {held_runtime} was fitted (serving_fits.csv)")  # fmt: skip
+        return 0.0, f"no KV hand-off counted: {why}; kv_handoff_us= (--kv-handoff-us) gives one"
+    row, where = found
+    return float(row["handoff_us"]), (
+        f"a KV hand-off of {float(row['handoff_us']) / 1e3:.3g} ms a transfer, fitted on {where} "
+        f"{row['handoff_runs']} disaggregated runs (TTFT MedAPE {float(row['handoff_ttft_medape']):.1%})"
+    )
 
 
 def _scheduler(

@@ -104,6 +104,10 @@ pub(crate) fn one() -> u64 {
 pub struct KvLink {
     pub bw_gbs: f64,
     pub latency_us: f64,
+    /// The transfer engine's hand-off on top of the link (connection, the decode side's
+    /// scheduling of the arriving request): once a transfer, fitted on disaggregated runs.
+    #[serde(default)]
+    pub handoff_us: f64,
 }
 
 /// Instances serving one model: one pool (aggregated), or a prefill pool and a decode pool.

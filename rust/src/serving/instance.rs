@@ -195,27 +195,38 @@ impl Metrics {
         Some(r)
     }
 
-    /// A token of `r` produced now; the status when the request is done.
-    pub(crate) fn emit(&mut self, r: &mut Req) -> Option<Status> {
+    /// A token of `r` produced now; the status when the request is done. `hand_on`: produced by
+    /// a prefill instance, whose first token reaches the client from the decode instance after the
+    /// KV transfer and hand-off (`first_token` then), unless the request ends with it.
+    pub(crate) fn emit(&mut self, r: &mut Req, hand_on: bool) -> Option<Status> {
         let now = self.now;
         r.generated += 1;
         self.output_tokens += 1;
-        if r.generated == 1 {
-            r.first_s = now;
-            self.ttft.add(now - r.arrival_s);
-            self.prompt_tokens += r.prompt;
-        } else {
-            self.itl.add(now - r.last_s);
-        }
-        r.last_s = now;
         // the end of sequence is read only now, as sampling would find it
-        if r.generated >= r.eos_at || r.max_tokens.is_some_and(|b| r.generated >= b) {
+        let status = if r.generated >= r.eos_at || r.max_tokens.is_some_and(|b| r.generated >= b) {
             Some(Status::Completed)
         } else if r.prompt + r.generated >= self.max_model_len {
             Some(Status::LengthCapped)
         } else {
             None
+        };
+        if r.generated == 1 {
+            self.prompt_tokens += r.prompt;
+            if !hand_on || status.is_some() {
+                self.first_token(r, now);
+            }
+        } else {
+            self.itl.add(now - r.last_s);
         }
+        r.last_s = now;
+        status
+    }
+
+    /// `r`'s first token reaches its client now: its TTFT.
+    pub(crate) fn first_token(&mut self, r: &mut Req, now: f64) {
+        r.first_s = now;
+        r.last_s = now;
+        self.ttft.add(now - r.arrival_s);
     }
 
     pub(crate) fn finish(&mut self, r: &Req, status: Status, instance: usize) {

@@ -84,12 +84,14 @@ pub fn simulate_cluster(
     let disagg = match (cluster.pools.len(), cluster.kv_link) {
         (1, _) => false,
         (2, Some(l)) => {
-            if !(l.bw_gbs.is_finite() && l.bw_gbs > 0.0 && l.latency_us.is_finite() && l.latency_us >= 0.0) {
+            let ok = |v: f64| v.is_finite() && v >= 0.0;
+            if !(l.bw_gbs.is_finite() && l.bw_gbs > 0.0 && ok(l.latency_us) && ok(l.handoff_us)) {
                 return Err(Error::plan(
                     "kv_link",
                     format!(
-                        "needs a bandwidth > 0 GB/s and a latency >= 0 us, got {} GB/s, {} us",
-                        l.bw_gbs, l.latency_us
+                        "needs a bandwidth > 0 GB/s, a latency >= 0 us and a hand-off >= 0 us, got {} GB/s, {} us, \
+                         {} us",
+                        l.bw_gbs, l.latency_us, l.handoff_us
                     ),
                 ));
             }

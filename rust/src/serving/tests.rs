@@ -603,6 +603,7 @@ fn disagg(prefill: u64, decode: u64, decode_blocks: Option<u64>) -> Cluster {
         kv_link: Some(KvLink {
             bw_gbs: 50.0,
             latency_us: 20.0,
+            handoff_us: 150_000.0,
         }),
         request_overhead_s: 0.0,
     }
@@ -610,8 +611,9 @@ fn disagg(prefill: u64, decode: u64, decode_blocks: Option<u64>) -> Cluster {
 
 #[test]
 fn a_lone_disaggregated_request_is_prefill_then_transfer_then_decode() {
-    // one client: TTFT is the prefill instance's prefill, the second token waits for the KV
-    // (prompt x 128 KiB over 50 GB/s + 20 us) and one decode step; the rest are decode steps
+    // one client: the first token reaches the client from the decode instance, after the prefill
+    // instance's prefill, the KV's transfer (prompt x 128 KiB over 50 GB/s + 20 us) and the
+    // hand-off (150 ms); the others are the decode instance's steps, the estimate's TPOT
     let (prompt, output) = (3000u64, 50u64);
     let r = cluster(
         &disagg(1, 1, None),
@@ -625,10 +627,11 @@ fn a_lone_disaggregated_request_is_prefill_then_transfer_then_decode() {
         ..plan()
     };
     let e = estimate(&llama31_8b(), &h100(), &p, &eff(), proto(), false).unwrap();
-    let transfer = prompt as f64 * 131072.0 / 50e9 + 20e-6;
+    let transfer = prompt as f64 * 131072.0 / 50e9 + 20e-6 + 0.15;
     assert_eq!(r.transfers, 2);
     assert!(close(r.transfer_s, 2.0 * transfer, 1e-12));
-    assert!(close(r.ttft.mean, e.ttft_s, 1e-9));
+    assert!(close(r.ttft.mean, e.ttft_s + transfer, 1e-9));
+    assert!(close(r.tpot.mean, e.tpot_s.unwrap(), 1e-9));
     assert!(
         close(r.e2e.mean, e.e2e_s + transfer, 1e-9),
         "{} vs {}",

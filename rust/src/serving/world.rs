@@ -217,7 +217,7 @@ impl World<'_, '_> {
                 inst.keep_prefix(slot);
                 let r = &mut inst.slots[slot];
                 if r.computed == r.tokens() {
-                    match self.metrics.emit(r) {
+                    match self.metrics.emit(r, inst.role == Role::Prefill) {
                         Some(s) => done.push((slot, s)),
                         // a prefill instance hands the request on after its first token
                         None if inst.role == Role::Prefill => done.push((slot, Status::Completed)),
@@ -254,7 +254,7 @@ impl World<'_, '_> {
         let link = self.link.expect("disaggregated clusters have a link");
         // each rank sends its shard of the prompt's KV over its own link
         let bytes = r.prompt as f64 * self.pools[0].pricer.layout().kv_bytes_per_token();
-        let dt = bytes / (link.bw_gbs * 1e9) + link.latency_us * 1e-6;
+        let dt = bytes / (link.bw_gbs * 1e9) + (link.latency_us + link.handoff_us) * 1e-6;
         self.transfers += 1;
         self.transfer_s += dt;
         self.metrics.counts.running -= 1;
@@ -282,6 +282,10 @@ impl World<'_, '_> {
         }
         inst.free_blocks -= need;
         r.blocks = need;
+        // the first token reaches the client from the decode instance, with the KV
+        let now = self.metrics.now;
+        self.metrics.first_token(&mut r, now);
+        let inst = &mut self.instances[to];
         inst.enqueue(r, &mut self.metrics.counts);
         self.start(to);
     }
