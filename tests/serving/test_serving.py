@@ -301,10 +301,11 @@ def test_a_front_end_overhead_adds_to_ttft_and_e2e_only():
     # by default a calibrated run takes its calibration's front end (the runtime's fit on the lightly
     # loaded serving runs), as the estimate does, which lists it among its fitted parameters
     from ridgeline._fmt import duration_us
-    from ridgeline.engine.fits import serving_request
+    from ridgeline.engine.fits import serving_row
 
-    fit = serving_request("vllm", "H100_SXM")
-    assert fit is not None and fit[0] > 0
+    row, _ = serving_row("vllm", "H100_SXM", "request_us")
+    fit = (float(row["request_us"]),)
+    assert fit[0] > 0
     d = ridgeline.simulate(LLAMA, "H100_SXM", **kw)
     assert d.ttft_s["mean"] == pytest.approx(a.ttft_s["mean"] + fit[0] / 1e6, rel=1e-9)
     e = ridgeline.estimate(LLAMA, "H100_SXM", runtime="vllm", prompt=1000, output=50)

@@ -271,30 +271,3 @@ def serving_row(runtime: Optional[str], hardware: str, column: str) -> Optional[
     if row is None:
         return None
     return row, f"{hardware}'s" if row["hardware"] == hardware else f"{runtime}'s profile over"
-
-
-def serving_request(runtime: Optional[str], hardware: str) -> Optional[tuple[float, str]]:
-    """The simulator's per-request front-end overhead for ``runtime`` on ``hardware`` (us) and what
-    it rests on: the device's own fit, else the runtime's profile (a device without lightly
-    loaded runs has none of its own); None where neither has one."""
-    found = serving_row(runtime, hardware, "request_us")
-    if found is None:
-        return None
-    row, where = found
-    return float(row["request_us"]), (
-        f"a request's front-end overhead {float(row['request_us']) / 1e3:.3g} ms, fitted on {where} "
-        f"{row['request_runs']} lightly loaded replayed runs (TTFT MedAPE {float(row['ttft_medape']):.1%})"
-    )
-
-
-def serving_step(runtime: Optional[str], hardware: str) -> Optional[tuple[float, str]]:
-    """The simulator's per-step overhead for ``runtime`` on ``hardware`` (us) and what it rests on:
-    the device's own serving fit, else the runtime's profile (the median over fitted devices)."""
-    found = serving_row(runtime, hardware, "t_step_us")
-    if found is None:
-        return None
-    row, where = found
-    return float(row["t_step_us"]), (
-        f"the step overhead {float(row['t_step_us']):.4g} us, fitted on {where} {row['n_runs']} serving runs "
-        f"replayed through the simulator (TPOT MedAPE {float(row['medape']):.1%}; {SERVING_FITS})"
-    )
