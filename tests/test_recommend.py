@@ -210,3 +210,15 @@ def test_a_search_that_finds_nothing_names_its_nearest_miss_and_the_objective_it
     assert near is not None and near["within_slo"] < 0.9
     assert "more than max_devices 1" in near["reason"] and "p90 TTFT" in near["reason"], near
     assert f"the nearest miss: {near['candidate']}: {near['reason']}" in r.summary()
+
+
+def test_a_kv_link_without_a_split_is_refused_and_a_given_hand_off_prices_the_split():
+    with pytest.raises(PlanError, match=r"kv_handoff_us: the KV link of a prefill/decode split, only with"):
+        ridgeline.recommend(LLAMA8, rate=5, slo_tpot_ms=50, kv_handoff_us=1000)
+    # a hand-off of 2 s a transfer: no split meets a 1 s TTFT, and the refusal says what broke
+    r = ridgeline.recommend(LLAMA8, rate=5, slo_ttft_ms=1000, slo_tpot_ms=50, hardware=["H100_SXM"], tp=(1,),
+                            runtime="sglang", requests=60, disaggregate=True, kv_link_gbs=50, kv_link_latency_us=10,
+                            kv_handoff_us=2_000_000)  # fmt: skip
+    assert r.plans and all(p["prefill_instances"] is None for p in r.plans)
+    (why,) = [x["reason"] for x in r.refused if x["reason"].startswith("disaggregated")]
+    assert "p90 TTFT" in why and "over 1000 ms" in why, why

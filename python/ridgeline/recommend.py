@@ -166,6 +166,7 @@ def recommend(
     prompt: Any = 1024, output: Any = 256, hardware: Optional[Sequence[str]] = None, tp: Sequence[int] = (1, 2, 4, 8),
     weight_dtype: Optional[str | Sequence[Optional[str]]] = None, runtime: Optional[str | Sequence[str]] = None,
     disaggregate: bool = False, kv_link_gbs: Optional[float] = None, kv_link_latency_us: Optional[float] = None,
+    kv_handoff_us: Optional[float] = None,
     requests: int = 500, max_devices: int = 64, progress: Optional[Callable[[int, int], Any]] = None,
     catalog: Optional[Catalog] = None, amortise_years: Optional[float] = None, backend: str = "local",
     ray_address: Optional[str] = None, include_bound: bool = False,
@@ -190,6 +191,8 @@ def recommend(
         disaggregate: also try each sized fleet split into a prefill and a decode pool.
         kv_link_gbs, kv_link_latency_us: the link a disaggregated prompt's KV crosses, per rank
             (default: the device's scale-out link, where the catalog has its bandwidth and latency).
+        kv_handoff_us: the transfer engine's hand-off a disaggregated transfer takes (default: the
+            runtime's fit on its disaggregated serving runs, as ``simulate`` takes it).
         requests: requests per simulated run (more: steadier percentiles, slower search).
         max_devices: the most devices a plan may take.
         progress: called with (candidates done, candidates) as the search goes.
@@ -233,10 +236,7 @@ def recommend(
     if rate is not None:
         _checks.rate(rate, requests)
     tps, years, names, runtimes, dtypes = _search_space(m, cat, hardware, tp, weight_dtype, runtime, amortise_years)
-    if kv_link_gbs is not None:
-        _checks.number("kv_link_gbs", kv_link_gbs, positive=True)
-    if kv_link_latency_us is not None:
-        _checks.number("kv_link_latency_us", kv_link_latency_us)
+    link = _kv_link(disaggregate, kv_link_gbs, kv_link_latency_us, kv_handoff_us)
     moe = bool(m.is_moe)
     # the simulator streams p50, p90 and p99: the plans show the nearest at or above the percentile
     shown = quantile_for(pct / 100)
@@ -246,7 +246,7 @@ def recommend(
                 "requests": requests,
                 "shown_quantile": shown, "amortise_years": years,
                 "disaggregate": _checks.flag("disaggregate", disaggregate),
-                "kv_link": {"kv_link_gbs": kv_link_gbs, "kv_link_latency_us": kv_link_latency_us}}  # fmt: skip
+                "kv_link": link}  # fmt: skip
     candidates = [(h, t, e, rt, wd) for h in names for rt in runtimes for wd in dtypes for t in tps
                   for e in sorted({1, t} if moe else {1})]  # fmt: skip
     plans, refused = [], []
@@ -271,6 +271,20 @@ def recommend(
         r["frontier"] = r["ttft_q_s"] < best_ttft
         best_ttft = min(best_ttft, r["ttft_q_s"])
     return Recommendation(model=str(model), workload=workload, plans=plans, refused=refused, run=report, bound=bound)
+
+
+def _kv_link(disaggregate: Any, gbs: Any, latency_us: Any, handoff_us: Any) -> dict[str, Any]:
+    """The KV link of the prefill/decode splits searched, each value checked; refused without a
+    split to price it on."""
+    link = {"kv_link_gbs": gbs, "kv_link_latency_us": latency_us, "kv_handoff_us": handoff_us}
+    for k, v in link.items():
+        if v is not None:
+            _checks.number(k, v, positive=k == "kv_link_gbs")
+    given = [k for k, v in link.items() if v is not None]
+    if given and not _checks.flag("disaggregate", disaggregate):
+        raise PlanError(f"{given[0]}: the KV link of a prefill/decode split, only with disaggregate=True "
+                        "(--disaggregate)")  # fmt: skip
+    return link
 
 
 def _search_space(

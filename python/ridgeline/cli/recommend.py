@@ -54,6 +54,12 @@ from .options import INCLUDE_BOUND, RAY, plan_options
     default=None,
     help="With --disaggregate: the KV link's latency (default: the device's scale-out link).",
 )
+@click.option(
+    "--kv-handoff-us",
+    type=float,
+    default=None,
+    help="With --disaggregate: the transfer engine's hand-off a transfer, in us (default: the runtime's fit).",
+)
 @click.option("--requests", type=int, default=500, show_default=True, help="Requests per simulated run.")
 @click.option("--max-devices", type=int, default=64, show_default=True, help="The most devices a plan may take.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Plans to list.")
@@ -69,7 +75,7 @@ def recommend(
     slo_tpot_ms: Optional[float], percentile: float,
     prompt: str, output: str, hardware: tuple[str, ...], tp: str, weight_dtype: Optional[str],
     runtime: Optional[str], disaggregate: bool, kv_link_gbs: Optional[float], kv_link_latency_us: Optional[float],
-    requests: int, max_devices: int, top: int, verbose: bool,
+    kv_handoff_us: Optional[float], requests: int, max_devices: int, top: int, verbose: bool,
     as_json: bool, plot_path: Optional[str], force: bool, include_bound: bool, amortise_years: Optional[float],
     ray_address: Optional[str],
 ) -> None:  # fmt: skip
@@ -91,7 +97,8 @@ def recommend(
     r = run(model, rate=rate, concurrency=concurrency, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms,
             percentile=percentile, prompt=prompt, output=output, hardware=list(hardware) or None,
             tp=parse_axis("tp", tp), weight_dtype=weight_dtype, runtime=runtime, disaggregate=disaggregate,
-            kv_link_gbs=kv_link_gbs, kv_link_latency_us=kv_link_latency_us, requests=requests,
+            kv_link_gbs=kv_link_gbs, kv_link_latency_us=kv_link_latency_us, kv_handoff_us=kv_handoff_us,
+            requests=requests,
             max_devices=max_devices, progress=progress, amortise_years=amortise_years,
             backend=_ray_backend(ray_address), ray_address=ray_address, include_bound=include_bound)  # fmt: skip
     if bar is not None:
