@@ -84,20 +84,31 @@ def test_the_concurrency_is_the_benchmarks_own_record_and_a_disagreement_is_a_re
     assert tpot["batch"] == 64 and tpot["flags"] == "attention_dp=4" and "concurrency 256" in tpot["notes"]
 
 
-def test_a_disaggregated_run_whose_worker_counts_are_blank_is_listed_with_that_reason(tmp_path):
+def silicon_runs() -> list[dict[str, str]]:
+    """The shipped serving runs' rows, as the file has them (row i is line i + 2)."""
+    import csv
+
+    return list(csv.DictReader(SILICON.open()))
+
+
+def replay(tmp_path, picked: list[dict[str, str]]) -> list[dict]:
+    """``serving_runs`` on a file of the ``picked`` rows of the shipped runs file."""
     import csv
 
     from ridgeline.calibration.validate import serving_runs
 
-    raw = list(csv.DictReader(SILICON.open()))
-    blank = [x for x in raw if x["mode"] == "disagg" and not x["prefill_num_workers"]
-             and "silicon_concurrency=" in x["silicon_data_source"]][:2]  # fmt: skip
     f = tmp_path / "runs.csv"
     with f.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(raw[0]))
+        w = csv.DictWriter(fh, fieldnames=list(picked[0]))
         w.writeheader()
-        w.writerows(blank)
-    got = serving_runs(str(f))
+        w.writerows(picked)
+    return serving_runs(str(f))
+
+
+def test_a_disaggregated_run_whose_worker_counts_are_blank_is_listed_with_that_reason(tmp_path):
+    blank = [x for x in silicon_runs() if x["mode"] == "disagg" and not x["prefill_num_workers"]
+             and "silicon_concurrency=" in x["silicon_data_source"]][:2]  # fmt: skip
+    got = replay(tmp_path, blank)
     assert len(got) == 4 and all(g["predicted"] is None for g in got)
     assert {g["reason"] for g in got} == {
         "disaggregated run whose worker counts are not stated (prefill_num_workers and decode_num_workers blank)"

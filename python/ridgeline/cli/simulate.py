@@ -16,8 +16,9 @@ from .group import _ray_backend, cli
 from .options import RAY, plan_options
 
 _SIM_KEYS = (
-    "model", "hardware", "tp", "ep", "instances", "router", "prefill_instances", "decode_instances", "prefill_tp",
-    "decode_tp", "prefill_ep", "decode_ep", "kv_link_gbs", "kv_link_latency_us", "kv_handoff_us", "runtime", "dtype",
+    "model", "hardware", "tp", "ep", "attention_dp", "instances", "router", "prefill_instances", "decode_instances",
+    "prefill_tp", "decode_tp", "prefill_ep", "decode_ep", "prefill_attention_dp", "decode_attention_dp", "kv_link_gbs",
+    "kv_link_latency_us", "kv_handoff_us", "runtime", "dtype",
     "weight_dtype", "kv_dtype", "rate", "burstiness", "concurrency", "ramp_s", "trace", "requests", "prompt", "output",
     "declare_output", "prefix_groups", "prefix_tokens", "prefix_caching", "seed", "max_model_len", "kv_blocks",
     "slo_ttft_ms", "slo_tpot_ms", "horizon_s", "max_num_batched_tokens", "max_num_seqs", "block_size",
@@ -77,6 +78,20 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
 @click.option("--decode-instances", type=int, default=None, help="Disaggregated: decode instances.")
 @click.option("--prefill-tp", type=int, default=None, help="Disaggregated: TP of a prefill instance (default --tp).")
 @click.option("--decode-tp", type=int, default=None, help="Disaggregated: TP of a decode instance (default --tp).")
+@click.option("--prefill-ep", type=int, default=None, help="Disaggregated: EP of a prefill instance (default --ep).")
+@click.option("--decode-ep", type=int, default=None, help="Disaggregated: EP of a decode instance (default --ep).")
+@click.option(
+    "--prefill-attention-dp",
+    type=int,
+    default=None,
+    help="Disaggregated: attention-DP ranks of a prefill instance (default --attention-dp).",
+)
+@click.option(
+    "--decode-attention-dp",
+    type=int,
+    default=None,
+    help="Disaggregated: attention-DP ranks of a decode instance (default --attention-dp).",
+)
 @click.option(
     "--kv-link-gbs",
     type=float,

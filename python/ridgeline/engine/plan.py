@@ -101,7 +101,7 @@ class Plan:
     attention_dp: int = _setting(
         1, "Attention data-parallel groups of tp ranks sharing the routed experts: each runs attention and the dense "
         "layers on its own batch while the experts serve every group's tokens; throughput counts every group.",
-        "groups", _WHOLE, ESTIMATE,
+        "groups", _WHOLE, frozenset({"estimate", "simulate"}),
     )  # fmt: skip
     pp: int = _setting(1, "Pipeline stages (ceil(layers / pp) layers each); latency is the full pass plus the sends.",
                        "stages", _WHOLE, ESTIMATE_SWEEP, axis_help="Pipeline stages.")  # fmt: skip
@@ -238,8 +238,8 @@ def check_plan(plan: Any) -> Plan:
 #: The plan fields ``simulate`` takes (the simulator batches, chunks and parallelises by its
 #: scheduler's settings and its instances, not by a static plan's).
 SIMULATE = frozenset(
-    {"prompt", "output", "tp", "ep", "runtime", "dtype", "weight_dtype", "kv_dtype", "calibrated", "price_per_hour",
-     "amortise_years"}
+    {"prompt", "output", "tp", "ep", "attention_dp", "runtime", "dtype", "weight_dtype", "kv_dtype", "calibrated",
+     "price_per_hour", "amortise_years"}
 )  # fmt: skip
 
 

@@ -47,25 +47,30 @@ def _describe(workload: Mapping[str, Any]) -> str:
 ROUTERS = ("round_robin", "least_outstanding", "least_kv", "prefix_affinity")
 
 
-def _cluster(dev: Device, sched: Mapping[str, Any], *, tp: Any, ep: Any, instances: Any, router: Any,
-             prefill_instances: Any, decode_instances: Any, prefill_tp: Any, decode_tp: Any, prefill_ep: Any,
-             decode_ep: Any, kv_link_gbs: Any, kv_link_latency_us: Any,
+#: A pool's shape: its parallel degrees, each given for the whole cluster (``tp``) or, disaggregated,
+#: for one pool (``prefill_tp``, ``decode_tp``).
+SHAPE = ("tp", "ep", "attention_dp")
+
+
+def _cluster(dev: Device, sched: Mapping[str, Any], *, shape: Mapping[str, Any], instances: Any, router: Any,
+             prefill_instances: Any, decode_instances: Any, kv_link_gbs: Any, kv_link_latency_us: Any,
              kv_handoff_us: Any = None) -> dict[str, Any]:  # fmt: skip
     """The core's cluster: one pool of ``instances`` (aggregated) or, when prefill or decode
     instances are given, a prefill pool and a decode pool with the KV link between them (default:
-    the device's scale-out link from the catalog: the pools sit on different nodes)."""
+    the device's scale-out link from the catalog: the pools sit on different nodes). ``shape``
+    holds each of ``SHAPE`` and its ``prefill_`` and ``decode_`` forms (None: the cluster's)."""
     if router not in ROUTERS:
         raise PlanError(f"router: must be one of {', '.join(ROUTERS)}, got {router!r}")
-    tp, ep = _checks.whole("tp", tp, 1), _checks.whole("ep", ep, 1)
+    base = {k: _checks.whole(k, shape[k], 1) for k in SHAPE}
     disagg = prefill_instances is not None or decode_instances is not None
     if not disagg:
-        for k, v in (("prefill_tp", prefill_tp), ("decode_tp", decode_tp), ("prefill_ep", prefill_ep),
-                     ("decode_ep", decode_ep), ("kv_link_gbs", kv_link_gbs),
-                     ("kv_link_latency_us", kv_link_latency_us), ("kv_handoff_us", kv_handoff_us)):  # fmt: skip
+        for k, v in (*((f"{r}_{k}", shape[f"{r}_{k}"]) for r in ("prefill", "decode") for k in SHAPE),
+                     ("kv_link_gbs", kv_link_gbs), ("kv_link_latency_us", kv_link_latency_us),
+                     ("kv_handoff_us", kv_handoff_us)):  # fmt: skip
             if v is not None:
                 raise PlanError(f"{k}: only with prefill_instances and decode_instances (disaggregated serving)")
         n = _checks.whole("instances", instances, 1)
-        return {"pools": [{"instances": n, "tp": tp, "ep": ep, "scheduler": dict(sched)}], "router": router}
+        return {"pools": [{"instances": n, **base, "scheduler": dict(sched)}], "router": router}
     if instances != 1:
         raise PlanError("instances: give prefill_instances and decode_instances instead (disaggregated serving)")
     if prefill_instances is None or decode_instances is None:
@@ -80,21 +85,27 @@ def _cluster(dev: Device, sched: Mapping[str, Any], *, tp: Any, ep: Any, instanc
                         "to a decode instance); give it: --kv-link-gbs and --kv-link-latency-us (CLI), kv_link_gbs= "
                         "and kv_link_latency_us= (Python)")  # fmt: skip
     pools = [
-        {"instances": _checks.whole(f"{k}_instances", n, 1),
-         "tp": _checks.whole(f"{k}_tp", t if t is not None else tp, 1),
-         "ep": _checks.whole(f"{k}_ep", e if e is not None else ep, 1), "scheduler": dict(sched)}
-        for k, n, t, e in (("prefill", prefill_instances, prefill_tp, prefill_ep),
-                           ("decode", decode_instances, decode_tp, decode_ep))
+        {"instances": _checks.whole(f"{r}_instances", n, 1),
+         **{k: base[k] if shape[f"{r}_{k}"] is None else _checks.whole(f"{r}_{k}", shape[f"{r}_{k}"], 1)
+            for k in SHAPE},
+         "scheduler": dict(sched)}
+        for r, n in (("prefill", prefill_instances), ("decode", decode_instances))
     ]  # fmt: skip
     link = {"bw_gbs": float(bw), "latency_us": float(lat), "handoff_us": float(kv_handoff_us or 0.0)}
     return {"pools": pools, "router": router, "kv_link": link}
 
 
+def _pool_text(p: Mapping[str, Any]) -> str:
+    """``2 x TP 4 EP 8 x attention DP 2``: a pool's instances and each one's parallel degrees."""
+    return (f"{p['instances']} x TP {p['tp']}" + (f" EP {p['ep']}" if p["ep"] > 1 else "")
+            + (f" x attention DP {p['attention_dp']}" if p.get("attention_dp", 1) > 1 else ""))  # fmt: skip
+
+
 def _cluster_labels(c: Mapping[str, Any]) -> dict[str, Any]:
     pools = c["pools"]
-    shape = [f"{p['instances']} x TP {p['tp']}" + (f" EP {p['ep']}" if p["ep"] > 1 else "") for p in pools]
+    shape = [_pool_text(p) for p in pools]
     if len(pools) == 1:
-        text = shape[0] if pools[0]["instances"] > 1 else shape[0].split(" x ")[1]
+        text = shape[0] if pools[0]["instances"] > 1 else shape[0].split(" x ", 1)[1]
         if pools[0]["instances"] > 1:
             text += f", {c['router'].replace('_', ' ')} routing"
     else:
@@ -102,7 +113,7 @@ def _cluster_labels(c: Mapping[str, Any]) -> dict[str, Any]:
         text = (f"disaggregated: prefill {shape[0]}, decode {shape[1]}, {c['router'].replace('_', ' ')} routing, "
                 f"KV over {link['bw_gbs']:g} GB/s + {link['latency_us']:g} us"
                 + (f" + a {link['handoff_us'] / 1e3:.3g} ms hand-off" if link.get("handoff_us") else ""))  # fmt: skip
-    return {"pools": [{k: p[k] for k in ("instances", "tp", "ep")} for p in pools], "router": c["router"],
+    return {"pools": [{k: p[k] for k in ("instances", *SHAPE)} for p in pools], "router": c["router"],
             "kv_link": c.get("kv_link"), "describe": text}  # fmt: skip
 
 
@@ -117,11 +128,12 @@ def simulate(
     model: Any, hardware: Any, *, plan: Optional[Plan] = None, rate: Optional[float] = None, burstiness: float = 1.0,
     concurrency: Optional[int] = None, ramp_s: float = 0.0, trace: Any = None, requests: Optional[int] = None,
     prompt: Any = 1024, output: Any = 256, declare_output: bool = True, prefix_groups: Optional[int] = None,
-    prefix_tokens: Optional[int] = None, seed: int = 0, tp: int = 1, ep: int = 1, instances: int = 1,
-    router: str = "round_robin", prefill_instances: Optional[int] = None, decode_instances: Optional[int] = None,
-    prefill_tp: Optional[int] = None, decode_tp: Optional[int] = None, prefill_ep: Optional[int] = None,
-    decode_ep: Optional[int] = None, kv_link_gbs: Optional[float] = None, kv_link_latency_us: Optional[float] = None,
-    kv_handoff_us: Optional[float] = None,
+    prefix_tokens: Optional[int] = None, seed: int = 0, tp: int = 1, ep: int = 1, attention_dp: int = 1,
+    instances: int = 1, router: str = "round_robin", prefill_instances: Optional[int] = None,
+    decode_instances: Optional[int] = None, prefill_tp: Optional[int] = None, decode_tp: Optional[int] = None,
+    prefill_ep: Optional[int] = None, decode_ep: Optional[int] = None, prefill_attention_dp: Optional[int] = None,
+    decode_attention_dp: Optional[int] = None, kv_link_gbs: Optional[float] = None,
+    kv_link_latency_us: Optional[float] = None, kv_handoff_us: Optional[float] = None,
     runtime: Optional[str] = None, dtype: str = "bf16", weight_dtype: Optional[str] = None,
     kv_dtype: Optional[str] = None, max_model_len: Optional[int] = None, kv_blocks: Optional[int] = None,
     slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None, horizon_s: Optional[float] = None,
@@ -133,9 +145,11 @@ def simulate(
     """Simulates one serving instance under a workload.
 
     Args:
-        model, hardware, tp, ep, runtime, dtype, weight_dtype, kv_dtype, calibrated, catalog,
-            price_per_hour, amortise_years: as ``estimate`` (the fields of ``Plan``); the runtime
-            also gives the scheduler's defaults.
+        model, hardware, tp, ep, attention_dp, runtime, dtype, weight_dtype, kv_dtype, calibrated,
+            catalog, price_per_hour, amortise_years: as ``estimate`` (the fields of ``Plan``); the
+            runtime also gives the scheduler's defaults. With ``attention_dp`` an instance is that
+            many ranks of ``tp`` devices, each with its own scheduler, batch and KV cache (the
+            router sends each request to a rank), stepping together over the experts they share.
         plan: those settings, ``prompt`` and ``output`` as one ``Plan`` instead (a keyword beside
             it, set to other than its default, must agree); a plan that sets what the simulator
             decides itself (batch, chunk, pp, ...) is refused.
@@ -144,7 +158,8 @@ def simulate(
             (smallest share of KV blocks in use).
         prefill_instances, decode_instances: prefill/decode disaggregation: a prefill pool and a
             decode pool (``prefill_tp``, ``decode_tp``, default ``tp``; ``prefill_ep``, ``decode_ep``,
-            default ``ep``); after its prompt a request's
+            default ``ep``; ``prefill_attention_dp``, ``decode_attention_dp``, default
+            ``attention_dp``); after its prompt a request's
             KV moves to a decode instance over ``kv_link_gbs`` per rank plus ``kv_link_latency_us``
             (default: the device's scale-out link in the catalog) plus ``kv_handoff_us``, the
             transfer engine's hand-off (default: the runtime's fit on its disaggregated serving
@@ -209,15 +224,15 @@ def simulate(
                  prefix_groups, prefix_tokens)  # fmt: skip
     slo = {"ttft": slo_ttft_ms, "tpot": slo_tpot_ms}
     opts = _options(slo_ttft_ms, slo_tpot_ms, horizon_s, keep_requests, sample_s)
-    core_sched = {k: sched[k] for k in SCHEDULER_FIELDS}
-    core_sched["max_model_len"] = mml
+    core_sched = {**{k: sched[k] for k in SCHEDULER_FIELDS}, "max_model_len": mml}
     if kv_blocks is not None:
         core_sched["kv_blocks"] = _checks.whole("kv_blocks", kv_blocks, 1)
     disagg = prefill_instances is not None or decode_instances is not None
     handoff = _handoff(kv_handoff_us, p.held_runtime, p.dev.chip) if disagg else None
-    cluster = _cluster(p.dev, core_sched, tp=tp, ep=ep, instances=instances, router=router,
-                       prefill_instances=prefill_instances, decode_instances=decode_instances, prefill_tp=prefill_tp,
-                       decode_tp=decode_tp, prefill_ep=prefill_ep, decode_ep=decode_ep, kv_link_gbs=kv_link_gbs,
+    given = locals()
+    shape = {k: given[k] for k in (*SHAPE, *(f"{r}_{k}" for r in ("prefill", "decode") for k in SHAPE))}
+    cluster = _cluster(p.dev, core_sched, shape=shape, instances=instances, router=router,
+                       prefill_instances=prefill_instances, decode_instances=decode_instances, kv_link_gbs=kv_link_gbs,
                        kv_link_latency_us=kv_link_latency_us,
                        kv_handoff_us=kv_handoff_us if handoff is None else handoff[0])  # fmt: skip
     if handoff is not None:
@@ -276,7 +291,7 @@ def _simulation(
     return Simulation(
         model=p.model, hardware=p.dev.name, runtime=runtime_name, calibration=p.label, basis_from=p.basis_from,
         calibration_note=p.note,
-        runtime_note=p.runtime_note, plan={"tp": cluster["pools"][0]["tp"], "ep": cluster["pools"][0]["ep"],
+        runtime_note=p.runtime_note, plan={**{k: cluster["pools"][0][k] for k in SHAPE},
                                            "dtype": p.plan_tail["dtype"], "weights": p.plan_labels["weights"]},
         scheduler={**sched, "max_model_len": mml}, workload=work, counts=dict(r["counts"]),
         ttft_s=_stats(r["ttft"]), tpot_s=_stats(r["tpot"]), itl_s=_stats(r["itl"]), e2e_s=_stats(r["e2e"]),

@@ -91,6 +91,11 @@ pub struct Pool {
     pub tp: u64,
     #[serde(default = "one")]
     pub ep: u64,
+    /// Attention data-parallel ranks of one instance (each `tp` devices with its own scheduler,
+    /// batch and KV cache; the routed experts span all `tp` x `attention_dp` devices). The ranks
+    /// step together: every MoE layer's all-to-all waits for all of them.
+    #[serde(default = "one")]
+    pub attention_dp: u64,
     pub scheduler: Scheduler,
 }
 

@@ -248,9 +248,14 @@ impl Metrics {
     }
 }
 
-/// One server: its queue, running requests and KV blocks.
+/// One server, or one attention-DP rank of one: its queue, running requests and KV blocks.
 pub(crate) struct Instance {
     pub(crate) pool: usize,
+    /// The first rank of its instance (itself without attention DP): the one that holds the
+    /// instance's step state (`busy`, `step_cost`).
+    pub(crate) leader: usize,
+    /// Its instance's number (the rank's own index without attention DP).
+    pub(crate) engine: usize,
     pub(crate) role: Role,
     pub(crate) sched: Scheduler,
     pub(crate) max_model_len: u64,
@@ -264,7 +269,8 @@ pub(crate) struct Instance {
     pub(crate) waiting: VecDeque<usize>,
     /// In scheduling order: the last is preempted first.
     pub(crate) running: Vec<usize>,
-    /// The step in progress: (slot, tokens), and its price.
+    /// The step in progress: (slot, tokens); on the leader, the instance's price and whether
+    /// it is in a step.
     pub(crate) step: Vec<(usize, u64)>,
     pub(crate) step_cost: StepCost,
     pub(crate) busy: bool,
@@ -282,8 +288,11 @@ pub(crate) struct Cached {
 }
 
 impl Instance {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         pool: usize,
+        leader: usize,
+        engine: usize,
         role: Role,
         sched: Scheduler,
         max_model_len: u64,
@@ -292,6 +301,8 @@ impl Instance {
     ) -> Instance {
         Instance {
             pool,
+            leader,
+            engine,
             role,
             sched,
             max_model_len,

@@ -46,13 +46,18 @@ pub fn simulate(
             instances: 1,
             tp: plan.tp,
             ep: plan.ep,
+            attention_dp: plan.attention_dp,
             scheduler: sched.clone(),
         }],
         router: Router::RoundRobin,
         kv_link: None,
         request_overhead_s: 0.0,
     };
-    simulate_cluster(m, dev, plan, eff, proto, &cluster, workload, opts, None)
+    let plan = Plan {
+        attention_dp: 1,
+        ..plan.clone()
+    };
+    simulate_cluster(m, dev, &plan, eff, proto, &cluster, workload, opts, None)
 }
 
 /// Simulates `cluster` serving `workload`: `plan` gives the precisions and runtime execution,
@@ -73,13 +78,22 @@ pub fn simulate_cluster(
 ) -> Result<SimResult> {
     dev.validate()?;
     eff.validate()?;
-    for (name, v) in [("pp", plan.pp), ("dp", plan.dp), ("attention_dp", plan.attention_dp)] {
+    for (name, v) in [("pp", plan.pp), ("dp", plan.dp)] {
         if v != 1 {
             return Err(Error::plan(
                 name,
                 format!("the serving simulator runs instances without {name} (got {v}); serve replicas as instances"),
             ));
         }
+    }
+    if plan.attention_dp != 1 {
+        return Err(Error::plan(
+            "attention_dp",
+            format!(
+                "a cluster's pools give their own attention_dp (got {} in the plan); set it on each pool",
+                plan.attention_dp
+            ),
+        ));
     }
     let disagg = match (cluster.pools.len(), cluster.kv_link) {
         (1, _) => false,
@@ -135,6 +149,7 @@ pub fn simulate_cluster(
     let mut pools = Vec::with_capacity(2);
     let mut instances = Vec::new();
     let mut mml = u64::MAX;
+    let mut engines = 0;
     let mut warnings: Vec<String> = Vec::new();
     for (k, p) in cluster.pools.iter().enumerate() {
         check_scheduler(&p.scheduler, names[k])?;
@@ -144,6 +159,7 @@ pub fn simulate_cluster(
         let pp = Plan {
             tp: p.tp,
             ep: p.ep,
+            attention_dp: p.attention_dp,
             ..plan.clone()
         };
         pp.validate(m)?;
@@ -191,21 +207,29 @@ pub fn simulate_cluster(
             (true, 0) => Role::Prefill,
             _ => Role::Decode,
         };
-        for _ in 0..p.instances {
-            instances.push(Instance::new(
-                k,
-                role,
-                p.scheduler.clone(),
-                max_model_len,
-                blocks,
-                state_blocks,
-            ));
+        // one Instance per attention-DP rank; an instance's ranks are consecutive
+        let (first, ranks) = (instances.len(), p.attention_dp as usize);
+        for n in 0..p.instances as usize {
+            for _ in 0..ranks {
+                instances.push(Instance::new(
+                    k,
+                    first + n * ranks,
+                    engines + n,
+                    role,
+                    p.scheduler.clone(),
+                    max_model_len,
+                    blocks,
+                    state_blocks,
+                ));
+            }
         }
+        engines += p.instances as usize;
         pools.push(PoolState {
             pricer,
             blocks,
-            first: instances.len() - p.instances as usize,
-            count: p.instances as usize,
+            first,
+            count: instances.len() - first,
+            ranks,
             next_rr: 0,
             devices: pp.moe_group(),
             busy_s: 0.0,
@@ -286,9 +310,9 @@ fn energy(dev: &Device, plan: &Plan, pools: &[PoolState], duration_s: f64) -> st
     let pools: Vec<PoolEnergy> = pools
         .iter()
         .map(|p| {
-            let (n, d) = (p.count as f64, p.devices as f64);
+            let (n, d) = ((p.count / p.ranks) as f64, p.devices as f64);
             PoolEnergy {
-                instances: p.count as u64,
+                instances: (p.count / p.ranks) as u64,
                 devices: p.devices,
                 busy_s: p.busy_s,
                 utilisation: if p.busy_s > 0.0 { p.busy_u_s / p.busy_s } else { 0.0 },

@@ -176,13 +176,31 @@ impl<'a> StepPricer<'a> {
 
     /// A step of decodes only, at `contexts` (each >= 1), overhead included.
     pub fn decode_step(&mut self, contexts: &[u64]) -> StepCost {
-        let fixed = self.form(contexts.len() as u64).fixed;
-        fixed + self.decode_kernels(contexts) + self.overhead
+        let (fixed, kernels) = self.decode_parts(contexts);
+        fixed + kernels
     }
 
     /// A step with prefill chunks `prefill` (non-empty) and decodes at `contexts`, overhead
     /// included. `segs` is scratch space the caller keeps (cleared here).
     pub fn mixed_step(&mut self, prefill: &[Segment], contexts: &[u64], segs: &mut Vec<Segment>) -> StepCost {
+        let (fixed, kernels) = self.mixed_parts(prefill, contexts, segs);
+        fixed + kernels
+    }
+
+    /// `decode_step` in two parts: what depends only on the step's tokens (overhead included),
+    /// and the attention kernels, which depend on each sequence's context.
+    pub fn decode_parts(&mut self, contexts: &[u64]) -> (StepCost, StepCost) {
+        let fixed = self.form(contexts.len() as u64).fixed;
+        (fixed + self.overhead, self.decode_kernels(contexts))
+    }
+
+    /// `mixed_step` in the same two parts as `decode_parts`.
+    pub fn mixed_parts(
+        &mut self,
+        prefill: &[Segment],
+        contexts: &[u64],
+        segs: &mut Vec<Segment>,
+    ) -> (StepCost, StepCost) {
         // the shape counts every token: a decode is one new token that samples
         segs.clear();
         segs.extend_from_slice(prefill);
@@ -222,6 +240,6 @@ impl<'a> StepPricer<'a> {
             let kernels = self.decode_kernels(contexts);
             self.form(contexts.len() as u64).absorb + kernels
         };
-        fixed + kernels + decodes + self.overhead
+        (fixed + self.overhead, kernels + decodes)
     }
 }

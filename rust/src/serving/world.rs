@@ -6,7 +6,7 @@ use crate::graph::Segment;
 use crate::power;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
-use step::StepPricer;
+use step::{StepCost, StepPricer};
 use workload::{Arrival, Source};
 
 /// A scheduled event. Ties in time keep the order they were scheduled in.
@@ -54,8 +54,10 @@ impl Ord for Event {
 pub(crate) struct PoolState<'a> {
     pub(crate) pricer: StepPricer<'a>,
     pub(crate) blocks: u64,
+    /// Its ranks (`Instance`s): `first..first + count`, `ranks` consecutive ones an instance.
     pub(crate) first: usize,
     pub(crate) count: usize,
+    pub(crate) ranks: usize,
     pub(crate) next_rr: usize,
     /// Devices of one instance.
     pub(crate) devices: u64,
@@ -159,58 +161,96 @@ impl World<'_, '_> {
         self.start(i);
     }
 
-    /// Starts a step on instance `i` if it is idle and has work.
+    /// Starts a step on the instance of rank `i` if it is idle and any of its ranks has work.
+    /// Its attention-DP ranks step together: each forms and prices its own step, every rank's
+    /// token-dependent operators run at the largest rank's token count (vLLM pads every DP rank
+    /// to the most tokens across ranks, an idle rank to a dummy batch: v1/worker/dp_utils.py;
+    /// each MoE layer's all-to-all waits for every rank), and the attention kernels take the
+    /// slowest rank's time.
     pub(crate) fn start(&mut self, i: usize) {
-        if self.instances[i].busy || self.hold == Some(i) {
+        let g = self.instances[i].leader;
+        if self.instances[g].busy || self.hold == Some(g) {
             return;
         }
-        let inst = &mut self.instances[i];
-        inst.form_step(&mut self.metrics);
-        if inst.step.is_empty() {
-            return;
-        }
-        self.prefill.clear();
-        self.contexts.clear();
-        for &(slot, n) in &inst.step {
-            let r = &inst.slots[slot];
-            if n == 1 && r.generated > 0 && r.pending() == 1 {
-                self.contexts.push(r.computed + 1);
+        let ranks = self.pools[self.instances[g].pool].ranks;
+        let (mut fixed, mut kernels, mut running) = (StepCost::default(), StepCost::default(), 0);
+        let mut any = false;
+        for k in g..g + ranks {
+            let inst = &mut self.instances[k];
+            inst.form_step(&mut self.metrics);
+            running += inst.running.len() as u64;
+            if inst.step.is_empty() {
+                continue;
+            }
+            any = true;
+            self.prefill.clear();
+            self.contexts.clear();
+            for &(slot, n) in &inst.step {
+                let r = &inst.slots[slot];
+                if n == 1 && r.generated > 0 && r.pending() == 1 {
+                    self.contexts.push(r.computed + 1);
+                } else {
+                    self.prefill.push(Segment {
+                        count: 1,
+                        new: n,
+                        prefix: r.computed,
+                        samples: r.computed + n == r.tokens(),
+                    });
+                }
+            }
+            let pricer = &mut self.pools[inst.pool].pricer;
+            let (f, a) = if self.prefill.is_empty() {
+                pricer.decode_parts(&self.contexts)
             } else {
-                self.prefill.push(Segment {
-                    count: 1,
-                    new: n,
-                    prefix: r.computed,
-                    samples: r.computed + n == r.tokens(),
-                });
+                pricer.mixed_parts(&self.prefill, &self.contexts, &mut self.segs)
+            };
+            if f.time_s > fixed.time_s {
+                fixed = f;
+            }
+            if a.time_s > kernels.time_s {
+                kernels = a;
             }
         }
-        let pricer = &mut self.pools[inst.pool].pricer;
-        let cost = if self.prefill.is_empty() {
-            pricer.decode_step(&self.contexts)
-        } else {
-            pricer.mixed_step(&self.prefill, &self.contexts, &mut self.segs)
-        };
-        inst.busy = true;
-        inst.step_cost = cost;
-        self.metrics.max_running = self.metrics.max_running.max(inst.running.len() as u64);
+        if !any {
+            return;
+        }
+        let cost = fixed + kernels;
+        let leader = &mut self.instances[g];
+        leader.busy = true;
+        leader.step_cost = cost;
+        self.metrics.max_running = self.metrics.max_running.max(running);
         let t = self.metrics.now + cost.time_s;
-        self.push(t, EventKind::StepEnd(i));
+        self.push(t, EventKind::StepEnd(g));
     }
 
-    /// The step of instance `i` ends now: tokens, completions, hand-offs; then its next step.
-    pub(crate) fn end_step(&mut self, i: usize, closed: bool, src: &mut Source) {
+    /// The step of the instance led by rank `g` ends now: each rank's tokens, completions and
+    /// hand-offs; then its next step.
+    pub(crate) fn end_step(&mut self, g: usize, closed: bool, src: &mut Source) {
         self.metrics.steps += 1;
         // requests that arrive while this step's results are taken in join its next step
-        self.hold = Some(i);
+        self.hold = Some(g);
+        {
+            let inst = &mut self.instances[g];
+            inst.busy = false;
+            let (c, pool) = (inst.step_cost, &mut self.pools[inst.pool]);
+            pool.busy_s += c.time_s;
+            pool.busy_u_s += power::occupancy(c.compute_s, c.memory_s, c.time_s, self.rho).2 * c.time_s;
+        }
+        let ranks = self.pools[self.instances[g].pool].ranks;
+        for i in g..g + ranks {
+            self.take_in(i, closed, src);
+        }
+        self.hold = None;
+        self.start(g);
+    }
+
+    /// Rank `i`'s part of a step that ended: tokens, completions, hand-offs.
+    fn take_in(&mut self, i: usize, closed: bool, src: &mut Source) {
         let mut step = std::mem::take(&mut self.step);
         let mut done = std::mem::take(&mut self.done);
         done.clear();
         {
             let inst = &mut self.instances[i];
-            inst.busy = false;
-            let (c, pool) = (inst.step_cost, &mut self.pools[inst.pool]);
-            pool.busy_s += c.time_s;
-            pool.busy_u_s += power::occupancy(c.compute_s, c.memory_s, c.time_s, self.rho).2 * c.time_s;
             std::mem::swap(&mut step, &mut inst.step);
             for &(slot, n) in &step {
                 inst.slots[slot].computed += n;
@@ -236,17 +276,17 @@ impl World<'_, '_> {
                 self.hand_off(r);
                 continue;
             }
-            self.metrics.finish(&r, status, i);
+            let engine = self.instances[i].engine;
+            self.metrics.finish(&r, status, engine);
             if closed {
                 if let Some(a) = src.next_closed(self.metrics.now) {
                     self.arrive(a, src, true);
                 }
             }
         }
+        step.clear();
         self.step = step;
         self.done = done;
-        self.hold = None;
-        self.start(i);
     }
 
     /// A prefilled request's KV leaves for a decode instance.
@@ -272,7 +312,7 @@ impl World<'_, '_> {
         let need = inst.blocks_for(r.computed);
         if inst.free_blocks < need {
             self.metrics.counts.bump(Status::RejectedDecodeKv);
-            self.metrics.record(&r, Status::RejectedDecodeKv, to);
+            self.metrics.record(&r, Status::RejectedDecodeKv, inst.engine);
             if closed {
                 if let Some(a) = src.next_closed(self.metrics.now) {
                     self.arrive(a, src, true);

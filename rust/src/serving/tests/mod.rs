@@ -502,6 +502,7 @@ fn pool(instances: u64, tp: u64, s: &Scheduler) -> Pool {
         instances,
         tp,
         ep: 1,
+        attention_dp: 1,
         scheduler: s.clone(),
     }
 }
@@ -855,3 +856,5 @@ fn an_overloaded_run_stops_at_the_queue_bound() {
     let ok = poisson(10.0, 200, fixed(512), fixed(64), 1);
     assert_eq!(sim(&vllm(), &ok, &opts()).counts.completed, 200);
 }
+
+mod adp;
