@@ -278,6 +278,7 @@ mod tests {
             quantized: false,
             role: None,
             grouped: false,
+            routed: false,
             attention: None,
             items: 0.0,
         }

@@ -48,6 +48,11 @@ def test_layer_split_and_runtime_chosen_batches():
     assert all("OOM" in r["not_priced"] for r in x if r["value"] == 0.0)
     t = [r for r in _rows() if r["file"].endswith("trtllm_throughput.csv")]
     assert sum(1 for r in t if r["not_priced"] and "runtime-chosen batch" in r["not_priced"]) == 230
+    # a burst (every request sent at once: an infinite rate) is replayable only with its lengths;
+    # the Lambda vLLM table states none, and none is assumed
+    v = [r for r in _rows() if r["file"].endswith("vllm_benchmarks.csv") and r["prompt_tokens"] is None and r["model"]]
+    why = "a burst of 320 requests at an infinite rate whose prompt and output lengths are not stated"
+    assert len(v) == 26 and all(r["not_priced"].startswith(why) for r in v)
     g = [r for r in _rows() if r["metric"] == "gemm_tflops"]
     assert all(r["gemm_m"] and r["gemm_n"] and r["gemm_k"] for r in g)
 

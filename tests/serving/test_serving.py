@@ -398,7 +398,7 @@ def test_validate_serving_rows_prices_only_the_file_given_and_each_row_of_anothe
     v.write_text("".join((REPO / "data" / "benchmarks" / "vllm_benchmarks.csv").read_text().splitlines(True)[:5]))
     r = run("validate", "--serving", "--rows", str(v))
     assert r.returncode == 0 and "not in the serving-runs layout" in r.stderr, r.stderr
-    assert r.stdout.count("needs the serving simulator") == 4 and "internal error" not in r.stderr
+    assert "4 rows: a burst of 320 requests at an infinite rate" in r.stdout and "internal error" not in r.stderr
 
 
 @pytest.mark.parametrize(
@@ -455,3 +455,23 @@ def test_a_lone_disaggregated_request_is_prefill_transfer_hand_off_then_decode()
         ridgeline.simulate(LLAMA, "H100_SXM", concurrency=1, requests=2, kv_handoff_us=5)
     with pytest.raises(PlanError, match="kv_handoff_us: must be a finite number >= 0"):
         ridgeline.simulate(LLAMA, "H100_SXM", kv_handoff_us=-1, **kw)
+
+
+def test_a_kv_transfer_takes_the_fastest_link_the_two_pools_share():
+    # GB300 NVL72: a TP-4 prefill and a TP-4 decode instance fit the rack's 72-GPU NVLink domain,
+    # so each rank's shard of the prompt's KV (4000 tokens x 32 KiB: 2 of 8 KV heads) crosses
+    # NVLink at 900 GB/s a direction (half the catalog's 1,800 bidirectional); 10 + 10 instances
+    # (80 devices) do not fit it and cross the ConnectX-8 NIC at 100 GB/s. The catalog has no
+    # latency for either link, so one is given, and without it the error says which link lacks it
+    kw = {"concurrency": 1, "requests": 2, "prompt": 4000, "output": 20, "runtime": "trtllm", "tp": 4,
+          "kv_link_latency_us": 2.0, "kv_handoff_us": 0, "max_model_len": 8192}  # fmt: skip
+    rack = ridgeline.simulate(LLAMA, "GB300", prefill_instances=1, decode_instances=1, **kw)
+    assert rack.transfer_s == pytest.approx(2 * (4000 * 32768 / 900e9 + 2e-6), rel=1e-12)
+    assert "KV over the scale-up link (NVLink), 900 GB/s" in rack.cluster["describe"]
+    out = ridgeline.simulate(LLAMA, "GB300", prefill_instances=10, decode_instances=10, **kw)
+    assert out.transfer_s == pytest.approx(2 * (4000 * 32768 / 100e9 + 2e-6), rel=1e-12)
+    assert out.cluster["kv_fabric"] == "scale-out"
+    kw["kv_link_latency_us"] = None
+    why = "no scale-up latency in the catalog .* 8 devices fit one scale-up domain of 72"
+    with pytest.raises(PlanError, match=why):
+        ridgeline.simulate(LLAMA, "GB300", prefill_instances=1, decode_instances=1, **kw)

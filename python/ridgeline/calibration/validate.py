@@ -254,14 +254,20 @@ def rows_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
 #: Why a serving run waited for the simulator (benchmarks._silicon): such rows are priced here.
 _NEEDS_SIMULATOR = "needs the serving simulator"
 
+#: How the engine's warning of a link latency left out of a plan's collectives begins
+#: (rust/src/engine.rs): a run priced so is not fitted to.
+OMITTED_LATENCY = "scale-out latency unknown"
+
 
 def _disagg_shape(x: dict[str, str], dev: Any) -> tuple[dict[str, Any], int, Optional[str]]:
-    """A disaggregated run's pools (workers, TP, EP each), its concurrency (the source's
-    silicon_concurrency) and why it cannot be replayed, if so: a blank worker count is a run
-    whose shape is not stated (simulated as one worker a pool it made TPOT 1.7x too slow), never
-    one worker. The KV link is the device's scale-out link; its latency is omitted where the
-    catalog has none."""
+    """A disaggregated run's pools (workers, TP, EP, attention DP each), its concurrency (the
+    source's silicon_concurrency) and why it cannot be replayed, if so: a blank worker count is a
+    run whose shape is not stated (simulated as one worker a pool it made TPOT 1.7x too slow),
+    never one worker. The KV link is the one ``simulate`` takes by default (the scale-up fabric
+    where the two pools fit one scale-up domain, else the scale-out NIC); its latency is omitted
+    where the catalog has none."""
     from ..catalog.benchmarks import silicon_concurrency
+    from ..serving.simulator import kv_link_default
 
     def num(k: str) -> int:
         return int(x[k]) if x[k].strip() else 1
@@ -273,15 +279,17 @@ def _disagg_shape(x: dict[str, str], dev: Any) -> tuple[dict[str, Any], int, Opt
         why = f"disaggregated run whose worker counts are not stated ({' and '.join(blank)} blank)"
     elif why is None and any(num(f"{p}_pp_size") > 1 for p in ("prefill", "decode")):
         why = "pipeline parallelism: the serving simulator runs instances without it"
-    shape = {
+    shape: dict[str, Any] = {
         "prefill_instances": num("prefill_num_workers"), "decode_instances": num("decode_num_workers"),
         "prefill_tp": num("prefill_tp_size"), "decode_tp": num("decode_tp_size"),
         "prefill_ep": num("prefill_moe_ep_size"), "decode_ep": num("decode_moe_ep_size"),
         "prefill_attention_dp": num("prefill_attention_dp_size"),
-        "decode_attention_dp": num("decode_attention_dp_size"),
-        "kv_link_gbs": dev.scaleout_bw_gbs, "kv_link_latency_us": dev.scaleout_latency_us or 0.0,
-        "router": "least_outstanding",
+        "decode_attention_dp": num("decode_attention_dp_size"), "router": "least_outstanding",
     }  # fmt: skip
+    devices = sum(shape[f"{r}_instances"] * shape[f"{r}_tp"] * shape[f"{r}_attention_dp"]
+                  for r in ("prefill", "decode"))  # fmt: skip
+    _, bw, latency = kv_link_default(dev, devices)
+    shape.update(kv_link_gbs=bw, kv_link_latency_us=latency or 0.0)
     return shape, c, why
 
 
@@ -391,9 +399,12 @@ def serving_runs(
                     why = f"no measured request completed in the simulation: {s.counts}"
                 tpot = (done["end_s"] - done["first_token_s"]) / (done["output_tokens"] - 1).clip(lower_bound=1)
                 got = {"ttft_ms": float(done["ttft_s"].mean() or 0) * 1e3, "tpot_ms": float(tpot.mean() or 0) * 1e3}
+                # a plan priced with a term left out (a link latency the catalog lacks) is reported,
+                # never fitted to: a fit must not absorb a missing term
+                omitted = any(w.startswith(OMITTED_LATENCY) for w in s.warnings)
                 for b in base:
                     if why is None:
-                        b.update(predicted=got[b["metric"]], calibration=s.calibration)
+                        b.update(predicted=got[b["metric"]], calibration=s.calibration, omitted_term=omitted)
         for b in base:
             if why is not None:
                 b["reason"] = why
@@ -480,7 +491,7 @@ def serving_step_fits(path: str, catalog: Optional[Catalog] = None) -> list[dict
     at1 = serving_runs(path, cat, step_overhead_us=probe, modes=("agg",), request_overhead_us=0.0)
     runs: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     for a, b in zip(at0, at1):
-        if a["metric"] != "tpot_ms" or a["predicted"] is None or b["predicted"] is None:
+        if a["metric"] != "tpot_ms" or a["predicted"] is None or b["predicted"] is None or a["omitted_term"]:
             continue
         slope = (b["predicted"] - a["predicted"]) / probe
         runs.setdefault((a["runtime"], a["hardware"]), []).append((a["observed"], a["predicted"], slope))
@@ -547,7 +558,7 @@ def _handoff_fits(path: str, cat: Catalog) -> dict[str, dict[str, Any]]:
     at0 = serving_runs(path, cat, modes=("disagg",), handoff_us=0.0, max_concurrency=light)
     runs: dict[str, list[tuple[float, float]]] = {}
     for a in at0:
-        if a["metric"] == "ttft_ms" and a["predicted"] is not None:
+        if a["metric"] == "ttft_ms" and a["predicted"] is not None and not a["omitted_term"]:
             runs.setdefault(a["runtime"], []).append((a["observed"], a["predicted"]))
     out = {}
     for rt, rows in sorted(runs.items()):
@@ -558,7 +569,8 @@ def _handoff_fits(path: str, cat: Catalog) -> dict[str, dict[str, Any]]:
 
         us = round(float(least_squares(resid, [1e5], bounds=([0.0], [np.inf])).x[0]), 1)
         again = [a for a in serving_runs(path, cat, modes=("disagg",), handoff_us=us, max_concurrency=light)
-                 if a["metric"] == "ttft_ms" and a["predicted"] is not None and a["runtime"] == rt]  # fmt: skip
+                 if a["metric"] == "ttft_ms" and a["predicted"] is not None and a["runtime"] == rt
+                 and not a["omitted_term"]]  # fmt: skip
         err = float(np.median([abs(a["predicted"] - a["observed"]) / a["observed"] for a in again]))
         out[rt] = {"handoff_us": us, "handoff_runs": len(rows), "handoff_ttft_medape": float(f"{err:.6g}")}
     return out
@@ -580,7 +592,7 @@ def _request_fits(path: str, cat: Catalog, steps: Mapping[tuple[str, str], float
     at1 = serving_runs(path, cat, request_overhead_us=probe, **kw)
     runs: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     for a, b in zip(at0, at1):
-        if a["metric"] != "ttft_ms" or a["predicted"] is None or b["predicted"] is None:
+        if a["metric"] != "ttft_ms" or a["predicted"] is None or b["predicted"] is None or a["omitted_term"]:
             continue
         runs.setdefault((a["runtime"], a["hardware"]), []).append(
             (a["observed"], a["predicted"], (b["predicted"] - a["predicted"]) / (probe / 1e3))

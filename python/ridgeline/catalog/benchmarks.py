@@ -307,6 +307,12 @@ def _vllm(file: str, rows: Iterable[dict[str, str]]) -> Iterable[Row]:
             output_tokens=_int(r["output_tokens"]), batch=_int(r["concurrency_or_batch"]), depth=0, phase="e2e",
             metric=r["metric"], value=float(r["value"]), unit=r["unit"], notes=r["note"],
         )  # fmt: skip
+        burst = re.match(r"--num-prompts (\d+) \(all sent", r["concurrency_or_batch"])
+        if not out["not_priced"] and burst and (out["prompt_tokens"] is None or out["output_tokens"] is None):
+            # an infinite request rate: a burst the simulator replays (every request at t = 0) once
+            # its lengths are known; here they are not, and none is assumed
+            out["not_priced"] = (f"a burst of {burst.group(1)} requests at an infinite rate whose prompt and output "
+                                 "lengths are not stated: not replayable")  # fmt: skip
         if not out["not_priced"]:
             out["not_priced"] = (
                 "serving benchmark (request stream, runtime-chosen batching): needs the serving simulator"

@@ -52,13 +52,29 @@ ROUTERS = ("round_robin", "least_outstanding", "least_kv", "prefix_affinity")
 SHAPE = ("tp", "ep", "attention_dp")
 
 
+def kv_link_default(dev: Device, devices: int) -> tuple[str, Optional[float], Optional[float]]:
+    """The link a disaggregated prompt's KV crosses by default, the fastest the two pools share:
+    the scale-up fabric (NVLink, per direction: half the catalog's bidirectional figure) where
+    their ``devices`` fit one scale-up domain (8 on an HGX board, 72 in an NVL72 rack), else the
+    scale-out NIC. Returns its name, GB/s per rank and latency (us), None where the catalog has
+    no figure."""
+    if dev.scaleup_bw_gbs and dev.scaleup_domain and devices <= dev.scaleup_domain:
+        return "scale-up", dev.scaleup_bw_gbs / 2, dev.scaleup_latency_us
+    return "scale-out", dev.scaleout_bw_gbs, dev.scaleout_latency_us
+
+
+def _pool_devices(pools: Sequence[Mapping[str, Any]]) -> int:
+    return sum(p["instances"] * p["tp"] * p["attention_dp"] for p in pools)
+
+
 def _cluster(dev: Device, sched: Mapping[str, Any], *, shape: Mapping[str, Any], instances: Any, router: Any,
              prefill_instances: Any, decode_instances: Any, kv_link_gbs: Any, kv_link_latency_us: Any,
              kv_handoff_us: Any = None) -> dict[str, Any]:  # fmt: skip
     """The core's cluster: one pool of ``instances`` (aggregated) or, when prefill or decode
     instances are given, a prefill pool and a decode pool with the KV link between them (default:
-    the device's scale-out link from the catalog: the pools sit on different nodes). ``shape``
-    holds each of ``SHAPE`` and its ``prefill_`` and ``decode_`` forms (None: the cluster's)."""
+    ``kv_link_default``, named in the cluster's ``kv_fabric``, which the core is not sent).
+    ``shape`` holds each of ``SHAPE`` and its ``prefill_`` and ``decode_`` forms (None: the
+    cluster's)."""
     if router not in ROUTERS:
         raise PlanError(f"router: must be one of {', '.join(ROUTERS)}, got {router!r}")
     base = {k: _checks.whole(k, shape[k], 1) for k in SHAPE}
@@ -75,15 +91,6 @@ def _cluster(dev: Device, sched: Mapping[str, Any], *, shape: Mapping[str, Any],
         raise PlanError("instances: give prefill_instances and decode_instances instead (disaggregated serving)")
     if prefill_instances is None or decode_instances is None:
         raise PlanError("prefill_instances and decode_instances: disaggregated serving needs both")
-    bw = dev.scaleout_bw_gbs if kv_link_gbs is None else _checks.number("kv_link_gbs", kv_link_gbs, positive=True)
-    lat = dev.scaleout_latency_us if kv_link_latency_us is None else _checks.number("kv_link_latency_us",
-                                                                                     kv_link_latency_us)  # fmt: skip
-    if bw is None or lat is None:
-        lacking = " and ".join(w for w, v in (("bandwidth", bw), ("latency", lat)) if v is None)
-        name = "kv_link_gbs" if bw is None else "kv_link_latency_us"
-        raise PlanError(f"{name}: {dev.name} has no scale-out {lacking} in the catalog (the link a prompt's KV crosses "
-                        "to a decode instance); give it: --kv-link-gbs and --kv-link-latency-us (CLI), kv_link_gbs= "
-                        "and kv_link_latency_us= (Python)")  # fmt: skip
     pools = [
         {"instances": _checks.whole(f"{r}_instances", n, 1),
          **{k: base[k] if shape[f"{r}_{k}"] is None else _checks.whole(f"{r}_{k}", shape[f"{r}_{k}"], 1)
@@ -91,8 +98,24 @@ def _cluster(dev: Device, sched: Mapping[str, Any], *, shape: Mapping[str, Any],
          "scheduler": dict(sched)}
         for r, n in (("prefill", prefill_instances), ("decode", decode_instances))
     ]  # fmt: skip
+    devices = _pool_devices(pools)
+    fabric, bw0, lat0 = kv_link_default(dev, devices)
+    bw = bw0 if kv_link_gbs is None else _checks.number("kv_link_gbs", kv_link_gbs, positive=True)
+    lat = lat0 if kv_link_latency_us is None else _checks.number("kv_link_latency_us", kv_link_latency_us)
+    if bw is None or lat is None:
+        lacking = " and ".join(w for w, v in (("bandwidth", bw), ("latency", lat)) if v is None)
+        name = "kv_link_gbs" if bw is None else "kv_link_latency_us"
+        where = (f"the two pools' {devices} devices fit one scale-up domain of {dev.scaleup_domain}"
+                 if fabric == "scale-up" else "the two pools do not fit one scale-up domain")  # fmt: skip
+        raise PlanError(f"{name}: {dev.name} has no {fabric} {lacking} in the catalog (the link a prompt's KV crosses "
+                        f"to a decode instance: {where}); give it: --kv-link-gbs and --kv-link-latency-us (CLI), "
+                        "kv_link_gbs= and kv_link_latency_us= (Python)")  # fmt: skip
     link = {"bw_gbs": float(bw), "latency_us": float(lat), "handoff_us": float(kv_handoff_us or 0.0)}
-    return {"pools": pools, "router": router, "kv_link": link}
+    return {"pools": pools, "router": router, "kv_link": link,
+            "kv_fabric": "given" if kv_link_gbs is not None else fabric}  # fmt: skip
+
+
+_FABRIC_TEXT = {"scale-up": "the scale-up link (NVLink),", "scale-out": "the scale-out NIC,", "given": "a link of"}
 
 
 def _pool_text(p: Mapping[str, Any]) -> str:
@@ -111,10 +134,10 @@ def _cluster_labels(c: Mapping[str, Any]) -> dict[str, Any]:
     else:
         link = c["kv_link"]
         text = (f"disaggregated: prefill {shape[0]}, decode {shape[1]}, {c['router'].replace('_', ' ')} routing, "
-                f"KV over {link['bw_gbs']:g} GB/s + {link['latency_us']:g} us"
+                f"KV over {_FABRIC_TEXT[c['kv_fabric']]} {link['bw_gbs']:g} GB/s + {link['latency_us']:g} us"
                 + (f" + a {link['handoff_us'] / 1e3:.3g} ms hand-off" if link.get("handoff_us") else ""))  # fmt: skip
     return {"pools": [{k: p[k] for k in ("instances", *SHAPE)} for p in pools], "router": c["router"],
-            "kv_link": c.get("kv_link"), "describe": text}  # fmt: skip
+            "kv_link": c.get("kv_link"), "kv_fabric": c.get("kv_fabric"), "describe": text}  # fmt: skip
 
 
 #: The burstiness (coefficient of variation of the gaps between arrivals) a gamma arrival process
@@ -241,9 +264,9 @@ def simulate(
     cluster["request_overhead_s"] = p.request_s
     if progress is not None and not callable(progress):
         raise PlanError(f"progress: expected a callable taking (ended, total), got {progress!r}")
-    r = _core.simulate_prepared(p.core, json.dumps(cluster), json.dumps(work), json.dumps(opts), progress)
-    frames = _frames(r, keep_requests, sample_s)
-    return _simulation(p, r, runtime_name, sched, mml, work, slo, cluster, frames, price)
+    core = {k: v for k, v in cluster.items() if k != "kv_fabric"}
+    r = _core.simulate_prepared(p.core, json.dumps(core), json.dumps(work), json.dumps(opts), progress)
+    return _simulation(p, r, runtime_name, sched, mml, work, slo, cluster, _frames(r, keep_requests, sample_s), price)
 
 
 def _work(

@@ -33,6 +33,7 @@ impl Builder<'_, '_> {
             quantized: false,
             role: None,
             grouped: false,
+            routed: false,
             attention: None,
             items: 0.0,
         });
@@ -130,6 +131,7 @@ impl Builder<'_, '_> {
             quantized: false,
             role: None,
             grouped: false,
+            routed: false,
             attention: None,
             items: 0.0,
         });
@@ -587,6 +589,7 @@ impl Builder<'_, '_> {
                 let grouped = t > 1.0;
                 for op in &mut self.out[first_expert_op..] {
                     op.grouped = grouped && op.kind.is_routed_expert();
+                    op.routed = !op.kind.is_comm();
                 }
                 if latent.is_some() {
                     self.gemm(OpKind::MoeLatentProj, t, width, d, Role::Down, false);

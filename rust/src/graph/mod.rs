@@ -209,6 +209,9 @@ pub struct Op {
     /// expert into grouped GEMMs (eta_moe). With one token the selected experts are read by
     /// the same GEMV kernels as dense weights (eta_mem).
     pub grouped: bool,
+    /// An operator of the routed experts (their GEMMs, activation and its quantisation): under
+    /// attention DP it serves every rank's tokens, not its own rank's alone.
+    pub routed: bool,
     /// A fused (flash) attention kernel of a GQA/MQA layer, and which of the runtime's kernels
     /// runs it: a prefill step's (chunks on their prefixes) or a decode step's (one query per
     /// sequence). A runtime with attention kernels of its own fitted prices it with them
@@ -592,6 +595,7 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
             quantized: false,
             role: None,
             grouped: false,
+            routed: false,
             attention: None,
             items: 0.0,
         });

@@ -49,6 +49,17 @@ impl Add for StepCost {
     }
 }
 
+impl std::ops::Sub for StepCost {
+    type Output = StepCost;
+    fn sub(self, o: StepCost) -> StepCost {
+        StepCost {
+            time_s: self.time_s - o.time_s,
+            compute_s: self.compute_s - o.compute_s,
+            memory_s: self.memory_s - o.memory_s,
+        }
+    }
+}
+
 impl AddAssign for StepCost {
     fn add_assign(&mut self, o: StepCost) {
         *self = *self + o;
@@ -61,10 +72,32 @@ impl std::iter::Sum for StepCost {
     }
 }
 
+/// A step's cost in the parts an attention-DP instance composes across its ranks: what the rank
+/// runs on its own tokens (overhead included), its routed experts (which serve every rank's
+/// tokens), and its attention kernels; with the step's tokens and whether it holds a prompt chunk.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StepParts {
+    pub local: StepCost,
+    pub experts: StepCost,
+    pub kernels: StepCost,
+    pub tokens: u64,
+    pub prefill: bool,
+}
+
+/// A step shape's operators that do not move with the contexts: all of them, and the routed
+/// experts' share.
+#[derive(Clone, Copy, Debug, Default)]
+struct Fixed {
+    all: StepCost,
+    experts: StepCost,
+}
+
 /// A decode batch's operators, split for pricing.
 struct DecodeForm {
     /// Every operator whose cost does not move with the contexts, summed (decode-only steps).
     fixed: StepCost,
+    /// The routed experts' share of `fixed`.
+    experts: StepCost,
     /// The decode form's own attention-side GEMMs (MLA's absorb/unabsorb), summed: what a
     /// mixed step adds for its decodes besides the attention kernels.
     absorb: StepCost,
@@ -81,7 +114,9 @@ pub struct StepPricer<'a> {
     /// Per-step overhead: layers x t_layer + t_step (as the engine charges every step).
     overhead: StepCost,
     decode: Vec<Option<DecodeForm>>,
-    shapes: HashMap<StepShape, StepCost>,
+    shapes: HashMap<StepShape, Fixed>,
+    /// The routed experts of a step of so many tokens (`experts_at`).
+    expert_steps: HashMap<u64, StepCost>,
     scratch: Vec<Op>,
     keys: Vec<(DecodeKeys, f64)>,
     pub shapes_built: u64,
@@ -101,6 +136,7 @@ impl<'a> StepPricer<'a> {
             },
             decode: Vec::new(),
             shapes: HashMap::new(),
+            expert_steps: HashMap::new(),
             scratch: Vec::with_capacity(16),
             keys: Vec::with_capacity(4),
             shapes_built: 0,
@@ -132,7 +168,8 @@ impl<'a> StepPricer<'a> {
         }
         if self.decode[i].is_none() {
             let ops = decode_ops(&self.layout, &self.plan, batch);
-            let (mut fixed, mut absorb, mut kernels) = (StepCost::default(), StepCost::default(), Vec::new());
+            let (mut fixed, mut absorb, mut experts) = (StepCost::default(), StepCost::default(), StepCost::default());
+            let mut kernels = Vec::new();
             for op in ops {
                 if op.kind.reads_context() {
                     kernels.push(op);
@@ -140,11 +177,19 @@ impl<'a> StepPricer<'a> {
                 }
                 let c = StepCost::from(price(&op, 0.0, self.bw, &self.eff));
                 fixed += c;
+                if op.routed {
+                    experts += c;
+                }
                 if matches!(op.kind, OpKind::QAbsorb | OpKind::VUnabsorb) {
                     absorb += c;
                 }
             }
-            self.decode[i] = Some(DecodeForm { fixed, absorb, kernels });
+            self.decode[i] = Some(DecodeForm {
+                fixed,
+                experts,
+                absorb,
+                kernels,
+            });
             self.shapes_built += 1;
         }
         self.decode[i].as_ref().expect("built above")
@@ -187,6 +232,70 @@ impl<'a> StepPricer<'a> {
         fixed + kernels
     }
 
+    /// The operators of the step of `segs` that do not move with the segments' contexts.
+    fn shape_cost(&mut self, segs: &[Segment]) -> Fixed {
+        let shape = step_shape(segs);
+        if let Some(&s) = self.shapes.get(&shape) {
+            return s;
+        }
+        let mut ops = Vec::with_capacity(64);
+        build_step(self.layout.ctx(), &Geometry::Segments(segs), &mut ops);
+        let mut s = Fixed::default();
+        for o in ops.iter().filter(|o| !o.kind.varies_with_segments()) {
+            let c = StepCost::from(price(o, 0.0, self.bw, &self.eff));
+            s.all += c;
+            if o.routed {
+                s.experts += c;
+            }
+        }
+        self.shapes.insert(shape, s);
+        self.shapes_built += 1;
+        s
+    }
+
+    /// The routed experts of a step of `tokens` prompt tokens on this layout: under attention DP
+    /// they serve `attention_dp` x `tokens` tokens (every rank's share of a step's tokens).
+    pub fn experts_at(&mut self, tokens: u64) -> StepCost {
+        if let Some(&c) = self.expert_steps.get(&tokens) {
+            return c;
+        }
+        let seg = [Segment {
+            count: 1,
+            new: tokens,
+            prefix: 0,
+            samples: false,
+        }];
+        let c = self.shape_cost(&seg).experts;
+        self.expert_steps.insert(tokens, c);
+        c
+    }
+
+    /// `decode_step` in the parts of `StepParts`.
+    pub fn decode_split(&mut self, contexts: &[u64]) -> StepParts {
+        let (fixed, kernels) = self.decode_parts(contexts);
+        let experts = self.form(contexts.len() as u64).experts;
+        StepParts {
+            local: fixed - experts,
+            experts,
+            kernels,
+            tokens: contexts.len() as u64,
+            prefill: false,
+        }
+    }
+
+    /// `mixed_step` in the parts of `StepParts`.
+    pub fn mixed_split(&mut self, prefill: &[Segment], contexts: &[u64], segs: &mut Vec<Segment>) -> StepParts {
+        let (fixed, kernels) = self.mixed_parts(prefill, contexts, segs);
+        let experts = self.shape_cost(segs).experts;
+        StepParts {
+            local: fixed - experts,
+            experts,
+            kernels,
+            tokens: segs.iter().map(|s| s.count * s.new).sum(),
+            prefill: true,
+        }
+    }
+
     /// `decode_step` in two parts: what depends only on the step's tokens (overhead included),
     /// and the attention kernels, which depend on each sequence's context.
     pub fn decode_parts(&mut self, contexts: &[u64]) -> (StepCost, StepCost) {
@@ -212,22 +321,7 @@ impl<'a> StepPricer<'a> {
                 samples: true,
             });
         }
-        let shape = step_shape(segs);
-        let fixed = match self.shapes.get(&shape) {
-            Some(&s) => s,
-            None => {
-                let mut ops = Vec::with_capacity(64);
-                build_step(self.layout.ctx(), &Geometry::Segments(segs), &mut ops);
-                let s = ops
-                    .iter()
-                    .filter(|o| !o.kind.varies_with_segments())
-                    .map(|o| StepCost::from(price(o, 0.0, self.bw, &self.eff)))
-                    .sum();
-                self.shapes.insert(shape, s);
-                self.shapes_built += 1;
-                s
-            }
-        };
+        let fixed = self.shape_cost(segs).all;
         build_kernels(self.layout.ctx(), prefill, &mut self.scratch);
         let kernels: StepCost = self
             .scratch

@@ -162,11 +162,14 @@ impl World<'_, '_> {
     }
 
     /// Starts a step on the instance of rank `i` if it is idle and any of its ranks has work.
-    /// Its attention-DP ranks step together: each forms and prices its own step, every rank's
-    /// token-dependent operators run at the largest rank's token count (vLLM pads every DP rank
-    /// to the most tokens across ranks, an idle rank to a dummy batch: v1/worker/dp_utils.py;
-    /// each MoE layer's all-to-all waits for every rank), and the attention kernels take the
-    /// slowest rank's time.
+    /// Its attention-DP ranks step together (each MoE layer's dispatch and combine wait for every
+    /// rank): each forms and prices its own step; the step runs each rank's own operators at the
+    /// slowest rank's time, its attention kernels likewise, and the routed experts once for the
+    /// ranks' tokens. A decode-only step is padded: every rank runs the most tokens of any rank
+    /// (an idle rank a dummy batch), as vLLM does under CUDA graphs (v1/worker/dp_utils.py pads
+    /// each DP rank to the largest token count when the synced CUDA-graph mode is on), so the
+    /// experts serve `attention_dp` x that many. A step holding a prompt chunk runs past the
+    /// CUDA-graph sizes, eagerly and unpadded: the experts serve the ranks' real tokens.
     pub(crate) fn start(&mut self, i: usize) {
         let g = self.instances[i].leader;
         if self.instances[g].busy || self.hold == Some(g) {
@@ -174,6 +177,7 @@ impl World<'_, '_> {
         }
         let ranks = self.pools[self.instances[g].pool].ranks;
         let (mut fixed, mut kernels, mut running) = (StepCost::default(), StepCost::default(), 0);
+        let (mut experts, mut tokens, mut prefill) = (StepCost::default(), 0, false);
         let mut any = false;
         for k in g..g + ranks {
             let inst = &mut self.instances[k];
@@ -199,22 +203,36 @@ impl World<'_, '_> {
                 }
             }
             let pricer = &mut self.pools[inst.pool].pricer;
-            let (f, a) = if self.prefill.is_empty() {
-                pricer.decode_parts(&self.contexts)
+            if ranks == 1 {
+                (fixed, kernels) = if self.prefill.is_empty() {
+                    pricer.decode_parts(&self.contexts)
+                } else {
+                    pricer.mixed_parts(&self.prefill, &self.contexts, &mut self.segs)
+                };
+                continue;
+            }
+            let p = if self.prefill.is_empty() {
+                pricer.decode_split(&self.contexts)
             } else {
-                pricer.mixed_parts(&self.prefill, &self.contexts, &mut self.segs)
+                pricer.mixed_split(&self.prefill, &self.contexts, &mut self.segs)
             };
-            if f.time_s > fixed.time_s {
-                fixed = f;
-            }
-            if a.time_s > kernels.time_s {
-                kernels = a;
-            }
+            let slower = |a: StepCost, b: StepCost| if b.time_s > a.time_s { b } else { a };
+            (fixed, experts, kernels) = (
+                slower(fixed, p.local),
+                slower(experts, p.experts),
+                slower(kernels, p.kernels),
+            );
+            tokens += p.tokens;
+            prefill |= p.prefill;
         }
         if !any {
             return;
         }
-        let cost = fixed + kernels;
+        if prefill {
+            let pricer = &mut self.pools[self.instances[g].pool].pricer;
+            experts = pricer.experts_at(tokens.div_ceil(ranks as u64));
+        }
+        let cost = fixed + experts + kernels;
         let leader = &mut self.instances[g];
         leader.busy = true;
         leader.step_cost = cost;

@@ -2,7 +2,18 @@
 //! scheduler and KV cache, stepping together over shared experts.
 
 use super::*;
+use crate::engine::{Estimate, Phase};
 use crate::fixtures::mixtral_8x7b;
+
+/// Seconds of an estimate's prefill spent in the routed experts (Mixtral in bf16: their GEMMs
+/// and activation; no activation quantisation).
+fn prefill_experts(e: &Estimate) -> f64 {
+    e.breakdown
+        .iter()
+        .filter(|r| r.phase == Phase::Prefill && r.kind.is_routed_expert())
+        .map(|r| r.cost.time_s)
+        .sum()
+}
 
 /// Mixtral on 4 H100s: 2 attention-DP ranks of TP 2, the experts over EP 4.
 fn adp_plan() -> Plan {
@@ -26,18 +37,24 @@ fn static_estimate(batch: u64, prompt: u64, output: u64) -> crate::engine::Estim
         chunk: Some(8192),
         ..adp_plan()
     };
-    estimate(&mixtral_8x7b(), &h100(), &p, &eff(), proto(), false).unwrap()
+    estimate(&mixtral_8x7b(), &h100(), &p, &eff(), proto(), true).unwrap()
 }
 
 #[test]
-fn a_lone_request_takes_the_static_attention_dp_estimate() {
-    // one client: one rank works, the other runs a dummy batch, and the step is the static
-    // estimate's at batch 1 a rank (its experts see both ranks' tokens, padded to the busiest)
-    for (prompt, output) in [(1500u64, 120u64), (9000, 20)] {
+fn a_lone_request_takes_the_static_attention_dp_estimate_but_its_own_tokens_at_the_experts() {
+    // one client, one rank working: its decode steps are padded (the idle rank runs a dummy batch
+    // of as many tokens, under CUDA graphs), so TPOT is the static estimate's at batch 1 a rank;
+    // its prompt runs unpadded, so the experts serve its own tokens, not 2 ranks' worth: TTFT is
+    // the estimate's with its experts' time at 2 x prompt tokens replaced by theirs at prompt
+    // tokens (the static prefill of prompt / 2 tokens a rank)
+    for (prompt, output) in [(1500u64, 120u64), (4000, 30)] {
         let e = static_estimate(1, prompt, output);
+        let half = static_estimate(1, prompt / 2, output);
         let r = adp_sim(&closed(1, 4, fixed(prompt), fixed(output), 0), &opts());
         assert_eq!(r.counts.completed, 4);
-        assert!(close(r.ttft.mean, e.ttft_s, 1e-9), "{} vs {}", r.ttft.mean, e.ttft_s);
+        let ttft = e.ttft_s - prefill_experts(&e) + prefill_experts(&half);
+        assert!(ttft < e.ttft_s);
+        assert!(close(r.ttft.mean, ttft, 1e-9), "{} vs {ttft}", r.ttft.mean);
         let tpot = e.tpot_s.unwrap();
         assert!(close(r.tpot.mean, tpot, 1e-9), "{} vs {tpot}", r.tpot.mean);
         assert_eq!(r.max_running, 1);
@@ -61,7 +78,8 @@ fn ranks_wait_for_the_slowest_and_count_as_one_instance() {
     // round robin: X (100 tokens, decoding on) takes rank 0 and starts a step alone; L (6000
     // tokens) and S (200) wait, on ranks 1 and 0. The next step holds L's prefill on rank 1 and
     // S's with X's decode on rank 0: S's first token waits for L's (every layer's all-to-all
-    // waits for the slowest rank), and that step takes what L's prefill takes alone
+    // waits for the slowest rank), and that step takes what L's prefill takes alone but for the
+    // experts, which serve 6201 tokens (both ranks') where L alone gave them 6000
     let row = |prompt: u64, output: u64| TraceRow {
         arrival_s: 0.0,
         prompt_tokens: prompt,
@@ -75,7 +93,10 @@ fn ranks_wait_for_the_slowest_and_count_as_one_instance() {
     assert_eq!(first(6000), first(200));
     let long = adp_sim(&trace(vec![row(6000, 1)]), &opts());
     let step = first(6000) - first(100);
-    assert!(close(step, long.ttft.mean, 1e-9), "{step} vs {}", long.ttft.mean);
+    // the static prefill of n tokens a rank gives the experts 2 n tokens
+    let experts = |n: u64| prefill_experts(&static_estimate(1, n, 2));
+    let want = long.ttft.mean - experts(3000) + experts(3101);
+    assert!(close(step, want, 1e-9), "{step} vs {want}");
     // two instances of two ranks each: four clients, one a rank; the records name the
     // instance, and the energy counts 2 instances of 4 devices
     let c = Cluster {
