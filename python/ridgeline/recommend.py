@@ -143,7 +143,7 @@ class Recommendation:
                 "SLO: of the requests sent; unfinished: length-capped or in flight at the end"
             )
             lines += [f"  [{i}] {note}" for i, note in enumerate(notes, 1)]
-            unfitted = sorted({f"{r['runtime']}" for r in (*shown, *front) if r.get("handoff_note")})
+            unfitted = sorted({f"{r['runtime']}" for r in (*shown, *front) if r.get("kv_handoff_basis") == "none"})
             if unfitted:
                 lines.append(f"  disaggregated plans of {', '.join(unfitted)} count no KV hand-off: no disaggregated "
                              "run of that runtime was fitted (serving_fits.csv)")  # fmt: skip
@@ -421,7 +421,7 @@ def _candidate(
             "j_per_output_token": en.get("j_per_output_token"), "calibration": e.calibration, "basis": e.basis,
             "basis_from": e.basis_from, "frontier": False,
             # a disaggregated plan whose runtime has no fitted KV hand-off counts none: said under the table
-            "handoff_note": next((n for n in s.calibration_note.split("; ") if n.startswith("no KV hand-off")), None),
+            "kv_handoff_basis": s.cluster.get("kv_handoff_basis"),
         }  # fmt: skip
 
     def too_many(n: int) -> Optional[str]:
@@ -468,7 +468,7 @@ def _candidate(
                             f"{last_miss[0]}"]  # fmt: skip
     except RidgelineError as err:
         return [], [str(err).splitlines()[0]]
-    return _split(w, [plan(s, replicas, per_instance)], replicas, run, meets, plan)
+    return _split(w, [plan(s, replicas, per_instance)], replicas, run, meets, plan, last_miss)
 
 
 Plan = dict[str, Any]
@@ -476,13 +476,12 @@ Plans = list[Plan]
 
 
 def _split(w: dict[str, Any], out: Plans, replicas: int, run: Callable[..., Any], meets: Callable[[Any], bool],
-           plan: Callable[..., dict[str, Any]]) -> tuple[Plans, list[str]]:  # fmt: skip
+           plan: Callable[..., dict[str, Any]], last_miss: list[str]) -> tuple[Plans, list[str]]:  # fmt: skip
     """With ``disaggregate``, the sized fleet's plans plus the smallest prefill/decode split (of two
-    instances up to one more than the aggregated fleet's) that meets the SLOs, and why none did."""
+    instances up to one more than the aggregated fleet's) that meets the SLOs, and why none did
+    (``meets`` leaves what a simulation missed in ``last_miss``)."""
     if not w["disaggregate"]:
         return out, []
-    from .serving.capacity import miss
-
     nearest: tuple[float, str] = (-1.0, "")
     for n in range(2, replicas + 2):
         tried = []
@@ -494,7 +493,7 @@ def _split(w: dict[str, Any], out: Plans, replicas: int, run: Callable[..., Any]
             if meets(d):
                 tried.append((d.within_slo, -d.ttft_s[w["shown_quantile"]], p, d))
             elif d.within_slo > nearest[0]:
-                nearest = (d.within_slo, f"{p}P+{n - p}D: {miss(d, w['percentile'] / 100)}")
+                nearest = (d.within_slo, f"{p}P+{n - p}D: {last_miss[0]}")
         if tried:
             _, _, p, d = max(tried, key=lambda x: x[:3])
             return [*out, plan(d, n, None, (p, n - p))], []

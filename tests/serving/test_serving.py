@@ -451,6 +451,8 @@ def test_a_lone_disaggregated_request_is_prefill_transfer_hand_off_then_decode()
     # a runtime none of whose disaggregated runs was fitted counts none, and says so
     v = ridgeline.simulate(LLAMA, "H100_SXM", **{**kw, "runtime": "vllm"})
     assert "no KV hand-off counted: no disaggregated run of vllm was fitted" in v.calibration_note
+    # the basis is a field, as recommend reads it
+    assert [x.cluster["kv_handoff_basis"] for x in (s, fitted, v)] == ["given", "fitted", "none"]
     with pytest.raises(PlanError, match="kv_handoff_us: only with prefill_instances"):
         ridgeline.simulate(LLAMA, "H100_SXM", concurrency=1, requests=2, kv_handoff_us=5)
     with pytest.raises(PlanError, match="kv_handoff_us: must be a finite number >= 0"):

@@ -309,7 +309,7 @@ def serving_runs(
     step_overhead_us: Optional[float | Mapping[tuple[str, str], float]] = None,
     modes: tuple[str, ...] = ("agg", "disagg"),
     request_overhead_us: Optional[float] = None, max_concurrency: Optional[int] = None,
-    handoff_us: Optional[float] = None,
+    handoff_us: Optional[float | Mapping[str, float]] = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """The closed-loop serving runs of a silicon_calibration-format file, each replayed through the
     serving simulator: ``concurrency`` clients of ``isl`` prompt and ``osl`` output tokens under
@@ -321,7 +321,8 @@ def serving_runs(
     ``step_overhead_us``: every run's per-step overhead, or one per (runtime, device) (default:
     the shipped serving fits); ``request_overhead_us``: every run's front-end overhead (default:
     the shipped fits); ``modes``: agg and/or disagg runs; ``max_concurrency``: those runs only;
-    ``handoff_us``: every disaggregated run's KV hand-off (default: the shipped fit)."""
+    ``handoff_us``: every disaggregated run's KV hand-off, or one per runtime (default: the
+    shipped fit)."""
     from .._io import read_text
     from ..catalog.benchmarks import import_file
     from ..errors import CatalogError, RidgelineError
@@ -372,7 +373,8 @@ def serving_runs(
                 why = "pipeline parallelism: the serving simulator runs instances without it"
             if base[0]["mode"] == "disagg":
                 shape, c, why = _disagg_shape(raw[int(r["id"].split(":")[1])], cat.get(r["hardware"]))
-                shape["kv_handoff_us"] = handoff_us
+                shape["kv_handoff_us"] = (handoff_us.get(r["runtime"]) if isinstance(handoff_us, Mapping)
+                                          else handoff_us)  # fmt: skip
                 for b in base:
                     b["concurrency"] = c
         if why is None:
@@ -560,19 +562,21 @@ def _handoff_fits(path: str, cat: Catalog) -> dict[str, dict[str, Any]]:
     for a in at0:
         if a["metric"] == "ttft_ms" and a["predicted"] is not None and not a["omitted_term"]:
             runs.setdefault(a["runtime"], []).append((a["observed"], a["predicted"]))
-    out = {}
+    fitted: dict[str, float] = {}
     for rt, rows in sorted(runs.items()):
         obs, p0 = (np.array(col) for col in zip(*rows))
 
         def resid(x: np.ndarray, obs: np.ndarray = obs, p0: np.ndarray = p0) -> np.ndarray:
             return np.asarray(np.log(obs / (p0 + x[0] / 1e3)))
 
-        us = round(float(least_squares(resid, [1e5], bounds=([0.0], [np.inf])).x[0]), 1)
-        again = [a for a in serving_runs(path, cat, modes=("disagg",), handoff_us=us, max_concurrency=light)
-                 if a["metric"] == "ttft_ms" and a["predicted"] is not None and a["runtime"] == rt
-                 and not a["omitted_term"]]  # fmt: skip
-        err = float(np.median([abs(a["predicted"] - a["observed"]) / a["observed"] for a in again]))
-        out[rt] = {"handoff_us": us, "handoff_runs": len(rows), "handoff_ttft_medape": float(f"{err:.6g}")}
+        fitted[rt] = round(float(least_squares(resid, [1e5], bounds=([0.0], [np.inf])).x[0]), 1)
+    # every runtime's runs replayed once again, each at its own runtime's fit
+    again = [a for a in serving_runs(path, cat, modes=("disagg",), handoff_us=fitted, max_concurrency=light)
+             if a["metric"] == "ttft_ms" and a["predicted"] is not None and not a["omitted_term"]]  # fmt: skip
+    out = {}
+    for rt, us in fitted.items():
+        err = float(np.median([abs(a["predicted"] / a["observed"] - 1) for a in again if a["runtime"] == rt]))
+        out[rt] = {"handoff_us": us, "handoff_runs": len(runs[rt]), "handoff_ttft_medape": float(f"{err:.6g}")}
     return out
 
 

@@ -115,6 +115,10 @@ def _cluster(dev: Device, sched: Mapping[str, Any], *, shape: Mapping[str, Any],
             "kv_fabric": "given" if kv_link_gbs is not None else fabric}  # fmt: skip
 
 
+#: What a cluster says of itself that the core is not sent: which link its KV crosses
+#: (``kv_link_default``) and what its hand-off rests on (``_handoff``).
+_LABELS = ("kv_fabric", "kv_handoff_basis")
+
 _FABRIC_TEXT = {"scale-up": "the scale-up link (NVLink),", "scale-out": "the scale-out NIC,", "given": "a link of"}
 
 
@@ -137,7 +141,7 @@ def _cluster_labels(c: Mapping[str, Any]) -> dict[str, Any]:
                 f"KV over {_FABRIC_TEXT[c['kv_fabric']]} {link['bw_gbs']:g} GB/s + {link['latency_us']:g} us"
                 + (f" + a {link['handoff_us'] / 1e3:.3g} ms hand-off" if link.get("handoff_us") else ""))  # fmt: skip
     return {"pools": [{k: p[k] for k in ("instances", *SHAPE)} for p in pools], "router": c["router"],
-            "kv_link": c.get("kv_link"), "kv_fabric": c.get("kv_fabric"), "describe": text}  # fmt: skip
+            "kv_link": c.get("kv_link"), **{k: c.get(k) for k in _LABELS}, "describe": text}  # fmt: skip
 
 
 #: The burstiness (coefficient of variation of the gaps between arrivals) a gamma arrival process
@@ -259,12 +263,12 @@ def simulate(
                        kv_link_latency_us=kv_link_latency_us,
                        kv_handoff_us=kv_handoff_us if handoff is None else handoff[0])  # fmt: skip
     if handoff is not None:
-        p = p._replace(note=f"{p.note}; {handoff[1]}")
+        p, cluster["kv_handoff_basis"] = p._replace(note=f"{p.note}; {handoff[1]}"), handoff[2]
     # the front end the plan's calibration (or the caller) gives, as estimate's TTFT takes it
     cluster["request_overhead_s"] = p.request_s
     if progress is not None and not callable(progress):
         raise PlanError(f"progress: expected a callable taking (ended, total), got {progress!r}")
-    core = {k: v for k, v in cluster.items() if k != "kv_fabric"}
+    core = {k: v for k, v in cluster.items() if k not in _LABELS}
     r = _core.simulate_prepared(p.core, json.dumps(core), json.dumps(work), json.dumps(opts), progress)
     return _simulation(p, r, runtime_name, sched, mml, work, slo, cluster, _frames(r, keep_requests, sample_s), price)
 
@@ -330,23 +334,24 @@ def _simulation(
     )  # fmt: skip
 
 
-def _handoff(given: Any, held_runtime: Optional[str], chip: str) -> tuple[float, str]:
-    """A disaggregated transfer's hand-off (us) and what it rests on: given; else the runtime's fit
-    on its disaggregated serving runs where the plan is calibrated; else none, said so."""
+def _handoff(given: Any, held_runtime: Optional[str], chip: str) -> tuple[float, str, str]:
+    """A disaggregated transfer's hand-off (us), what it rests on (said in the note) and its basis
+    (``given``; ``fitted``: the runtime's fit on its disaggregated serving runs, where the plan is
+    calibrated; ``none``: no hand-off counted)."""
     from ..engine.fits import serving_row
 
     if given is not None:
-        return _checks.number("kv_handoff_us", given), "KV hand-off given"
+        return _checks.number("kv_handoff_us", given), "KV hand-off given", "given"
     found = serving_row(held_runtime, chip, "handoff_us") if held_runtime else None
     if found is None:
         why = "the plan is the efficiency-1 bound" if held_runtime is None else (
             f"no disaggregated run of {held_runtime} was fitted (serving_fits.csv)")  # fmt: skip
-        return 0.0, f"no KV hand-off counted: {why}; kv_handoff_us= (--kv-handoff-us) gives one"
+        return 0.0, f"no KV hand-off counted: {why}; kv_handoff_us= (--kv-handoff-us) gives one", "none"
     row, where = found
-    return float(row["handoff_us"]), (
-        f"a KV hand-off of {float(row['handoff_us']) / 1e3:.3g} ms a transfer, fitted on {where} "
-        f"{row['handoff_runs']} disaggregated runs (TTFT MedAPE {float(row['handoff_ttft_medape']):.1%})"
-    )
+    err = float(row["handoff_ttft_medape"])
+    note = (f"a KV hand-off of {float(row['handoff_us']) / 1e3:.3g} ms a transfer, fitted on {where} "
+            f"{row['handoff_runs']} disaggregated runs (TTFT MedAPE {err:.1%})")  # fmt: skip
+    return float(row["handoff_us"]), note, "fitted"
 
 
 def _scheduler(
