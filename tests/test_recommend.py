@@ -107,12 +107,24 @@ def test_runtimes_weights_and_disaggregation_are_searched_and_each_plan_holds_in
     assert all(p["j_per_output_token"] > 0 for p in r.plans)
 
 
-def test_an_moe_model_also_tries_its_experts_spread_over_the_tp_group():
+def test_an_moe_model_also_tries_its_experts_spread_over_the_tp_group_and_attention_dp_ranks():
+    # TP 2 is tried as TP 2, TP 2 with the experts over the two ranks (EP 2), and two attention-DP
+    # ranks of TP 1 over the same two devices (EP 2)
     r = ridgeline.recommend("Qwen/Qwen3-30B-A3B", rate=8, slo_ttft_ms=500, slo_tpot_ms=30, hardware=["H100_SXM"],
                             tp=(2,), requests=300)  # fmt: skip
-    tried = {(p["tp"], p["ep"]) for p in r.plans} | {(x["tp"], x["ep"]) for x in r.refused}
-    assert tried == {(2, 1), (2, 2)}
+    tried = {(p["tp"], p["ep"], p["attention_dp"]) for p in (*r.plans, *r.refused)}
+    assert tried == {(2, 1, 1), (2, 2, 1), (1, 2, 2)}
     assert any(p["ep"] == 2 for p in r.plans) and "EP2" in r.summary()
+    # DeepSeek-V3 at 256 clients on H200: 8 attention-DP ranks over EP 8 (one 8-device instance) is
+    # the cheapest plan, priced by its tp x attention_dp devices; a dense model tries no attention DP
+    d = ridgeline.recommend("deepseek-ai/DeepSeek-V3", concurrency=256, slo_ttft_ms=5000, slo_tpot_ms=80,
+                            hardware=["H200_SXM"], tp=(8,), runtime="sglang", prompt=1024, output=512,
+                            requests=512)  # fmt: skip
+    best = d.plans[0]
+    assert (best["tp"], best["ep"], best["attention_dp"], best["devices"]) == (1, 8, 8, 8 * best["replicas"])
+    assert "TP1 EP8 ADP8" in d.summary()
+    dense = ridgeline.recommend(LLAMA8, rate=2, slo_ttft_ms=500, hardware=["H100_SXM"], tp=(2,), requests=100)
+    assert {p["attention_dp"] for p in (*dense.plans, *dense.refused)} == {1}
 
 
 def test_the_frontier_plot_and_purchase_prices(tmp_path):

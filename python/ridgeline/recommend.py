@@ -49,8 +49,10 @@ def load_text(w: dict[str, Any]) -> str:
 
 
 def plan_label(p: dict[str, Any]) -> str:
-    """A plan's parallel layout in a few characters: TP, EP where > 1, the disaggregated split."""
-    out = f"TP{p['tp']}" + (f" EP{p['ep']}" if p.get("ep", 1) > 1 else "")
+    """A plan's parallel layout in a few characters: TP, EP where > 1, attention DP where > 1, the
+    disaggregated split."""
+    out = (f"TP{p['tp']}" + (f" EP{p['ep']}" if p.get("ep", 1) > 1 else "")
+           + (f" ADP{p['attention_dp']}" if p.get("attention_dp", 1) > 1 else ""))  # fmt: skip
     if p.get("prefill_instances"):
         out += f" {p['prefill_instances']}P+{p['decode_instances']}D"
     return out
@@ -183,7 +185,8 @@ def recommend(
         hardware: the devices to search (default: every catalog device with a published offer).
         tp: the tensor-parallel degrees to try (over the device's scale-up link, or its host link
             where it has none, as ``estimate`` prices them). An MoE model also tries each with
-            its experts spread over the TP group (EP = TP).
+            its experts spread over the TP group (EP = TP), and each degree t > 1 as t
+            attention-DP ranks of TP 1 over the experts split t ways (EP t, wide EP).
         weight_dtype: the weight formats to try (one or several; default: the model's own).
         runtime: the runtimes to try, each with its calibration and scheduler (one or several of
             vllm, sglang, trtllm; default: each device's own default, the one ``estimate`` picks;
@@ -247,22 +250,27 @@ def recommend(
                 "shown_quantile": shown, "amortise_years": years,
                 "disaggregate": _checks.flag("disaggregate", disaggregate),
                 "kv_link": link}  # fmt: skip
-    candidates = [(h, t, e, rt, wd) for h in names for rt in runtimes for wd in dtypes for t in tps
-                  for e in sorted({1, t} if moe else {1})]  # fmt: skip
+    # each TP degree t as TP t (experts over the TP group, or whole experts a rank: EP t) and, for a
+    # MoE model, as t attention-DP ranks of TP 1 over experts split t ways (wide EP: DeepSeek's and
+    # Kimi's decode layout), on the same t devices
+    layouts = [(t, e, 1) for t in tps for e in sorted({1, t} if moe else {1})]
+    layouts += [(1, t, t) for t in tps if moe and t > 1]
+    candidates = [(h, t, e, a, rt, wd) for h in names for rt in runtimes for wd in dtypes for t, e, a in layouts]
     plans, refused = [], []
     # one task per candidate: here in order, or spread over a Ray cluster (its workers' own catalog)
-    tasks = [(model, hw, t, ep, None if backend == "ray" else cat, workload, {"weight_dtype": wd, "runtime": rt},
-              max_devices) for hw, t, ep, rt, wd in candidates]  # fmt: skip
+    tasks = [(model, hw, t, ep, None if backend == "ray" else cat, workload,
+              {"weight_dtype": wd, "runtime": rt, "attention_dp": a}, max_devices)
+             for hw, t, ep, a, rt, wd in candidates]  # fmt: skip
     results, report = run_tasks(_candidate_task, tasks, backend=backend, ray_address=ray_address, progress=progress)
-    for (hw, t, ep, rt, wd), (found, why, near) in zip(candidates, results):
+    for (hw, t, ep, a, rt, wd), (found, why, near) in zip(candidates, results):
         label = (
-            f"{hw} {plan_label({'tp': t, 'ep': ep})}"
+            f"{hw} {plan_label({'tp': t, 'ep': ep, 'attention_dp': a})}"
             + (f" {rt}" if len(runtimes) > 1 else "")
             + (f" {wd}" if len(dtypes) > 1 else "")
         )
         plans += found
-        refused += [{"candidate": label, "hardware": hw, "tp": t, "ep": ep, "runtime": rt, "weight_dtype": wd,
-                     "reason": r, "within_slo": near} for r in why]  # fmt: skip
+        refused += [{"candidate": label, "hardware": hw, "tp": t, "ep": ep, "attention_dp": a, "runtime": rt,
+                     "weight_dtype": wd, "reason": r, "within_slo": near} for r in why]  # fmt: skip
     plans.sort(key=lambda r: (r["usd_per_million_output_tokens"], r["ttft_q_s"]))
     bound = [] if _checks.flag("include_bound", include_bound) else [r for r in plans if r["basis"] == BOUND]
     plans = [r for r in plans if r not in bound]
@@ -354,16 +362,17 @@ def _candidate(
     model: str, hw: str, tp: int, ep: int, cat: Catalog, w: dict[str, Any], plan_kw: dict[str, Any],
     max_devices: int, near: list[float],
 ) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
-    """One device, TP and EP degree, runtime and weight format: its plans (aggregated, and with
-    ``disaggregate`` the smallest prefill/decode split meeting the SLOs) and why any was refused;
-    ``near`` gains the share within the objectives of each simulation that missed them."""
+    """One device, TP and EP degree, attention DP (in ``plan_kw``), runtime and weight format: its
+    plans (aggregated, and with ``disaggregate`` the smallest prefill/decode split meeting the
+    SLOs) and why any was refused; ``near`` gains the share within the objectives of each
+    simulation that missed them. An instance takes tp x attention_dp devices."""
     from .engine.estimate import estimate
     from .serving.capacity import max_rate, miss
     from .serving.capacity import meets as meets_share
     from .serving.scheduler import has_scheduler
     from .serving.simulator import simulate
 
-    offers = cat.offers(hw, w["amortise_years"])
+    offers, width = cat.offers(hw, w["amortise_years"]), tp * plan_kw.get("attention_dp", 1)
     if not offers:
         return [], [f"{missing_price(hw, w['amortise_years']).split(';')[0]}: cannot be ranked by cost"]
     slo = {k: w[k] for k in ("slo_ttft_ms", "slo_tpot_ms")}
@@ -407,10 +416,9 @@ def _candidate(
     price, offer = price_of(None, offers) or (0.0, None)  # offers is not empty: checked above
 
     def plan(s: Any, replicas: int, per_instance: Optional[float], split: Optional[tuple[int, int]] = None) -> Plan:
-        devices = replicas * tp
-        q, en = w["shown_quantile"], s.energy
+        devices, q, en = replicas * width, w["shown_quantile"], s.energy
         return {
-            "hardware": hw, "tp": tp, "ep": ep, "replicas": replicas, "devices": devices,
+            "hardware": hw, "tp": tp, "ep": ep, "attention_dp": width // tp, "replicas": replicas, "devices": devices,
             "prefill_instances": split[0] if split else None, "decode_instances": split[1] if split else None,
             "runtime": s.runtime, "weights": s.plan["weights"],
             "usd_per_device_hour": price, "usd_per_hour": price * devices, "offer": offer,
@@ -425,8 +433,8 @@ def _candidate(
         }  # fmt: skip
 
     def too_many(n: int) -> Optional[str]:
-        over = n * tp > max_devices
-        return f"needs {n} replicas: {n * tp} devices, more than max_devices {max_devices}" if over else None
+        over = n * width > max_devices
+        return f"needs {n} replicas: {n * width} devices, more than max_devices {max_devices}" if over else None
 
     try:
         if w["rate"] is None:
@@ -434,8 +442,8 @@ def _candidate(
             per_instance, lo, hi, s = None, 0, 1, None
             while s is None:
                 if too_many(hi):
-                    return [], [f"{lo} replicas miss the SLOs ({last_miss[0]}) and {hi} take {hi * tp} devices, more "
-                                f"than max_devices {max_devices}"]  # fmt: skip
+                    return [], [f"{lo} replicas miss the SLOs ({last_miss[0]}) and {hi} take {hi * width} devices, "
+                                f"more than max_devices {max_devices}"]  # fmt: skip
                 got = run(hi, instances=hi, router="least_outstanding")
                 lo, hi, s = (lo, hi, got) if meets(got) else (hi, hi * 2, None)
             while hi - lo > 1:
@@ -451,7 +459,7 @@ def _candidate(
             for _ in range(_CONFIRM_STEPS + 1):
                 if too_many(replicas):
                     # what the most replicas max_devices allows break at the target rate
-                    most = max_devices // tp
+                    most = max_devices // width
                     if most and not last_miss[0]:
                         s = run(most, instances=most, router="least_outstanding")
                         if meets(s):  # max_rate's bracket was conservative: the fleet allowed meets them
