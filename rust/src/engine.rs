@@ -604,6 +604,22 @@ impl<'a> Layout<'a> {
         self.weights.0 + self.weights.1 + self.weights.2
     }
 
+    /// The share of the decoder layers one of `pp` pipeline stages holds (ceil(layers / pp)).
+    pub(crate) fn stage_share(&self, pp: u64) -> f64 {
+        let layers = self.r.ctx.model.num_layers();
+        layers.div_ceil(pp.max(1)) as f64 / layers as f64
+    }
+
+    /// Weight bytes one rank of a pipeline stage holds: its share of the layers and the larger
+    /// of the embedding tables and the LM head (as `numbers` counts them); all of them at pp 1.
+    pub(crate) fn stage_weight_bytes(&self, pp: u64) -> f64 {
+        if pp > 1 {
+            self.weights.0 * self.stage_share(pp) + self.weights.1.max(self.weights.2)
+        } else {
+            self.weight_bytes()
+        }
+    }
+
     /// KV-cache bytes one rank holds per token of one sequence, every layer counted at full
     /// length (a sliding-window layer's blocks are not freed behind its window).
     pub(crate) fn kv_bytes_per_token(&self) -> f64 {

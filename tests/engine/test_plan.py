@@ -67,8 +67,11 @@ def test_simulate_takes_a_plan_and_refuses_what_it_decides_itself():
     a = ridgeline.simulate(LLAMA, "H100_SXM", plan=Plan(tp=2, dtype="bf16", calibrated=False), **kw)
     b = ridgeline.simulate(LLAMA, "H100_SXM", tp=2, calibrated=False, **kw)
     assert a.to_dict() == b.to_dict()
-    with pytest.raises(PlanError, match="plan: simulate does not take batch, pp"):
-        ridgeline.simulate(LLAMA, "H100_SXM", plan=Plan(batch=4, pp=2), **kw)
+    with pytest.raises(PlanError, match="plan: simulate does not take batch, dp"):
+        ridgeline.simulate(LLAMA, "H100_SXM", plan=Plan(batch=4, dp=2), **kw)
+    # pipeline stages it runs itself, as the plan's
+    c = ridgeline.simulate(LLAMA, "H100_SXM", plan=Plan(pp=2, calibrated=False), **kw)
+    assert c.devices == 2 and c.cluster["pools"][0]["pp"] == 2
 
 
 def test_sweep_takes_a_plan_as_one_value_axes():

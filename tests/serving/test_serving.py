@@ -477,3 +477,20 @@ def test_a_kv_transfer_takes_the_fastest_link_the_two_pools_share():
     why = "no scale-up latency in the catalog .* 8 devices fit one scale-up domain of 72"
     with pytest.raises(PlanError, match=why):
         ridgeline.simulate(LLAMA, "GB300", prefill_instances=1, decode_instances=1, **kw)
+
+
+def test_pipeline_stages_run_as_virtual_engines_and_a_lone_request_takes_the_static_estimate():
+    # Llama-3.1-70B on 4 H100s as TP 2 x PP 2: a lone request passes every stage and the send
+    # between them, the estimate's latency, in both doors; the instance is two virtual engines
+    # each with half its KV blocks (vLLM v0), and counts 4 devices
+    kw = {"tp": 2, "pp": 2, "prompt": 1024, "output": 100, "runtime": "vllm"}
+    e = ridgeline.estimate("meta-llama/Llama-3.1-70B", "H100_SXM", **kw)
+    s = ridgeline.simulate("meta-llama/Llama-3.1-70B", "H100_SXM", concurrency=1, requests=2, max_model_len=2048, **kw)
+    assert s.ttft_s["mean"] == pytest.approx(e.ttft_s, rel=1e-9)
+    assert s.tpot_s["mean"] == pytest.approx(e.tpot_s, rel=1e-9)
+    assert s.devices == 4 and "TP 2 x PP 2" in s.cluster["describe"] and "a pipeline virtual engine" in s.summary()
+    with pytest.raises(PlanError, match="attention DP within pipeline stages is not simulated"):
+        ridgeline.simulate("Qwen/Qwen3-30B-A3B", "H100_SXM", pp=2, attention_dp=2, ep=2, concurrency=1, requests=1)
+    code, out, err = run_main("simulate", "-m", LLAMA, "-H", "H100_SXM", "--pp", "2", "--concurrency", "4",
+                              "--requests", "8")  # fmt: skip
+    assert code == 0 and "TP 1 x PP 2" in out, err

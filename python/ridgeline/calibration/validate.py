@@ -277,14 +277,15 @@ def _disagg_shape(x: dict[str, str], dev: Any) -> tuple[dict[str, Any], int, Opt
     blank = [f"{p}_num_workers" for p in ("prefill", "decode") if not x[f"{p}_num_workers"].strip()]
     if why is None and blank:
         why = f"disaggregated run whose worker counts are not stated ({' and '.join(blank)} blank)"
-    elif why is None and any(num(f"{p}_pp_size") > 1 for p in ("prefill", "decode")):
-        why = "pipeline parallelism: the serving simulator runs instances without it"
+    elif why is None and num("prefill_pp_size") != num("decode_pp_size"):
+        why = "prefill and decode pools of different pipeline depths: the simulator gives both pools one pp"
     shape: dict[str, Any] = {
         "prefill_instances": num("prefill_num_workers"), "decode_instances": num("decode_num_workers"),
         "prefill_tp": num("prefill_tp_size"), "decode_tp": num("decode_tp_size"),
         "prefill_ep": num("prefill_moe_ep_size"), "decode_ep": num("decode_moe_ep_size"),
         "prefill_attention_dp": num("prefill_attention_dp_size"),
         "decode_attention_dp": num("decode_attention_dp_size"), "router": "least_outstanding",
+        "pp": num("prefill_pp_size"),
     }  # fmt: skip
     devices = sum(shape[f"{r}_instances"] * shape[f"{r}_tp"] * shape[f"{r}_attention_dp"]
                   for r in ("prefill", "decode"))  # fmt: skip
@@ -362,15 +363,13 @@ def serving_runs(
             kw, _ = _estimate_kwargs(r, Model.from_config(r["model"]).max_model_len, cat)
             # an attention-DP run's row gives one rank's share of the clients: the run's own
             # concurrency is the source's
-            shape = {"tp": kw["tp"], "ep": kw["ep"], "attention_dp": kw["attention_dp"]}
+            shape = {"tp": kw["tp"], "ep": kw["ep"], "attention_dp": kw["attention_dp"], "pp": kw["pp"]}
             if kw["attention_dp"] > 1:
                 from ..catalog.benchmarks import silicon_concurrency
 
                 c = silicon_concurrency(raw[int(r["id"].split(":")[1])])[0] or 0
                 for b in base:
                     b["concurrency"] = c
-            if kw["pp"] > 1:
-                why = "pipeline parallelism: the serving simulator runs instances without it"
             if base[0]["mode"] == "disagg":
                 shape, c, why = _disagg_shape(raw[int(r["id"].split(":")[1])], cat.get(r["hardware"]))
                 shape["kv_handoff_us"] = (handoff_us.get(r["runtime"]) if isinstance(handoff_us, Mapping)
@@ -451,15 +450,12 @@ def max_throughput_rows(catalog: Optional[Catalog] = None, limit: Optional[int] 
             why = f"no request count for {isl}/{osl} in trtllm_bench_requests.csv"
         if why is None:
             kw, _ = _estimate_kwargs(r, Model.from_config(r["model"]).max_model_len, cat)
-            if kw["pp"] > 1:
-                why = "PP: the serving simulator runs instances without it"
-        if why is None:
             sched = scheduler_defaults(r["runtime"], cat.get(r["hardware"])) or {}
             budget = _whole_prompt_budget(sched, isl, int(sched.get("max_num_seqs", 0)))
             try:
                 s = simulate(r["model"], r["hardware"], concurrency=n, requests=n, prompt=isl, output=osl,
-                             tp=kw["tp"], ep=kw["ep"], attention_dp=kw["attention_dp"], runtime=r["runtime"],
-                             dtype=kw["dtype"],
+                             tp=kw["tp"], ep=kw["ep"], attention_dp=kw["attention_dp"], pp=kw["pp"],
+                             runtime=r["runtime"], dtype=kw["dtype"],
                              weight_dtype=kw["weight_dtype"], kv_dtype=kw["kv_dtype"], max_model_len=isl + osl,
                              catalog=cat, max_num_batched_tokens=budget)  # fmt: skip
             except RidgelineError as e:

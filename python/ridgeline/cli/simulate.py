@@ -16,10 +16,10 @@ from .group import _ray_backend, cli
 from .options import RAY, plan_options
 
 _SIM_KEYS = (
-    "model", "hardware", "tp", "ep", "attention_dp", "instances", "router", "prefill_instances", "decode_instances",
-    "prefill_tp", "decode_tp", "prefill_ep", "decode_ep", "prefill_attention_dp", "decode_attention_dp", "kv_link_gbs",
-    "kv_link_latency_us", "kv_handoff_us", "runtime", "dtype",
-    "weight_dtype", "kv_dtype", "rate", "burstiness", "concurrency", "ramp_s", "trace", "requests", "prompt", "output",
+    "model", "hardware", "tp", "ep", "attention_dp", "pp", "instances", "router", "prefill_instances",
+    "decode_instances", "prefill_tp", "decode_tp", "prefill_ep", "decode_ep", "prefill_attention_dp",
+    "decode_attention_dp", "kv_link_gbs", "kv_link_latency_us", "kv_handoff_us", "runtime", "dtype", "weight_dtype",
+    "kv_dtype", "rate", "burstiness", "concurrency", "ramp_s", "trace", "requests", "prompt", "output",
     "declare_output", "prefix_groups", "prefix_tokens", "prefix_caching", "seed", "max_model_len", "kv_blocks",
     "slo_ttft_ms", "slo_tpot_ms", "horizon_s", "max_num_batched_tokens", "max_num_seqs", "block_size",
     "chunked_prefill", "mixed", "reserve_full", "memory_fraction", "fraction_of_free", "price_per_hour",

@@ -104,7 +104,7 @@ class Plan:
         "groups", _WHOLE, frozenset({"estimate", "simulate"}),
     )  # fmt: skip
     pp: int = _setting(1, "Pipeline stages (ceil(layers / pp) layers each); latency is the full pass plus the sends.",
-                       "stages", _WHOLE, ESTIMATE_SWEEP, axis_help="Pipeline stages.")  # fmt: skip
+                       "stages", _WHOLE, ALL, axis_help="Pipeline stages.")  # fmt: skip
     dp: int = _setting(1, "Data-parallel replicas (throughput only).", "replicas", _WHOLE, ESTIMATE_SWEEP,
                        axis_help="Data-parallel replicas.")  # fmt: skip
     microbatches: Optional[int] = _setting(None, "Micro-batches per pipeline round; throughput follows GPipe. Default: "
@@ -238,7 +238,7 @@ def check_plan(plan: Any) -> Plan:
 #: The plan fields ``simulate`` takes (the simulator batches, chunks and parallelises by its
 #: scheduler's settings and its instances, not by a static plan's).
 SIMULATE = frozenset(
-    {"prompt", "output", "tp", "ep", "attention_dp", "runtime", "dtype", "weight_dtype", "kv_dtype", "calibrated",
+    {"prompt", "output", "tp", "ep", "attention_dp", "pp", "runtime", "dtype", "weight_dtype", "kv_dtype", "calibrated",
      "price_per_hour", "amortise_years"}
 )  # fmt: skip
 

@@ -104,7 +104,7 @@ class Simulation:
     @property
     def devices(self) -> int:
         """Devices of every instance of every pool."""
-        return sum(int(p["instances"]) * int(p["tp"]) * int(p.get("attention_dp", 1))
+        return sum(int(p["instances"]) * int(p["tp"]) * int(p.get("attention_dp", 1)) * int(p.get("pp", 1))
                    for p in self.cluster.get("pools", ()))  # fmt: skip
 
     @property
@@ -186,6 +186,7 @@ class Simulation:
         causes = f" ({causes})" if causes else ""
         kv = " / ".join(f"{b:,}" for b in self.kv_blocks)
         adp = any(p.get("attention_dp", 1) > 1 for p in self.cluster.get("pools", ()))
+        pipes = any(p.get("pp", 1) > 1 for p in self.cluster.get("pools", ()))
         table = [f"  {'':<10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}"]
         for name, st in (
             ("TTFT ms", self.ttft_s),
@@ -214,7 +215,8 @@ class Simulation:
             ("workload", w["describe"]),
             ("plan", f"{self.cluster['describe']}; scheduler {s['max_num_batched_tokens']} tokens a step, "
              f"{s['max_num_seqs']} sequences, KV {kv} blocks of {s['block_size']} "
-             + ("an attention-DP rank (each its own scheduler and KV)" if adp else "an instance") + ", "
+             + ("an attention-DP rank (each its own scheduler and KV)" if adp
+                else "a pipeline virtual engine (each its own scheduler and KV)" if pipes else "an instance") + ", "
              + ("chunked prefill" if s["chunked_prefill"] else "whole prompts")
              + (", mixed steps" if s["mixed"] else ", prefill before decode")
              + (", whole-sequence KV reserved" if s["reserve_full"] else "")),

@@ -64,7 +64,7 @@ def kv_link_default(dev: Device, devices: int) -> tuple[str, Optional[float], Op
 
 
 def _pool_devices(pools: Sequence[Mapping[str, Any]]) -> int:
-    return sum(p["instances"] * p["tp"] * p["attention_dp"] for p in pools)
+    return sum(p["instances"] * p["tp"] * p["attention_dp"] * p["pp"] for p in pools)
 
 
 def _cluster(dev: Device, sched: Mapping[str, Any], *, shape: Mapping[str, Any], instances: Any, router: Any,
@@ -77,7 +77,7 @@ def _cluster(dev: Device, sched: Mapping[str, Any], *, shape: Mapping[str, Any],
     cluster's)."""
     if router not in ROUTERS:
         raise PlanError(f"router: must be one of {', '.join(ROUTERS)}, got {router!r}")
-    base = {k: _checks.whole(k, shape[k], 1) for k in SHAPE}
+    base = {k: _checks.whole(k, shape[k], 1) for k in (*SHAPE, "pp")}
     disagg = prefill_instances is not None or decode_instances is not None
     if not disagg:
         for k, v in (*((f"{r}_{k}", shape[f"{r}_{k}"]) for r in ("prefill", "decode") for k in SHAPE),
@@ -92,7 +92,7 @@ def _cluster(dev: Device, sched: Mapping[str, Any], *, shape: Mapping[str, Any],
     if prefill_instances is None or decode_instances is None:
         raise PlanError("prefill_instances and decode_instances: disaggregated serving needs both")
     pools = [
-        {"instances": _checks.whole(f"{r}_instances", n, 1),
+        {"instances": _checks.whole(f"{r}_instances", n, 1), "pp": base["pp"],
          **{k: base[k] if shape[f"{r}_{k}"] is None else _checks.whole(f"{r}_{k}", shape[f"{r}_{k}"], 1)
             for k in SHAPE},
          "scheduler": dict(sched)}
@@ -125,7 +125,8 @@ _FABRIC_TEXT = {"scale-up": "the scale-up link (NVLink),", "scale-out": "the sca
 def _pool_text(p: Mapping[str, Any]) -> str:
     """``2 x TP 4 EP 8 x attention DP 2``: a pool's instances and each one's parallel degrees."""
     return (f"{p['instances']} x TP {p['tp']}" + (f" EP {p['ep']}" if p["ep"] > 1 else "")
-            + (f" x attention DP {p['attention_dp']}" if p.get("attention_dp", 1) > 1 else ""))  # fmt: skip
+            + (f" x attention DP {p['attention_dp']}" if p.get("attention_dp", 1) > 1 else "")
+            + (f" x PP {p['pp']}" if p.get("pp", 1) > 1 else ""))  # fmt: skip
 
 
 def _cluster_labels(c: Mapping[str, Any]) -> dict[str, Any]:
@@ -140,7 +141,7 @@ def _cluster_labels(c: Mapping[str, Any]) -> dict[str, Any]:
         text = (f"disaggregated: prefill {shape[0]}, decode {shape[1]}, {c['router'].replace('_', ' ')} routing, "
                 f"KV over {_FABRIC_TEXT[c['kv_fabric']]} {link['bw_gbs']:g} GB/s + {link['latency_us']:g} us"
                 + (f" + a {link['handoff_us'] / 1e3:.3g} ms hand-off" if link.get("handoff_us") else ""))  # fmt: skip
-    return {"pools": [{k: p[k] for k in ("instances", *SHAPE)} for p in pools], "router": c["router"],
+    return {"pools": [{k: p[k] for k in ("instances", *SHAPE, "pp")} for p in pools], "router": c["router"],
             "kv_link": c.get("kv_link"), **{k: c.get(k) for k in _LABELS}, "describe": text}  # fmt: skip
 
 
@@ -167,19 +168,19 @@ def simulate(
     keep_requests: bool = False, sample_s: Optional[float] = None, step_overhead_us: Optional[float] = None,
     request_overhead_us: Optional[float] = None, progress: Optional[Callable[[int, int], Any]] = None,
     calibrated: bool = True, catalog: Optional[Catalog] = None, price_per_hour: Optional[float] = None,
-    amortise_years: Optional[float] = None, **scheduler: Any,
+    amortise_years: Optional[float] = None, pp: int = 1, **scheduler: Any,
 ) -> Simulation:  # fmt: skip
     """Simulates one serving instance under a workload.
 
     Args:
-        model, hardware, tp, ep, attention_dp, runtime, dtype, weight_dtype, kv_dtype, calibrated,
+        model, hardware, tp, ep, attention_dp, pp, runtime, dtype, weight_dtype, kv_dtype, calibrated,
             catalog, price_per_hour, amortise_years: as ``estimate`` (the fields of ``Plan``); the
-            runtime also gives the scheduler's defaults. With ``attention_dp`` an instance is that
-            many ranks of ``tp`` devices, each with its own scheduler, batch and KV cache (the
-            router sends each request to a rank), stepping together over the experts they share.
+            runtime also gives the scheduler's defaults. An instance is ``attention_dp`` ranks of
+            ``tp`` devices stepping together over their experts, each rank with its own scheduler
+            and KV; ``pp`` stages run as vLLM v0's virtual engines (docs/serving.md).
         plan: those settings, ``prompt`` and ``output`` as one ``Plan`` instead (a keyword beside
             it, set to other than its default, must agree); a plan that sets what the simulator
-            decides itself (batch, chunk, pp, ...) is refused.
+            decides itself (batch, chunk, dp, ...) is refused.
         instances: identical instances (each ``tp`` devices) behind one router.
         router: round_robin, least_outstanding (fewest requests waiting or running) or least_kv
             (smallest share of KV blocks in use).
@@ -257,7 +258,7 @@ def simulate(
     disagg = prefill_instances is not None or decode_instances is not None
     handoff = _handoff(kv_handoff_us, p.held_runtime, p.dev.chip) if disagg else None
     given = locals()
-    shape = {k: given[k] for k in (*SHAPE, *(f"{r}_{k}" for r in ("prefill", "decode") for k in SHAPE))}
+    shape = {k: given[k] for k in ("pp", *SHAPE, *(f"{r}_{k}" for r in ("prefill", "decode") for k in SHAPE))}
     cluster = _cluster(p.dev, core_sched, shape=shape, instances=instances, router=router,
                        prefill_instances=prefill_instances, decode_instances=decode_instances, kv_link_gbs=kv_link_gbs,
                        kv_link_latency_us=kv_link_latency_us,

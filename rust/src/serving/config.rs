@@ -96,6 +96,11 @@ pub struct Pool {
     /// step together: every MoE layer's all-to-all waits for all of them.
     #[serde(default = "one")]
     pub attention_dp: u64,
+    /// Pipeline stages of one instance, run as vLLM v0 runs them: `pp` virtual engines, each
+    /// with its own scheduler and `1/pp` of the KV blocks, each with one micro-batch in flight,
+    /// sharing the stages.
+    #[serde(default = "one")]
+    pub pp: u64,
     pub scheduler: Scheduler,
 }
 

@@ -11,24 +11,26 @@ use workload::Arrival;
 
 /// KV blocks one instance holds: the memory left after weights and the step workspace, under
 /// the scheduler's memory fraction, in blocks of `block_size` tokens.
-pub(crate) fn kv_blocks(pricer: &StepPricer, dev: &Device, s: &Scheduler) -> Result<u64> {
+pub(crate) fn kv_blocks(pricer: &StepPricer, dev: &Device, s: &Scheduler, pp: u64) -> Result<u64> {
     let l = pricer.layout();
     let workspace = pricer.workspace_bytes(s.max_num_batched_tokens);
+    let weights = l.stage_weight_bytes(pp);
     let (budget, free) = if s.fraction_of_free {
-        let left = dev.memory_bytes() - l.weight_bytes() - workspace;
+        let left = dev.memory_bytes() - weights - workspace;
         (dev.memory_bytes(), left * s.memory_fraction)
     } else {
         let budget = dev.memory_bytes() * s.memory_fraction;
-        (budget, budget - l.weight_bytes() - workspace)
+        (budget, budget - weights - workspace)
     };
-    let per_block = l.kv_bytes_per_token() * s.block_size as f64;
+    // a stage's rank holds its layers' share of every sequence's KV
+    let per_block = l.kv_bytes_per_token() * l.stage_share(pp) * s.block_size as f64;
     if free <= 0.0 || per_block <= 0.0 {
         return Err(Error::plan(
             "kv_blocks",
             format!(
                 "no memory is left for the KV cache: weights {:.1} GB and workspace {:.1} GB per device \
                  against {:.1} GB; use more TP or a smaller max_num_batched_tokens",
-                l.weight_bytes() / 1e9,
+                weights / 1e9,
                 workspace / 1e9,
                 budget / 1e9
             ),
@@ -256,6 +258,11 @@ pub(crate) struct Instance {
     pub(crate) leader: usize,
     /// Its instance's number (the rank's own index without attention DP).
     pub(crate) engine: usize,
+    /// With PP, the instance's first virtual engine, which holds when the first stage is free
+    /// again (`stage_free_s`) and whether a wake-up for it is scheduled (`stage_wake`).
+    pub(crate) pipe: usize,
+    pub(crate) stage_free_s: f64,
+    pub(crate) stage_wake: bool,
     pub(crate) role: Role,
     pub(crate) sched: Scheduler,
     pub(crate) max_model_len: u64,
@@ -303,6 +310,9 @@ impl Instance {
             pool,
             leader,
             engine,
+            pipe: leader,
+            stage_free_s: 0.0,
+            stage_wake: false,
             role,
             sched,
             max_model_len,

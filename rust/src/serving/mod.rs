@@ -47,6 +47,7 @@ pub fn simulate(
             tp: plan.tp,
             ep: plan.ep,
             attention_dp: plan.attention_dp,
+            pp: plan.pp,
             scheduler: sched.clone(),
         }],
         router: Router::RoundRobin,
@@ -55,6 +56,7 @@ pub fn simulate(
     };
     let plan = Plan {
         attention_dp: 1,
+        pp: 1,
         ..plan.clone()
     };
     simulate_cluster(m, dev, &plan, eff, proto, &cluster, workload, opts, None)
@@ -78,22 +80,22 @@ pub fn simulate_cluster(
 ) -> Result<SimResult> {
     dev.validate()?;
     eff.validate()?;
-    for (name, v) in [("pp", plan.pp), ("dp", plan.dp)] {
+    if plan.dp != 1 {
+        return Err(Error::plan(
+            "dp",
+            format!(
+                "the serving simulator runs instances without dp (got {}); serve replicas as instances",
+                plan.dp
+            ),
+        ));
+    }
+    for (name, v) in [("attention_dp", plan.attention_dp), ("pp", plan.pp)] {
         if v != 1 {
             return Err(Error::plan(
                 name,
-                format!("the serving simulator runs instances without {name} (got {v}); serve replicas as instances"),
+                format!("a cluster's pools give their own {name} (got {v} in the plan); set it on each pool"),
             ));
         }
-    }
-    if plan.attention_dp != 1 {
-        return Err(Error::plan(
-            "attention_dp",
-            format!(
-                "a cluster's pools give their own attention_dp (got {} in the plan); set it on each pool",
-                plan.attention_dp
-            ),
-        ));
     }
     let disagg = match (cluster.pools.len(), cluster.kv_link) {
         (1, _) => false,
@@ -156,10 +158,17 @@ pub fn simulate_cluster(
         if p.instances == 0 {
             return Err(Error::plan("instances", format!("must be >= 1 ({})", names[k])));
         }
+        if p.pp > 1 && p.attention_dp > 1 {
+            return Err(Error::plan(
+                "pp",
+                format!("attention DP within pipeline stages is not simulated ({})", names[k]),
+            ));
+        }
         let pp = Plan {
             tp: p.tp,
             ep: p.ep,
             attention_dp: p.attention_dp,
+            pp: p.pp,
             ..plan.clone()
         };
         pp.validate(m)?;
@@ -175,9 +184,11 @@ pub fn simulate_cluster(
             return Err(Error::plan("max_model_len", "must be >= 1"));
         }
         mml = mml.min(max_model_len);
+        // a virtual engine holds 1/pp of the instance's blocks (vLLM v0's scheduler of each
+        // virtual engine takes num_gpu_blocks // pipeline_parallel_size: core/scheduler.py)
         let blocks = match p.scheduler.kv_blocks {
             Some(b) => b,
-            None => kv_blocks(&pricer, dev, &p.scheduler)?,
+            None => kv_blocks(&pricer, dev, &p.scheduler, p.pp)? / p.pp,
         };
         let bs = p.scheduler.block_size;
         // a linear-attention layer's state is held per sequence whatever its length: each
@@ -207,20 +218,24 @@ pub fn simulate_cluster(
             (true, 0) => Role::Prefill,
             _ => Role::Decode,
         };
-        // one Instance per attention-DP rank; an instance's ranks are consecutive
-        let (first, ranks) = (instances.len(), p.attention_dp as usize);
+        // one Instance per attention-DP rank or pipeline virtual engine; an instance's are
+        // consecutive (ranks step together behind their leader; virtual engines each on its own)
+        let (first, ranks, pipes) = (instances.len(), p.attention_dp as usize, p.pp as usize);
         for n in 0..p.instances as usize {
-            for _ in 0..ranks {
-                instances.push(Instance::new(
+            for v in 0..ranks * pipes {
+                let leader = if pipes > 1 { v } else { 0 };
+                let mut inst = Instance::new(
                     k,
-                    first + n * ranks,
+                    first + n * ranks * pipes + leader,
                     engines + n,
                     role,
                     p.scheduler.clone(),
                     max_model_len,
                     blocks,
                     state_blocks,
-                ));
+                );
+                inst.pipe = first + n * ranks * pipes;
+                instances.push(inst);
             }
         }
         engines += p.instances as usize;
@@ -230,8 +245,10 @@ pub fn simulate_cluster(
             first,
             count: instances.len() - first,
             ranks,
+            pipes,
+            stage_share: m.num_layers().div_ceil(p.pp) as f64 / m.num_layers() as f64,
             next_rr: 0,
-            devices: pp.moe_group(),
+            devices: pp.moe_group() * pp.pp,
             busy_s: 0.0,
             busy_u_s: 0.0,
         });
@@ -310,9 +327,10 @@ fn energy(dev: &Device, plan: &Plan, pools: &[PoolState], duration_s: f64) -> st
     let pools: Vec<PoolEnergy> = pools
         .iter()
         .map(|p| {
-            let (n, d) = ((p.count / p.ranks) as f64, p.devices as f64);
+            let n = (p.count / (p.ranks * p.pipes)) as f64;
+            let d = p.devices as f64;
             PoolEnergy {
-                instances: (p.count / p.ranks) as u64,
+                instances: n as u64,
                 devices: p.devices,
                 busy_s: p.busy_s,
                 utilisation: if p.busy_s > 0.0 { p.busy_u_s / p.busy_s } else { 0.0 },

@@ -90,6 +90,8 @@ pub struct StepParts {
 struct Fixed {
     all: StepCost,
     experts: StepCost,
+    /// The pipeline's sends between stages (with PP).
+    sends: StepCost,
 }
 
 /// A decode batch's operators, split for pricing.
@@ -98,6 +100,8 @@ struct DecodeForm {
     fixed: StepCost,
     /// The routed experts' share of `fixed`.
     experts: StepCost,
+    /// The pipeline's sends between stages (with PP).
+    sends: StepCost,
     /// The decode form's own attention-side GEMMs (MLA's absorb/unabsorb), summed: what a
     /// mixed step adds for its decodes besides the attention kernels.
     absorb: StepCost,
@@ -120,6 +124,8 @@ pub struct StepPricer<'a> {
     scratch: Vec<Op>,
     keys: Vec<(DecodeKeys, f64)>,
     pub shapes_built: u64,
+    /// The sends between pipeline stages of the step last priced (with PP; else zero).
+    pub last_sends: StepCost,
 }
 
 impl<'a> StepPricer<'a> {
@@ -137,6 +143,7 @@ impl<'a> StepPricer<'a> {
             decode: Vec::new(),
             shapes: HashMap::new(),
             expert_steps: HashMap::new(),
+            last_sends: StepCost::default(),
             scratch: Vec::with_capacity(16),
             keys: Vec::with_capacity(4),
             shapes_built: 0,
@@ -169,6 +176,7 @@ impl<'a> StepPricer<'a> {
         if self.decode[i].is_none() {
             let ops = decode_ops(&self.layout, &self.plan, batch);
             let (mut fixed, mut absorb, mut experts) = (StepCost::default(), StepCost::default(), StepCost::default());
+            let mut sends = StepCost::default();
             let mut kernels = Vec::new();
             for op in ops {
                 if op.kind.reads_context() {
@@ -180,6 +188,9 @@ impl<'a> StepPricer<'a> {
                 if op.routed {
                     experts += c;
                 }
+                if op.kind == OpKind::PpSend {
+                    sends += c;
+                }
                 if matches!(op.kind, OpKind::QAbsorb | OpKind::VUnabsorb) {
                     absorb += c;
                 }
@@ -187,6 +198,7 @@ impl<'a> StepPricer<'a> {
             self.decode[i] = Some(DecodeForm {
                 fixed,
                 experts,
+                sends,
                 absorb,
                 kernels,
             });
@@ -247,6 +259,9 @@ impl<'a> StepPricer<'a> {
             if o.routed {
                 s.experts += c;
             }
+            if o.kind == OpKind::PpSend {
+                s.sends += c;
+            }
         }
         self.shapes.insert(shape, s);
         self.shapes_built += 1;
@@ -299,7 +314,9 @@ impl<'a> StepPricer<'a> {
     /// `decode_step` in two parts: what depends only on the step's tokens (overhead included),
     /// and the attention kernels, which depend on each sequence's context.
     pub fn decode_parts(&mut self, contexts: &[u64]) -> (StepCost, StepCost) {
-        let fixed = self.form(contexts.len() as u64).fixed;
+        let form = self.form(contexts.len() as u64);
+        let (fixed, sends) = (form.fixed, form.sends);
+        self.last_sends = sends;
         (fixed + self.overhead, self.decode_kernels(contexts))
     }
 
@@ -321,7 +338,9 @@ impl<'a> StepPricer<'a> {
                 samples: true,
             });
         }
-        let fixed = self.shape_cost(segs).all;
+        let shape = self.shape_cost(segs);
+        let fixed = shape.all;
+        self.last_sends = shape.sends;
         build_kernels(self.layout.ctx(), prefill, &mut self.scratch);
         let kernels: StepCost = self
             .scratch

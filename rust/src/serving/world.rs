@@ -23,6 +23,8 @@ pub(crate) enum EventKind {
     /// A request through the front end reaches the router.
     Admit(Req),
     StepEnd(usize),
+    /// The first pipeline stage of the instance whose first virtual engine this is is free.
+    StageFree(usize),
     /// A prompt's KV reaches decode instance `to`.
     Transfer {
         req: Req,
@@ -58,6 +60,10 @@ pub(crate) struct PoolState<'a> {
     pub(crate) first: usize,
     pub(crate) count: usize,
     pub(crate) ranks: usize,
+    /// Pipeline virtual engines of an instance (1 without PP), and the share of the layers a
+    /// stage holds.
+    pub(crate) pipes: usize,
+    pub(crate) stage_share: f64,
     pub(crate) next_rr: usize,
     /// Devices of one instance.
     pub(crate) devices: u64,
@@ -175,7 +181,20 @@ impl World<'_, '_> {
         if self.instances[g].busy || self.hold == Some(g) {
             return;
         }
-        let ranks = self.pools[self.instances[g].pool].ranks;
+        let (ranks, pipes) = {
+            let pool = &self.pools[self.instances[g].pool];
+            (pool.ranks, pool.pipes)
+        };
+        // with PP a virtual engine's micro-batch enters the first stage once it is free
+        let pipe = self.instances[g].pipe;
+        if pipes > 1 && self.instances[pipe].stage_free_s > self.metrics.now {
+            if !self.instances[pipe].stage_wake && self.instances[g].outstanding() > 0 {
+                self.instances[pipe].stage_wake = true;
+                let t = self.instances[pipe].stage_free_s;
+                self.push(t, EventKind::StageFree(pipe));
+            }
+            return;
+        }
         let (mut fixed, mut kernels, mut running) = (StepCost::default(), StepCost::default(), 0);
         let (mut experts, mut tokens, mut prefill) = (StepCost::default(), 0, false);
         let mut any = false;
@@ -228,11 +247,27 @@ impl World<'_, '_> {
         if !any {
             return;
         }
+        if pipes > 1 {
+            // the requests running on the instance: every virtual engine's
+            running = (pipe..pipe + pipes)
+                .map(|v| self.instances[v].running.len() as u64)
+                .sum();
+        }
         if prefill {
             let pricer = &mut self.pools[self.instances[g].pool].pricer;
             experts = pricer.experts_at(tokens.div_ceil(ranks as u64));
         }
         let cost = fixed + experts + kernels;
+        if pipes > 1 {
+            // the first stage holds the micro-batch for one stage's time (the static engine's):
+            // its share of the layers, and one of the p - 1 sends
+            let (share, sends) = (
+                self.pools[self.instances[g].pool].stage_share,
+                self.pools[self.instances[g].pool].pricer.last_sends.time_s,
+            );
+            let stage = (cost.time_s - sends) * share + sends / (pipes - 1) as f64;
+            self.instances[pipe].stage_free_s = self.metrics.now + stage;
+        }
         let leader = &mut self.instances[g];
         leader.busy = true;
         leader.step_cost = cost;
@@ -251,8 +286,14 @@ impl World<'_, '_> {
             let inst = &mut self.instances[g];
             inst.busy = false;
             let (c, pool) = (inst.step_cost, &mut self.pools[inst.pool]);
-            pool.busy_s += c.time_s;
-            pool.busy_u_s += power::occupancy(c.compute_s, c.memory_s, c.time_s, self.rho).2 * c.time_s;
+            // with PP each stage's devices are busy for their share of the step
+            let busy = if pool.pipes > 1 {
+                c.time_s * pool.stage_share
+            } else {
+                c.time_s
+            };
+            pool.busy_s += busy;
+            pool.busy_u_s += power::occupancy(c.compute_s, c.memory_s, c.time_s, self.rho).2 * busy;
         }
         let ranks = self.pools[self.instances[g].pool].ranks;
         for i in g..g + ranks {
@@ -445,6 +486,13 @@ impl World<'_, '_> {
                     self.admit(r);
                 }
                 EventKind::StepEnd(i) => self.end_step(i, closed.is_some(), src),
+                EventKind::StageFree(p) => {
+                    self.instances[p].stage_wake = false;
+                    let pipes = self.pools[self.instances[p].pool].pipes;
+                    for v in p..p + pipes {
+                        self.start(v);
+                    }
+                }
                 EventKind::Transfer { req, to } => self.receive(req, to, closed.is_some(), src),
             }
             if let Some(err) = self.over_bounds(src.total()) {

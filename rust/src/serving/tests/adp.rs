@@ -105,6 +105,7 @@ fn ranks_wait_for_the_slowest_and_count_as_one_instance() {
             tp: 2,
             ep: 4,
             attention_dp: 2,
+            pp: 1,
             scheduler: vllm(),
         }],
         router: Router::RoundRobin,

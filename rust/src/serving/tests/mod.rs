@@ -503,6 +503,7 @@ fn pool(instances: u64, tp: u64, s: &Scheduler) -> Pool {
         tp,
         ep: 1,
         attention_dp: 1,
+        pp: 1,
         scheduler: s.clone(),
     }
 }
@@ -858,3 +859,4 @@ fn an_overloaded_run_stops_at_the_queue_bound() {
 }
 
 mod adp;
+mod pp;
