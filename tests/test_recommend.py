@@ -125,6 +125,13 @@ def test_an_moe_model_also_tries_its_experts_spread_over_the_tp_group_and_attent
     assert "TP1 EP8 ADP8" in d.summary()
     dense = ridgeline.recommend(LLAMA8, rate=2, slo_ttft_ms=500, hardware=["H100_SXM"], tp=(2,), requests=100)
     assert {p["attention_dp"] for p in (*dense.plans, *dense.refused)} == {1}
+    # the static prune of an attention-DP candidate is by TPOT only: its static TTFT is 8 prompts
+    # at the experts (1.25 s for 8,000 tokens), a lone client's 0.94 s, within 1.1 s
+    one = ridgeline.recommend("deepseek-ai/DeepSeek-V3", concurrency=1, slo_ttft_ms=1100, slo_tpot_ms=50,
+                              hardware=["H200_SXM"], tp=(8,), runtime="sglang", prompt=8000, output=64,
+                              requests=20)  # fmt: skip
+    adp = [p for p in one.plans if p["attention_dp"] == 8]
+    assert adp and adp[0]["ttft_q_s"] < 1.1
 
 
 def test_the_frontier_plot_and_purchase_prices(tmp_path):

@@ -366,35 +366,17 @@ def _candidate(
     plans (aggregated, and with ``disaggregate`` the smallest prefill/decode split meeting the
     SLOs) and why any was refused; ``near`` gains the share within the objectives of each
     simulation that missed them. An instance takes tp x attention_dp devices."""
-    from .engine.estimate import estimate
     from .serving.capacity import max_rate, miss
     from .serving.capacity import meets as meets_share
-    from .serving.scheduler import has_scheduler
     from .serving.simulator import simulate
 
     offers, width = cat.offers(hw, w["amortise_years"]), tp * plan_kw.get("attention_dp", 1)
     if not offers:
         return [], [f"{missing_price(hw, w['amortise_years']).split(';')[0]}: cannot be ranked by cost"]
     slo = {k: w[k] for k in ("slo_ttft_ms", "slo_tpot_ms")}
-    try:
-        prompt, output = w["mean_lengths"]
-        e = estimate(model, hw, tp=tp, ep=ep, prompt=prompt, output=output, allow_no_fit=True, **plan_kw)
-    except RidgelineError as err:
-        return [], [str(err).splitlines()[0]]
-    if plan_kw.get("runtime") is None and not has_scheduler(e.plan["runtime"]):
-        default = e.plan["runtime"] or "none (the efficiency-1 bound)"
-        named = "--runtime vllm, sglang or trtllm serves it under that runtime's calibration"
-        return [], [f"its default runtime, {default}, has no serving scheduler in the simulator (estimate prices it "
-                    f"the same); {named}"]  # fmt: skip
-    if not e.fits:
-        used, usable = (e.memory[k] / 1e9 for k in ("total_bytes", "budget_bytes"))
-        return [], [f"does not fit ({used:.1f} GB a device, {usable:.1f} usable)"]
-    for key, got in (("slo_ttft_ms", e.ttft_s), ("slo_tpot_ms", e.tpot_s)):
-        if slo[key] is not None and got is not None and got * 1e3 > slo[key]:
-            what = "a lone request" + (
-                "" if w["prompt"]["kind"] == w["output"]["kind"] == "fixed" else " of the mean lengths"
-            )
-            return [], [f"{what} misses the {key[4:8].upper()} objective ({sig(got * 1e3)} ms)"]
+    e, why = _static_prune(model, hw, tp, ep, w, plan_kw)
+    if e is None:
+        return [], [why]
     # the workload's own length bounds a sequence: the fleet is sized for it, not the model's maximum
     sim_kw = {"tp": tp, "ep": ep, "prompt": w["prompt"], "output": w["output"], "requests": w["requests"],
               "max_model_len": w["max_model_len"], **slo, **plan_kw}  # fmt: skip
@@ -477,6 +459,39 @@ def _candidate(
     except RidgelineError as err:
         return [], [str(err).splitlines()[0]]
     return _split(w, [plan(s, replicas, per_instance)], replicas, run, meets, plan, last_miss)
+
+
+def _static_prune(model: str, hw: str, tp: int, ep: int, w: dict[str, Any],
+                  plan_kw: dict[str, Any]) -> tuple[Any, str]:  # fmt: skip
+    """A candidate's static estimate of a lone request of the mean lengths, or why the candidate
+    is refused before any simulation: its default runtime has no scheduler, it does not fit, or
+    that request misses an objective. Under attention DP the static plan holds a request on every
+    rank: its TPOT is a lone request's (decode steps are padded to the busiest rank) but its TTFT
+    is not (the experts see every rank's prompt), so only TPOT prunes there."""
+    from .engine.estimate import estimate
+    from .serving.scheduler import has_scheduler
+
+    try:
+        prompt, output = w["mean_lengths"]
+        e = estimate(model, hw, tp=tp, ep=ep, prompt=prompt, output=output, allow_no_fit=True, **plan_kw)
+    except RidgelineError as err:
+        return None, str(err).splitlines()[0]
+    if plan_kw.get("runtime") is None and not has_scheduler(e.plan["runtime"]):
+        default = e.plan["runtime"] or "none (the efficiency-1 bound)"
+        named = "--runtime vllm, sglang or trtllm serves it under that runtime's calibration"
+        return None, (f"its default runtime, {default}, has no serving scheduler in the simulator (estimate prices "
+                      f"it the same); {named}")  # fmt: skip
+    if not e.fits:
+        used, usable = (e.memory[k] / 1e9 for k in ("total_bytes", "budget_bytes"))
+        return None, f"does not fit ({used:.1f} GB a device, {usable:.1f} usable)"
+    checks = ([("slo_ttft_ms", e.ttft_s)] if plan_kw.get("attention_dp", 1) == 1 else []) + [("slo_tpot_ms", e.tpot_s)]
+    for key, got in checks:
+        if w[key] is not None and got is not None and got * 1e3 > w[key]:
+            what = "a lone request" + (
+                "" if w["prompt"]["kind"] == w["output"]["kind"] == "fixed" else " of the mean lengths"
+            )
+            return None, f"{what} misses the {key[4:8].upper()} objective ({sig(got * 1e3)} ms)"
+    return e, ""
 
 
 Plan = dict[str, Any]
