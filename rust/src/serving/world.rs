@@ -351,8 +351,10 @@ impl World<'_, '_> {
     /// A prefilled request's KV leaves for a decode instance.
     pub(crate) fn hand_off(&mut self, mut r: Req) {
         let link = self.link.expect("disaggregated clusters have a link");
-        // each rank sends its shard of the prompt's KV over its own link
-        let bytes = r.prompt as f64 * self.pools[0].pricer.layout().kv_bytes_per_token();
+        // each rank sends its shard of the prompt's KV over its own link (with PP, each stage's
+        // ranks their layers' share)
+        let pool = &self.pools[0];
+        let bytes = r.prompt as f64 * pool.pricer.layout().kv_bytes_per_token() * pool.stage_share;
         let dt = bytes / (link.bw_gbs * 1e9) + (link.latency_us + link.handoff_us) * 1e-6;
         self.transfers += 1;
         self.transfer_s += dt;

@@ -69,3 +69,22 @@ fn virtual_engines_share_the_stages_and_split_the_blocks() {
     );
     assert!(lone.kv_blocks[0] < 2 * one.kv_blocks[0]);
 }
+
+#[test]
+fn a_pipelined_prefill_pool_sends_each_stages_share_of_the_kv() {
+    // 1P (PP 2) + 1D (PP 2): each stage's rank sends its 16 layers' KV, half of a whole prompt's
+    // 128 KiB a token, over the link (50 GB/s + 20 us + the 150 ms hand-off)
+    let mut c = super::disagg(1, 1, None);
+    for p in &mut c.pools {
+        p.pp = 2;
+    }
+    let r = cluster(&c, &closed(1, 2, fixed(3000), fixed(20), 0), &opts());
+    let transfer = 3000.0 * 131072.0 / 2.0 / 50e9 + 20e-6 + 0.15;
+    assert_eq!(r.transfers, 2);
+    assert!(
+        close(r.transfer_s, 2.0 * transfer, 1e-12),
+        "{} vs {}",
+        r.transfer_s,
+        2.0 * transfer
+    );
+}
