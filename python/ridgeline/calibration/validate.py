@@ -267,6 +267,7 @@ def _disagg_shape(x: dict[str, str], dev: Any) -> tuple[dict[str, Any], int, Opt
     where the two pools fit one scale-up domain, else the scale-out NIC); its latency is omitted
     where the catalog has none."""
     from ..catalog.benchmarks import silicon_concurrency
+    from ..serving.result import pool_devices
     from ..serving.simulator import kv_link_default
 
     def num(k: str) -> int:
@@ -287,9 +288,9 @@ def _disagg_shape(x: dict[str, str], dev: Any) -> tuple[dict[str, Any], int, Opt
         "decode_attention_dp": num("decode_attention_dp_size"), "router": "least_outstanding",
         "pp": num("prefill_pp_size"),
     }  # fmt: skip
-    devices = sum(shape[f"{r}_instances"] * shape[f"{r}_tp"] * shape[f"{r}_attention_dp"]
-                  for r in ("prefill", "decode"))  # fmt: skip
-    _, bw, latency = kv_link_default(dev, devices)
+    pools = [{k: shape[f"{r}_{k}"] for k in ("instances", "tp", "attention_dp")} | {"pp": shape["pp"]}
+             for r in ("prefill", "decode")]  # fmt: skip
+    _, bw, latency = kv_link_default(dev, pool_devices(pools))
     shape.update(kv_link_gbs=bw, kv_link_latency_us=latency or 0.0)
     return shape, c, why
 

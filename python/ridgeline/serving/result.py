@@ -4,7 +4,7 @@ throughput, goodput, energy and cost, the records and the time series when asked
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -23,6 +23,12 @@ def _stats(summary: Mapping[str, Any]) -> dict[str, Any]:
     if not out.get("count"):
         out.update({k: None for k in out if k != "count"})
     return out
+
+
+def pool_devices(pools: Iterable[Mapping[str, Any]]) -> int:
+    """Devices of every instance of ``pools`` (a cluster's): instances x tp x attention_dp x pp."""
+    return sum(int(p["instances"]) * int(p["tp"]) * int(p.get("attention_dp", 1)) * int(p.get("pp", 1))
+               for p in pools)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -104,8 +110,7 @@ class Simulation:
     @property
     def devices(self) -> int:
         """Devices of every instance of every pool."""
-        return sum(int(p["instances"]) * int(p["tp"]) * int(p.get("attention_dp", 1)) * int(p.get("pp", 1))
-                   for p in self.cluster.get("pools", ()))  # fmt: skip
+        return pool_devices(self.cluster.get("pools", ()))
 
     @property
     def cost(self) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from ..catalog.store import Catalog
 from ..engine.estimate import prepare, pricing
 from ..errors import PlanError
 from ..sweeps.cluster import RunReport, by_name, check_backend, run_tasks
-from .result import Simulation, _stats
+from .result import Simulation, _stats, pool_devices
 from .scheduler import _SCHEDULERS, SCHEDULER_FIELDS, _scheduler_rows, scheduler_defaults
 from .workload import length_text, parse_lengths, read_trace
 
@@ -63,10 +63,6 @@ def kv_link_default(dev: Device, devices: int) -> tuple[str, Optional[float], Op
     return "scale-out", dev.scaleout_bw_gbs, dev.scaleout_latency_us
 
 
-def _pool_devices(pools: Sequence[Mapping[str, Any]]) -> int:
-    return sum(p["instances"] * p["tp"] * p["attention_dp"] * p["pp"] for p in pools)
-
-
 def _cluster(dev: Device, sched: Mapping[str, Any], *, shape: Mapping[str, Any], instances: Any, router: Any,
              prefill_instances: Any, decode_instances: Any, kv_link_gbs: Any, kv_link_latency_us: Any,
              kv_handoff_us: Any = None) -> dict[str, Any]:  # fmt: skip
@@ -98,7 +94,7 @@ def _cluster(dev: Device, sched: Mapping[str, Any], *, shape: Mapping[str, Any],
          "scheduler": dict(sched)}
         for r, n in (("prefill", prefill_instances), ("decode", decode_instances))
     ]  # fmt: skip
-    devices = _pool_devices(pools)
+    devices = pool_devices(pools)
     fabric, bw0, lat0 = kv_link_default(dev, devices)
     bw = bw0 if kv_link_gbs is None else _checks.number("kv_link_gbs", kv_link_gbs, positive=True)
     lat = lat0 if kv_link_latency_us is None else _checks.number("kv_link_latency_us", kv_link_latency_us)

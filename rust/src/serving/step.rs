@@ -72,14 +72,16 @@ impl std::iter::Sum for StepCost {
     }
 }
 
-/// A step's cost in the parts an attention-DP instance composes across its ranks: what the rank
-/// runs on its own tokens (overhead included), its routed experts (which serve every rank's
-/// tokens), and its attention kernels; with the step's tokens and whether it holds a prompt chunk.
+/// A step's cost in the parts an instance composes: what depends only on the step's tokens
+/// (`fixed`, overhead included) and of that the routed experts (which serve every attention-DP
+/// rank's tokens), the attention kernels (which depend on each sequence's context), and the sends
+/// between pipeline stages (with PP); with the step's tokens and whether it holds a prompt chunk.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StepParts {
-    pub local: StepCost,
+    pub fixed: StepCost,
     pub experts: StepCost,
     pub kernels: StepCost,
+    pub sends: StepCost,
     pub tokens: u64,
     pub prefill: bool,
 }
@@ -124,8 +126,6 @@ pub struct StepPricer<'a> {
     scratch: Vec<Op>,
     keys: Vec<(DecodeKeys, f64)>,
     pub shapes_built: u64,
-    /// The sends between pipeline stages of the step last priced (with PP; else zero).
-    pub last_sends: StepCost,
 }
 
 impl<'a> StepPricer<'a> {
@@ -143,7 +143,6 @@ impl<'a> StepPricer<'a> {
             decode: Vec::new(),
             shapes: HashMap::new(),
             expert_steps: HashMap::new(),
-            last_sends: StepCost::default(),
             scratch: Vec::with_capacity(16),
             keys: Vec::with_capacity(4),
             shapes_built: 0,
@@ -233,15 +232,15 @@ impl<'a> StepPricer<'a> {
 
     /// A step of decodes only, at `contexts` (each >= 1), overhead included.
     pub fn decode_step(&mut self, contexts: &[u64]) -> StepCost {
-        let (fixed, kernels) = self.decode_parts(contexts);
-        fixed + kernels
+        let p = self.decode_parts(contexts);
+        p.fixed + p.kernels
     }
 
     /// A step with prefill chunks `prefill` (non-empty) and decodes at `contexts`, overhead
     /// included. `segs` is scratch space the caller keeps (cleared here).
     pub fn mixed_step(&mut self, prefill: &[Segment], contexts: &[u64], segs: &mut Vec<Segment>) -> StepCost {
-        let (fixed, kernels) = self.mixed_parts(prefill, contexts, segs);
-        fixed + kernels
+        let p = self.mixed_parts(prefill, contexts, segs);
+        p.fixed + p.kernels
     }
 
     /// The operators of the step of `segs` that do not move with the segments' contexts.
@@ -286,47 +285,21 @@ impl<'a> StepPricer<'a> {
     }
 
     /// `decode_step` in the parts of `StepParts`.
-    pub fn decode_split(&mut self, contexts: &[u64]) -> StepParts {
-        let (fixed, kernels) = self.decode_parts(contexts);
-        let experts = self.form(contexts.len() as u64).experts;
+    pub fn decode_parts(&mut self, contexts: &[u64]) -> StepParts {
+        let form = self.form(contexts.len() as u64);
+        let (fixed, experts, sends) = (form.fixed, form.experts, form.sends);
         StepParts {
-            local: fixed - experts,
+            fixed: fixed + self.overhead,
             experts,
-            kernels,
+            kernels: self.decode_kernels(contexts),
+            sends,
             tokens: contexts.len() as u64,
             prefill: false,
         }
     }
 
     /// `mixed_step` in the parts of `StepParts`.
-    pub fn mixed_split(&mut self, prefill: &[Segment], contexts: &[u64], segs: &mut Vec<Segment>) -> StepParts {
-        let (fixed, kernels) = self.mixed_parts(prefill, contexts, segs);
-        let experts = self.shape_cost(segs).experts;
-        StepParts {
-            local: fixed - experts,
-            experts,
-            kernels,
-            tokens: segs.iter().map(|s| s.count * s.new).sum(),
-            prefill: true,
-        }
-    }
-
-    /// `decode_step` in two parts: what depends only on the step's tokens (overhead included),
-    /// and the attention kernels, which depend on each sequence's context.
-    pub fn decode_parts(&mut self, contexts: &[u64]) -> (StepCost, StepCost) {
-        let form = self.form(contexts.len() as u64);
-        let (fixed, sends) = (form.fixed, form.sends);
-        self.last_sends = sends;
-        (fixed + self.overhead, self.decode_kernels(contexts))
-    }
-
-    /// `mixed_step` in the same two parts as `decode_parts`.
-    pub fn mixed_parts(
-        &mut self,
-        prefill: &[Segment],
-        contexts: &[u64],
-        segs: &mut Vec<Segment>,
-    ) -> (StepCost, StepCost) {
+    pub fn mixed_parts(&mut self, prefill: &[Segment], contexts: &[u64], segs: &mut Vec<Segment>) -> StepParts {
         // the shape counts every token: a decode is one new token that samples
         segs.clear();
         segs.extend_from_slice(prefill);
@@ -339,8 +312,6 @@ impl<'a> StepPricer<'a> {
             });
         }
         let shape = self.shape_cost(segs);
-        let fixed = shape.all;
-        self.last_sends = shape.sends;
         build_kernels(self.layout.ctx(), prefill, &mut self.scratch);
         let kernels: StepCost = self
             .scratch
@@ -353,6 +324,13 @@ impl<'a> StepPricer<'a> {
             let kernels = self.decode_kernels(contexts);
             self.form(contexts.len() as u64).absorb + kernels
         };
-        (fixed + self.overhead, kernels + decodes)
+        StepParts {
+            fixed: shape.all + self.overhead,
+            experts: shape.experts,
+            kernels: kernels + decodes,
+            sends: shape.sends,
+            tokens: segs.iter().map(|s| s.count * s.new).sum(),
+            prefill: true,
+        }
     }
 }

@@ -196,7 +196,7 @@ impl World<'_, '_> {
             return;
         }
         let (mut fixed, mut kernels, mut running) = (StepCost::default(), StepCost::default(), 0);
-        let (mut experts, mut tokens, mut prefill) = (StepCost::default(), 0, false);
+        let (mut experts, mut sends, mut tokens, mut prefill) = (StepCost::default(), StepCost::default(), 0, false);
         let mut any = false;
         for k in g..g + ranks {
             let inst = &mut self.instances[k];
@@ -222,22 +222,19 @@ impl World<'_, '_> {
                 }
             }
             let pricer = &mut self.pools[inst.pool].pricer;
+            let p = if self.prefill.is_empty() {
+                pricer.decode_parts(&self.contexts)
+            } else {
+                pricer.mixed_parts(&self.prefill, &self.contexts, &mut self.segs)
+            };
             if ranks == 1 {
-                (fixed, kernels) = if self.prefill.is_empty() {
-                    pricer.decode_parts(&self.contexts)
-                } else {
-                    pricer.mixed_parts(&self.prefill, &self.contexts, &mut self.segs)
-                };
+                (fixed, kernels, sends) = (p.fixed, p.kernels, p.sends);
                 continue;
             }
-            let p = if self.prefill.is_empty() {
-                pricer.decode_split(&self.contexts)
-            } else {
-                pricer.mixed_split(&self.prefill, &self.contexts, &mut self.segs)
-            };
+            // a rank's own operators, without the experts all the ranks share
             let slower = |a: StepCost, b: StepCost| if b.time_s > a.time_s { b } else { a };
             (fixed, experts, kernels) = (
-                slower(fixed, p.local),
+                slower(fixed, p.fixed - p.experts),
                 slower(experts, p.experts),
                 slower(kernels, p.kernels),
             );
@@ -261,11 +258,8 @@ impl World<'_, '_> {
         if pipes > 1 {
             // the first stage holds the micro-batch for one stage's time (the static engine's):
             // its share of the layers, and one of the p - 1 sends
-            let (share, sends) = (
-                self.pools[self.instances[g].pool].stage_share,
-                self.pools[self.instances[g].pool].pricer.last_sends.time_s,
-            );
-            let stage = (cost.time_s - sends) * share + sends / (pipes - 1) as f64;
+            let share = self.pools[self.instances[g].pool].stage_share;
+            let stage = (cost.time_s - sends.time_s) * share + sends.time_s / (pipes - 1) as f64;
             self.instances[pipe].stage_free_s = self.metrics.now + stage;
         }
         let leader = &mut self.instances[g];
