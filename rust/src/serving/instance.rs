@@ -253,8 +253,8 @@ impl Metrics {
 /// One server, or one attention-DP rank of one: its queue, running requests and KV blocks.
 pub(crate) struct Instance {
     pub(crate) pool: usize,
-    /// The first rank of its instance (itself without attention DP): the one that holds the
-    /// instance's step state (`busy`, `step_cost`).
+    /// The first rank of its instance (itself without attention DP, and for a pipeline virtual
+    /// engine, which steps on its own): the one that holds the step state (`busy`, `step_cost`).
     pub(crate) leader: usize,
     /// Its instance's number (the rank's own index without attention DP).
     pub(crate) engine: usize,
