@@ -142,10 +142,20 @@ def test_a_device_file_is_refused_not_read_for_ever(argv):
     _one_error(code, err, 2, "/dev/zero", "not a regular file")
 
 
-@pytest.mark.parametrize("option", ["--speculative", "--mtp", "--draft-model", "--n-cpu-moe", "--cpu-offload-gb"])
+@pytest.mark.parametrize("option", ["--n-cpu-moe", "--cpu-offload-gb"])
 def test_options_for_what_is_not_modelled_say_so(option):
     code, _, err = run_main("estimate", "-m", "openai/gpt-oss-20b", "-H", "RTX_4090", option, "1")
     _one_error(code, err, 2, f"no such option {option}", "is not modelled yet")
+
+
+EST = ["estimate", "-m", "openai/gpt-oss-20b", "-H", "RTX_4090"]
+
+
+@pytest.mark.parametrize("argv", [[*EST, "--mtp"], [*EST, "--draft-model"], [*SIM, "--rate", "1", "--speculative"]])
+def test_the_runtimes_spellings_of_speculation_name_the_option_that_prices_it(argv):
+    code, _, err = run_main(*argv, "1")
+    option = argv[-1]
+    _one_error(code, err, 2, f"no such option {option}", "estimate --speculative eagle3|mtp|ngram|draft:MODEL")
 
 
 def test_a_plan_that_does_not_fit_says_its_times_assume_every_weight_resident():

@@ -6,11 +6,12 @@ use crate::device::{Device, MICRO};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::{
-    build_kernels, build_step, step_shape, AttnPhase, BuildCtx, Geometry, Op, OpFlags, OpKind, StepShape, MODEL_LEVEL,
+    build_draft_step, build_kernels, build_step, step_shape, AttnPhase, BuildCtx, Geometry, Op, OpFlags, OpKind,
+    StepShape, MODEL_LEVEL,
 };
 use crate::model::params::{self, ParamCounts};
 use crate::model::{Ffn, Model};
-use crate::plan::{Efficiency, Plan};
+use crate::plan::{Drafter, Efficiency, Plan};
 use crate::roofline::{price, price_range, Cost};
 #[cfg(test)]
 pub use crate::schedule::prefill_steps;
@@ -323,7 +324,8 @@ struct Acc {
     overhead_s: f64,
     /// The front end's time within `total` (`front_end`).
     front_s: f64,
-    steps: u64,
+    /// Steps the phase takes (a speculative decode's are fractional: tokens / acceptance length).
+    steps: f64,
     rows: Option<Vec<BreakdownRow>>,
     phase: Phase,
 }
@@ -335,7 +337,7 @@ impl Acc {
             sends_s: 0.0,
             overhead_s: 0.0,
             front_s: 0.0,
-            steps: 0,
+            steps: 0.0,
             rows: breakdown.then(Vec::new),
             phase,
         }
@@ -363,10 +365,11 @@ impl Acc {
         }
     }
 
-    fn overhead(&mut self, layers: u64, steps: u64, eff: &Efficiency) {
+    /// The host's overhead of `steps` steps of `layers` layers each.
+    fn overhead(&mut self, layers: u64, steps: f64, eff: &Efficiency) {
         self.steps += steps;
-        let per_layer = layers as f64 * steps as f64 * eff.t_layer_s;
-        let per_step = steps as f64 * eff.t_step_s;
+        let per_layer = layers as f64 * steps * eff.t_layer_s;
+        let per_step = steps * eff.t_step_s;
         if per_layer > 0.0 {
             self.add(
                 OpKind::LayerOverhead,
@@ -384,6 +387,21 @@ impl Acc {
             );
         }
         self.overhead_s += per_layer + per_step;
+    }
+
+    /// The per-layer overhead of `layer_passes` layer passes within steps already counted (a
+    /// drafter's layers, each pass of them).
+    fn layer_overhead(&mut self, layer_passes: f64, eff: &Efficiency) {
+        let t = layer_passes * eff.t_layer_s;
+        if t > 0.0 {
+            self.add(
+                OpKind::LayerOverhead,
+                crate::graph::DRAFTER,
+                (false, None, false, None),
+                Cost::overhead(t),
+            );
+            self.overhead_s += t;
+        }
     }
 
     /// The front end's time of the phase's requests, once: they are parsed and routed side by
@@ -409,7 +427,7 @@ impl Acc {
             (0.0, 0.0)
         };
         PhaseTotals {
-            steps: self.steps,
+            steps: self.steps.round() as u64,
             flops: t.flops,
             bytes: t.bytes,
             compute_s: t.compute_s,
@@ -440,7 +458,8 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
                 None => {
                     let (hd, vd) = (a.head_dim as f64, a.v_dim() as f64);
                     let kv_t = a.kv_heads.div_ceil(ctx.tp) as f64;
-                    layer += f(Role::Q, d, h_t * hd) + f(Role::K, d, kv_t * hd) + f(Role::V, d, kv_t * vd);
+                    let d_in = a.input(m.hidden_size) as f64;
+                    layer += f(Role::Q, d_in, h_t * hd) + f(Role::K, d_in, kv_t * hd) + f(Role::V, d_in, kv_t * vd);
                     layer += f(Role::O, h_t * vd, d);
                     if a.qkv_bias {
                         layer += ((h_t + kv_t) * hd + kv_t * vd) * act;
@@ -583,15 +602,83 @@ pub struct Layout<'a> {
     weights: (f64, f64, f64),
     /// (layers, KV values per token, window) of each layer group with attention, at the plan's TP.
     kv_layers: Vec<(u64, u64, Option<u64>)>,
+    /// A speculative drafter that runs on the device, resolved (its model is the plan's).
+    draft: Option<DraftLayout>,
+}
+
+/// A drafter resolved at the plan's TP: its weight formats and GEMM peaks, the weight bytes it
+/// adds to a rank (what it does not share with the target), and its own KV layers.
+struct DraftLayout {
+    formats: [crate::weights::WeightFormat; N_ROLES],
+    peaks: [f64; N_ROLES],
+    weight_bytes: f64,
+    kv_layers: Vec<(u64, u64, Option<u64>)>,
+}
+
+impl DraftLayout {
+    fn new(d: &Drafter, dev: &Device, plan: &Plan, proto: ProtocolTable, warnings: &mut Vec<String>) -> Result<Self> {
+        let dplan = Plan {
+            weights: d.weights.clone(),
+            pp: 1,
+            speculation: None,
+            ..plan.clone()
+        };
+        let r = resolve(&d.model, dev, &dplan, proto)?;
+        for w in r.warnings {
+            if !warnings.contains(&w) {
+                warnings.push(w);
+            }
+        }
+        let (layers, embed, head) = weight_bytes_per_rank(&r.ctx);
+        let hidden = d.model.hidden_size as f64;
+        // the fused-state projection, replicated on every rank (`graph::build_draft_step`)
+        let fused = r.ctx.format(Role::O).bytes(d.fused_inputs as f64 * hidden, hidden);
+        let fused = if d.fused_inputs > 0 { fused } else { 0.0 };
+        let weight_bytes =
+            layers + fused + if d.shares_embedding { 0.0 } else { embed } + if d.shares_head { 0.0 } else { head };
+        Ok(DraftLayout {
+            formats: r.ctx.formats,
+            peaks: r.ctx.peaks,
+            weight_bytes,
+            kv_layers: d.model.kv_layers(plan.tp),
+        })
+    }
 }
 
 impl<'a> Layout<'a> {
     /// Resolves the layout of `plan` (its batch, lengths, chunk, DP and micro-batches aside).
     pub fn new(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) -> Result<Layout<'a>> {
-        let r = resolve(m, dev, plan, proto)?;
+        let mut r = resolve(m, dev, plan, proto)?;
         let weights = weight_bytes_per_rank(&r.ctx);
         let kv_layers = m.kv_layers(plan.tp);
-        Ok(Layout { r, weights, kv_layers })
+        let draft = match plan.speculation.as_ref().and_then(|s| s.drafter.as_ref()) {
+            Some(d) => Some(DraftLayout::new(d, dev, plan, proto, &mut r.warnings)?),
+            None => None,
+        };
+        Ok(Layout {
+            r,
+            weights,
+            kv_layers,
+            draft,
+        })
+    }
+
+    /// The build context of the plan's drafter: its model, formats and peaks, the target's
+    /// parallelism and dtypes. None without a drafter on the device.
+    fn draft_ctx<'b>(&'b self, d: &'b Drafter) -> Option<BuildCtx<'b>> {
+        let dl = self.draft.as_ref()?;
+        Some(BuildCtx {
+            model: &d.model,
+            formats: dl.formats,
+            peaks: dl.peaks,
+            pp: 1,
+            ..self.r.ctx
+        })
+    }
+
+    /// Weight bytes the drafter adds to one rank (0 without one).
+    pub(crate) fn draft_weight_bytes(&self) -> f64 {
+        self.draft.as_ref().map_or(0.0, |d| d.weight_bytes)
     }
 
     /// The build context every step of the layout is built from.
@@ -601,7 +688,7 @@ impl<'a> Layout<'a> {
 
     /// Weight bytes one rank holds without pipeline stages: decoder layers, embeddings, head.
     pub(crate) fn weight_bytes(&self) -> f64 {
-        self.weights.0 + self.weights.1 + self.weights.2
+        self.weights.0 + self.weights.1 + self.weights.2 + self.draft_weight_bytes()
     }
 
     /// The share of the decoder layers one of `pp` pipeline stages holds (ceil(layers / pp)).
@@ -623,8 +710,10 @@ impl<'a> Layout<'a> {
     /// KV-cache bytes one rank holds per token of one sequence, every layer counted at full
     /// length (a sliding-window layer's blocks are not freed behind its window).
     pub(crate) fn kv_bytes_per_token(&self) -> f64 {
+        let drafter = self.draft.as_ref().map_or(&[][..], |d| &d.kv_layers[..]);
         self.kv_layers
             .iter()
+            .chain(drafter)
             .map(|&(count, values, _)| count as f64 * values as f64 * self.r.ctx.kv_b)
             .sum()
     }
@@ -705,17 +794,44 @@ pub fn prefill(l: &Layout, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64, b
             );
         }
     }
-    acc.overhead(ctx.model.num_layers(), schedule.steps(), eff);
+    acc.overhead(ctx.model.num_layers(), schedule.steps() as f64, eff);
+    // a drafter runs over each prefill step's tokens after the target (vLLM's proposer takes
+    // the step's hidden states): its KV for the prompt, and the first drafts
+    if let Some((d, dctx)) = drafter(l, plan) {
+        let mut ops = Vec::with_capacity(48);
+        schedule.for_each(|segs, n| {
+            build_draft_step(&dctx, d.fused_inputs, &Geometry::Segments(segs), &mut ops);
+            for op in &ops {
+                workspace = workspace.max(op.act_bytes);
+                acc.add(op.kind, op.group, op.flags(), price(op, 0.0, bw, eff).scaled(n as f64));
+            }
+        });
+        let draft_layers = d.model.num_layers() as f64 * schedule.steps() as f64;
+        acc.layer_overhead(draft_layers, eff);
+    }
     acc.front_end(eff);
     PhaseRun { acc, workspace }
 }
 
+/// The plan's drafter that runs on the device, with its build context.
+fn drafter<'b>(l: &'b Layout, plan: &'b Plan) -> Option<(&'b Drafter, BuildCtx<'b>)> {
+    let d = plan.speculation.as_ref()?.drafter.as_ref()?;
+    Some((d, l.draft_ctx(d)?))
+}
+
 /// The operators of one decode step of `batch` sequences, as the plan runs it: a replayed
 /// CUDA graph (one-token steps, `decode_graphs`) launches no kernel from the host.
+/// With speculation it is the verification step: k + 1 tokens a sequence, each scored.
 pub fn decode_ops(l: &Layout, plan: &Plan, batch: u64) -> Vec<Op> {
     let mut ops: Vec<Op> = Vec::with_capacity(48);
-    build_step(&l.r.ctx, &Geometry::Decode { batch }, &mut ops);
-    if plan.decode_graphs && batch == 1 {
+    let q = plan.speculation.as_ref().map_or(1, |s| s.draft_tokens + 1);
+    let geo = Geometry::Decode {
+        batch,
+        queries: q,
+        sampled: q,
+    };
+    build_step(&l.r.ctx, &geo, &mut ops);
+    if plan.decode_graphs && batch == 1 && q == 1 {
         for op in &mut ops {
             op.launches = 0.0;
         }
@@ -724,18 +840,55 @@ pub fn decode_ops(l: &Layout, plan: &Plan, batch: u64) -> Vec<Op> {
 }
 
 /// Every decode step of the plan (contexts prompt+1 ..= prompt+output-1), in closed form, on
-/// the step's operators `ops` (`decode_ops`).
-pub fn decode(l: &Layout, plan: &Plan, ops: &[Op], eff: &Efficiency, bw: f64, breakdown: bool) -> PhaseRun {
+/// the operators `ops` of a step of `batch` sequences (`decode_ops`).
+///
+/// With speculation a step emits `acceptance_length` tokens on average: the steps are
+/// (output - 1) / acceptance_length, at contexts that advance that much a step. Each step's
+/// costs are affine in the context, so the steps' sum is the per-token sum over the same
+/// contexts divided by the acceptance length. A step is the target's verification (`ops`)
+/// and the drafter's passes: one over the step's k + 1 positions (one of them sampled), then
+/// k - 1 of one token.
+#[allow(clippy::too_many_arguments)]
+pub fn decode(l: &Layout, plan: &Plan, batch: u64, ops: &[Op], eff: &Efficiency, bw: f64, breakdown: bool) -> PhaseRun {
     let mut acc = Acc::new(Phase::Decode, breakdown);
     let mut workspace = 0.0f64;
     if plan.output > 1 {
         let ctx0 = plan.prefix + plan.prompt;
         let (lo, hi) = (ctx0 + 1, ctx0 + plan.output - 1);
+        let per_step = plan.speculation.as_ref().map_or(1.0, |s| 1.0 / s.acceptance_length);
         for op in ops {
             workspace = workspace.max(op.act_bytes);
-            acc.add(op.kind, op.group, op.flags(), price_range(op, lo, hi, bw, eff));
+            acc.add(
+                op.kind,
+                op.group,
+                op.flags(),
+                price_range(op, lo, hi, bw, eff).scaled(per_step),
+            );
         }
-        acc.overhead(l.r.ctx.model.num_layers(), plan.output - 1, eff);
+        let steps = (plan.output - 1) as f64 * per_step;
+        acc.overhead(l.r.ctx.model.num_layers(), steps, eff);
+        if let (Some((d, dctx)), Some(s)) = (drafter(l, plan), plan.speculation.as_ref()) {
+            let k = s.draft_tokens;
+            let mut pass = Vec::with_capacity(48);
+            let later = if d.fuse_first_pass_only { 0 } else { d.fused_inputs };
+            for (queries, passes, fused) in [(k + 1, 1, d.fused_inputs), (1, k - 1, later)] {
+                if passes == 0 {
+                    continue;
+                }
+                let geo = Geometry::Decode {
+                    batch,
+                    queries,
+                    sampled: 1,
+                };
+                build_draft_step(&dctx, fused, &geo, &mut pass);
+                for op in &pass {
+                    workspace = workspace.max(op.act_bytes);
+                    let c = price_range(op, lo, hi, bw, eff).scaled(per_step * passes as f64);
+                    acc.add(op.kind, op.group, op.flags(), c);
+                }
+            }
+            acc.layer_overhead(d.model.num_layers() as f64 * k as f64 * steps, eff);
+        }
     }
     PhaseRun { acc, workspace }
 }
@@ -802,10 +955,13 @@ pub fn numbers(
     let weights = if plan.pp > 1 {
         layer_w * stage_share + embed_w.max(head_w)
     } else {
-        layer_w + embed_w + head_w
+        layer_w + embed_w + head_w + l.draft_weight_bytes()
     };
     let tokens = plan.prefix + plan.prompt + plan.output;
-    let kv = kv_bytes_per_rank(&l.kv_layers, ctx.kv_b, plan.batch, tokens) * stage_share;
+    let kv = kv_bytes_per_rank(&l.kv_layers, ctx.kv_b, plan.batch, tokens) * stage_share
+        + l.draft
+            .as_ref()
+            .map_or(0.0, |d| kv_bytes_per_rank(&d.kv_layers, ctx.kv_b, plan.batch, tokens));
     let state = l.state_bytes_per_seq() * plan.batch as f64 * stage_share;
     let workspace = pre.workspace.max(dec.workspace);
     let total = weights + kv + state + workspace;
@@ -866,10 +1022,18 @@ pub fn estimate(
     let l = Layout::new(m, dev, plan, proto)?;
     let bw = dev.memory_bw();
     let pre = prefill(&l, plan, plan.batch, eff, bw, breakdown);
-    let dec = decode(&l, plan, &decode_ops(&l, plan, plan.batch), eff, bw, breakdown);
+    let dec = decode(
+        &l,
+        plan,
+        plan.batch,
+        &decode_ops(&l, plan, plan.batch),
+        eff,
+        bw,
+        breakdown,
+    );
     let micro = micro_batch(plan).map(|b| {
         let pm = prefill(&l, plan, b, eff, bw, false);
-        let dm = decode(&l, plan, &decode_ops(&l, plan, b), eff, bw, false);
+        let dm = decode(&l, plan, b, &decode_ops(&l, plan, b), eff, bw, false);
         (pm, dm)
     });
     let n = numbers(&l, dev, plan, &pre, &dec, micro.as_ref().map(|(p, d)| (p, d)))?;
@@ -955,5 +1119,7 @@ fn check_finite(e: &Numbers) -> Result<()> {
     Err(out_of_range(name, v))
 }
 
+#[cfg(test)]
+mod spec_tests;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -32,6 +32,7 @@ pub fn llama31_8b() -> Model {
                 indexer: None,
                 v_head_dim: None,
                 chunk: None,
+                input_dim: None,
             }),
             ffn: Ffn::Dense {
                 intermediate_size: 14336,

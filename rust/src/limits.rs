@@ -20,3 +20,8 @@ pub const MAX_LAYERS: u64 = 1 << 16;
 /// Routed experts a MoE layer may have: skewed routing sums over each expert; over 100 times
 /// the largest published expert counts (about 384). A work bound, not a physical limit.
 pub const MAX_EXPERTS: u64 = 1 << 16;
+
+/// Draft tokens one speculative step may propose: a step builds one drafter pass per draft
+/// token, so this bounds one estimate's work; 16 times the 64-token trees SGLang verifies
+/// (`--speculative-num-draft-tokens 64`). A work bound, not a physical limit.
+pub const MAX_DRAFT_TOKENS: u64 = 1 << 10;

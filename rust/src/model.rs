@@ -111,12 +111,22 @@ pub struct Attention {
     /// at most one chunk of the layer's cache.
     #[serde(default)]
     pub chunk: Option<u64>,
+    /// Width of the q/k/v projections' input where it is not the hidden size: an EAGLE-3
+    /// head's layer takes the token's embedding and the fused hidden state side by side
+    /// (`LlamaForCausalLMEagle3`: q/k/v_proj in_features = 2 x hidden_size). Not with MLA.
+    #[serde(default)]
+    pub input_dim: Option<u64>,
 }
 
 impl Attention {
     /// Width of a value head (of a non-MLA attention): `v_head_dim`, else `head_dim`.
     pub fn v_dim(&self) -> u64 {
         self.v_head_dim.unwrap_or(self.head_dim)
+    }
+
+    /// Width of the q/k/v projections' input: `input_dim`, else the hidden size `d`.
+    pub fn input(&self, d: u64) -> u64 {
+        self.input_dim.unwrap_or(d)
     }
 
     /// The keys one query attends: the sliding window, or the indexer's top-k (the smaller when
@@ -543,6 +553,15 @@ impl Model {
                 }
                 if let Some(w) = a.window {
                     pos("sliding_window", w)?;
+                }
+                if let Some(w) = a.input_dim {
+                    pos("input_dim", w)?;
+                    if a.mla.is_some() {
+                        return Err(Error::model(
+                            "input_dim",
+                            "not with MLA (its projections read the hidden state)",
+                        ));
+                    }
                 }
                 if let Some(v) = a.v_head_dim {
                     pos("v_head_dim", v)?;

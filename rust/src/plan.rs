@@ -102,10 +102,107 @@ pub struct Plan {
     /// constants table's fitted `power_memory_rho`); None: power is reported missing.
     #[serde(default)]
     pub power_rho: Option<f64>,
+    /// Speculative decoding: each decode step drafts `draft_tokens` tokens and the target
+    /// verifies them in one pass; None: one token a step.
+    #[serde(default)]
+    pub speculation: Option<Speculation>,
 }
 
 fn one() -> u64 {
     1
+}
+
+/// Speculative decoding as the runtimes run it (vLLM `v1/spec_decode/eagle.py`
+/// `EagleProposer.propose`, SGLang's EAGLE worker): each step the drafter proposes k tokens a
+/// sequence (a first pass over the step's k + 1 verified positions, then k - 1 passes of one
+/// token), and the target scores the k drafts and the bonus token in one pass (k + 1 tokens
+/// of GEMM, attention and LM head a sequence, its weights read once); on average
+/// `acceptance_length` tokens a step are kept. The rejected drafts' work is paid all the same.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Speculation {
+    /// k: tokens drafted a sequence each step (`num_speculative_tokens`).
+    pub draft_tokens: u64,
+    /// Tokens a verification step emits on average, the bonus token included (1 ..= k + 1):
+    /// the acceptance curve's value at depth k.
+    pub acceptance_length: f64,
+    /// The drafter's forward passes; None: drafts found by a lookup on the host (n-gram), no
+    /// device pass.
+    #[serde(default)]
+    pub drafter: Option<Drafter>,
+}
+
+/// A drafter that runs on the device: an MTP module, an EAGLE head or a draft model, at the
+/// target's TP.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Drafter {
+    /// Its layers, hidden size and vocabulary (its LM head's rows: an EAGLE-3 head's draft vocabulary).
+    pub model: Model,
+    /// Hidden-size states concatenated into a projection to the hidden size before its layers:
+    /// 2 for an MTP module's eh_proj (the token's embedding and the target's hidden state,
+    /// DeepSeek-V3 and vLLM `deepseek_mtp.py`), 3 for EAGLE-3's fc (three of the target's
+    /// layers' states); 0 for a draft model (none).
+    #[serde(default)]
+    pub fused_inputs: u64,
+    /// The fused projection runs on the first pass of a step only (EAGLE-3 combines the
+    /// target's states once, vLLM `combine_hidden_states`; its later passes feed back its own
+    /// state); else on every pass (an MTP module's eh_proj takes each new token's embedding).
+    #[serde(default)]
+    pub fuse_first_pass_only: bool,
+    /// Storage format of each of its weight roles (default: all in the plan's dtype).
+    #[serde(default)]
+    pub weights: WeightFormats,
+    /// It reads the target's embedding table (MTP, EAGLE): not held twice.
+    #[serde(default)]
+    pub shares_embedding: bool,
+    /// It reads the target's LM head (MTP): not held twice.
+    #[serde(default)]
+    pub shares_head: bool,
+}
+
+impl Speculation {
+    /// Checks the speculation against the target model `m`.
+    pub fn validate(&self, m: &Model) -> Result<()> {
+        if self.draft_tokens == 0 {
+            return Err(Error::plan("draft_tokens", "must be a positive integer (>= 1)"));
+        }
+        if self.draft_tokens > crate::limits::MAX_DRAFT_TOKENS {
+            return Err(Error::plan(
+                "draft_tokens",
+                format!(
+                    "{} is more than the {} a step prices",
+                    self.draft_tokens,
+                    crate::limits::MAX_DRAFT_TOKENS
+                ),
+            ));
+        }
+        let top = (self.draft_tokens + 1) as f64;
+        if !(self.acceptance_length.is_finite() && (1.0..=top).contains(&self.acceptance_length)) {
+            return Err(Error::plan(
+                "acceptance_length",
+                format!(
+                    "must be between 1 (every draft rejected) and draft_tokens + 1 = {top} (every draft kept), got {}",
+                    self.acceptance_length
+                ),
+            ));
+        }
+        if let Some(d) = &self.drafter {
+            d.model.validate()?;
+            let reads_target = d.fused_inputs > 0 || d.shares_embedding || d.shares_head;
+            if reads_target && d.model.hidden_size != m.hidden_size {
+                return Err(Error::plan(
+                    "drafter",
+                    format!(
+                        "a drafter that reads the target's hidden states, embedding or LM head needs its hidden \
+                         size ({}), got {}",
+                        m.hidden_size, d.model.hidden_size
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Devices per node and the per-device scale-out link (NIC line rate per
@@ -306,6 +403,7 @@ impl Plan {
             gpu_memory_utilization,
             linear_chunk: 0,
             power_rho: None,
+            speculation: None,
         }
     }
 
@@ -379,6 +477,15 @@ impl Plan {
         positive("pp", self.pp)?;
         positive("dp", self.dp)?;
         positive("kv_pad", self.kv_pad)?;
+        if let Some(sp) = &self.speculation {
+            sp.validate(m)?;
+            if self.pp > 1 {
+                return Err(Error::plan(
+                    "speculation",
+                    "speculative decoding with pipeline stages is not priced",
+                ));
+            }
+        }
         if let Some(mb) = self.microbatches {
             positive("microbatches", mb)?;
         }

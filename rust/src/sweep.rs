@@ -141,7 +141,7 @@ impl<'a> Pricer<'a> {
                 })
                 .clone();
             let ops = self.ops.get((key, batch), || decode_ops(l, p, batch));
-            (pre, decode(l, p, ops, eff, bw, false))
+            (pre, decode(l, p, batch, ops, eff, bw, false))
         };
         let (pre, dec) = phases(p.batch);
         let micro = micro_batch(p).map(&mut phases);

@@ -76,6 +76,7 @@ def _estimate_text(e: Any, verbose: bool) -> str:
         ("plan", f"batch {p['batch']}, prompt {p['prompt']}, output {p['output']}, TP {p['tp']}{ep_text}, "
                  f"{p['dtype']}; weights {p['weights']} ({p['weights_source']}), KV {p['kv_dtype'] or p['dtype']}"),
         ("runtime", f"{e.runtime_note}; --runtime chooses, --uncalibrated gives the bound"),
+        *([("speculation", _speculation_text(p["speculation"]))] if p.get("speculation") else []),
         ("calibration", f"{e.calibration}: {e.calibration_note}" + (f"; {_held_out_text(held)}" if held else "")),
         ("catalog", "verified" if e.verified else "verified = false (estimated: true)"),
     ]  # fmt: skip
@@ -102,6 +103,13 @@ def _estimate_text(e: Any, verbose: bool) -> str:
     lines = [f"{e.model} on {e.hardware}", _table(rows)]
     lines += [f"  warning: {w}" for w in e.warnings]
     return "\n".join(lines)
+
+
+def _speculation_text(s: Any) -> str:
+    """The method, its drafter, its depth and its acceptance length with where it comes from."""
+    by = f" by {s['drafter']}" if s["drafter"] else " (drafts looked up on the host, not priced)"
+    return (f"{s['method']}{by}, {s['draft_tokens']} draft tokens a step, acceptance length "
+            f"{s['acceptance_length']:.3g} ({s['acceptance']})")  # fmt: skip
 
 
 def _cost_text(c: Any) -> str:

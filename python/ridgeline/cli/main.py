@@ -15,26 +15,30 @@ def _one_line(msg: str) -> str:
     return msg.replace("\r", "\\r").replace("\n", "\\n")
 
 
-#: The options people reach for that name what ridgeline does not model yet: speculative
-#: decoding (vLLM's --speculative-config, SGLang's --speculative-algorithm, llama.cpp's
-#: --model-draft / -md) and weights kept in host memory (llama.cpp's -ngl / --n-gpu-layers and
-#: --n-cpu-moe, vLLM's --cpu-offload-gb).
+#: The options people reach for that name weights kept in host memory (llama.cpp's -ngl /
+#: --n-gpu-layers and --n-cpu-moe, vLLM's --cpu-offload-gb), which ridgeline does not model yet.
 _NOT_MODELLED = {
-    "speculative decoding (MTP, EAGLE, draft models, n-gram lookup)": (
-        "--speculative", "--speculative-config", "--speculative-algorithm", "--mtp", "--eagle", "--draft",
-        "--draft-model", "--model-draft", "--num-speculative-tokens", "--spec",
-    ),
     "weights kept in host memory (offload)": (
         "--offload", "--cpu-offload-gb", "--n-cpu-moe", "--cpu-moe", "--ngl", "--n-gpu-layers", "--gpu-layers",
     ),
 }  # fmt: skip
+#: The runtimes' spellings of speculative decoding (vLLM's --speculative-config, SGLang's
+#: --speculative-algorithm, llama.cpp's --model-draft / -md), which estimate takes as one option.
+_SPECULATION = (
+    "--speculative", "--speculative-config", "--speculative-algorithm", "--mtp", "--eagle", "--eagle3", "--draft",
+    "--draft-model", "--model-draft", "--num-speculative-tokens", "--spec", "--ngram",
+)  # fmt: skip
 
 
 def _not_modelled(e: click.UsageError) -> str:
-    """For an unknown option that names a feature ridgeline does not model yet, the error saying
-    so (empty for any other error)."""
+    """For an unknown option that names a feature ridgeline does not model yet, or models under
+    another name, the error saying so (empty for any other error)."""
     if not isinstance(e, click.NoSuchOption):
         return ""
+    if e.option_name in _SPECULATION:
+        return (f"no such option {e.option_name}: speculative decoding is `ridgeline estimate --speculative "
+                "eagle3|mtp|ngram|draft:MODEL --draft-tokens K [--acceptance FILE]`; simulate, sweep and recommend "
+                "do not run it yet (docs/concepts.md)")  # fmt: skip
     for what, options in _NOT_MODELLED.items():
         if e.option_name in options:
             return (f"no such option {e.option_name}: {what} is not modelled yet; every estimate prices a plan "

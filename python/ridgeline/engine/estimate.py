@@ -89,6 +89,7 @@ def estimate(
     devices_per_node: Optional[int] = None, scaleout_gbs: Optional[float] = None,
     scaleout_latency_us: Optional[float] = None, dtype: str = "bf16", weight_dtype: Optional[str] = None,
     kv_dtype: Optional[str] = None, chunk: Optional[int] = None, runtime: Optional[str] = None,
+    speculative: Optional[str] = None, draft_tokens: Optional[int] = None, acceptance: Optional[str] = None,
     allow_no_fit: bool = False, calibrated: bool = True, breakdown: bool = True, catalog: Optional[Catalog] = None,
     price_per_hour: Optional[float] = None, amortise_years: Optional[float] = None,
 ) -> Estimate:  # fmt: skip
@@ -102,7 +103,8 @@ def estimate(
         batch, prompt, output, prefix, identical_sequences, routing_skew, flash_attention,
         swa_cache_extra, kv_pad, kv_skip_masked_tail, decode_graphs, tp, ep, attention_dp, pp, dp,
         microbatches, devices_per_node, scaleout_gbs, scaleout_latency_us, dtype, weight_dtype,
-        kv_dtype, chunk, runtime, calibrated, price_per_hour, amortise_years: the plan's settings,
+        kv_dtype, chunk, runtime, speculative, draft_tokens, acceptance, calibrated, price_per_hour,
+        amortise_years: the plan's settings,
             each a field of ``Plan`` whose help (``help(ridgeline.Plan)``, or ``ridgeline
             estimate --help``) says what it means, its unit and its default. Where swa_cache_extra,
             kv_pad, kv_skip_masked_tail, decode_graphs and chunk are left unset they are how
@@ -136,7 +138,7 @@ def estimate(
         model if model.__class__ is str else id(model), hardware if hardware.__class__ is str else id(hardware),
         runtime, dtype, weight_dtype, kv_dtype, chunk, routing_skew, identical_sequences, flash_attention,
         swa_cache_extra, kv_pad, kv_skip_masked_tail, decode_graphs, devices_per_node, scaleout_gbs,
-        scaleout_latency_us, calibrated, catalog, attention_dp,
+        scaleout_latency_us, calibrated, catalog, attention_dp, speculative, draft_tokens, acceptance,
     )  # fmt: skip
     exact = (
         identical_sequences.__class__ is bool and flash_attention.__class__ is bool and calibrated.__class__ is bool
@@ -164,7 +166,8 @@ def estimate(
                      swa_cache_extra=swa_cache_extra, kv_pad=kv_pad, kv_skip_masked_tail=kv_skip_masked_tail,
                      decode_graphs=decode_graphs, devices_per_node=devices_per_node, scaleout_gbs=scaleout_gbs,
                      scaleout_latency_us=scaleout_latency_us, calibrated=calibrated,
-                     attention_dp=attention_dp)  # fmt: skip
+                     attention_dp=attention_dp, speculative=speculative, draft_tokens=draft_tokens,
+                     acceptance=acceptance)  # fmt: skip
         if exact:
             if len(_PREPARED) >= _PREPARED_MAX:
                 _PREPARED.clear()
@@ -217,7 +220,8 @@ def prepare(
     kv_skip_masked_tail: Any = None, decode_graphs: Any = None, devices_per_node: Any = None,
     scaleout_gbs: Any = None, scaleout_latency_us: Any = None, calibrated: Any = True, attention_dp: Any = 1,
     t_step_us: Optional[float] = None, t_request_us: Optional[float] = None,
-    attention_row: Optional[Mapping[str, Any]] = None,
+    attention_row: Optional[Mapping[str, Any]] = None, speculative: Any = None, draft_tokens: Any = None,
+    acceptance: Any = None,
 ) -> _Prepared:  # fmt: skip
     """Resolves and checks everything of a plan but its numbers (``estimate`` keeps the result).
     ``t_step_us`` and ``t_request_us`` replace the calibration's step and front-end overheads (the
@@ -291,6 +295,16 @@ def prepare(
         tail["routing_skew"] = _number("routing_skew", routing_skew)
     core_plan = {"batch": 1, "prompt": 1, "output": 1, **head, **tail, "weights": weights.core(),
                  "topology": topo.core()}  # fmt: skip
+    spec = None
+    if speculative is not None or draft_tokens is not None or acceptance is not None:
+        from . import speculation  # read only by a plan that speculates (the cold start)
+
+        def draft_weights(d: Model) -> Any:
+            return quant.on_runtime(_stored_weights(d, d, dtype, None)[1], runtime).core()
+
+        spec = speculation.resolve(speculative, draft_tokens, acceptance, m, weights.core(), draft_weights)
+        if spec is not None:
+            core_plan["speculation"] = spec.core
     core = _core.Prepared(m._core, dev.core_for(collective_library(runtime)), _plan_json(core_plan), eff,
                           _protocol_cached(cat))  # fmt: skip
     warnings = []
@@ -299,6 +313,8 @@ def prepare(
         warnings.append(overridden)
     if not dev.verified:
         warnings.append(f"{dev.name} is not vendor-reconciled in the catalog (verified = false): results are estimated")
+    if spec is not None and spec.borrowed:
+        warnings.append(f"speculation: the acceptance length is {spec.acceptance}")
     for tower, n in zip(m.towers, m.tower_params):
         size = "its structure is not known" if n is None else f"{n:,} parameters"
         warnings.append(f"the text decoder only is priced: the {tower} ({size}) is not, nor its memory")
@@ -310,7 +326,8 @@ def prepare(
         runtime_note=runtime_note, held_runtime=runtime if fit_row is not None else None,
         warnings=tuple(warnings), group_labels=_group_labels(m), formats=formats,
         plan_labels={"runtime": runtime, "from_runtime": from_runtime, "weights": weights.label,
-                     "weights_source": weights.source, "topology": topo.source},
+                     "weights_source": weights.source, "topology": topo.source,
+                     "speculation": None if spec is None else spec.summary()},
         stamp=None if isinstance(model, Model) or m.source.startswith("bundled") else _stamp(model),
         basis_from=basis_from(label, fit_row), request_s=float(json.loads(eff)["t_request_s"]),
     )  # fmt: skip

@@ -175,6 +175,21 @@ class Plan:
         False, "Every sequence holds the same tokens (n copies of one request), so MoE routing picks the same "
         "experts for all of them.", "", _checks.flag, ESTIMATE,
     )  # fmt: skip
+    speculative: Optional[str] = _setting(
+        None, "Speculative decoding: eagle3 (the EAGLE-3 head bundled for the model), eagle3:CONFIG (a head's "
+        "config.json), mtp (the model's own MTP module), ngram (drafts looked up on the host) or draft:MODEL (a "
+        "draft model). Each step drafts draft_tokens tokens a sequence and the target verifies them in one pass. "
+        "Default: none.", "", _OPT_TEXT, ESTIMATE,
+    )  # fmt: skip
+    draft_tokens: Optional[int] = _setting(
+        None, "Tokens drafted a sequence each speculative step (k: num_speculative_tokens, --spec-draft-n-max, MTP "
+        "nextn); needed with speculative.", "tokens", _OPT_WHOLE, ESTIMATE,
+    )  # fmt: skip
+    acceptance: Optional[str] = _setting(
+        None, "Acceptance curve CSV, columns as data/speculation/acceptance_curves.csv (depth and acceptance_length, "
+        "or acceptance_rate_at_position): the tokens a step keeps at draft_tokens. Default: the bundled curve "
+        "measured on the model, else on its family (labelled borrowed).", "", _OPT_TEXT, ESTIMATE,
+    )  # fmt: skip
     calibrated: bool = _setting(
         True, "Apply the runtime's calibration. Off: the efficiency-1 bound of the same plan, run the same way (so "
         "the memory fit does not change).", "",

@@ -151,8 +151,10 @@ def _gated_deltanet(cfg: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-# Families whose MTP layers the counter knows (Model.mtp_params).
-_MTP_KNOWN_TYPES = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
+# Families whose MTP layers the counter knows (Model.mtp_params): each module's layer is like the
+# model's last (Qwen3-Next / Qwen3.5: a full-attention layer; DeepSeek-V3 and R1: an MoE layer, the
+# "transformer block" of its technical report's section 2.2, model.layers.61 of the checkpoint).
+_MTP_KNOWN_TYPES = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "deepseek_v3"}
 
 
 # Vision towers whose structure the counter knows: Qwen3-VL's ViT (HF Qwen3VLVisionModel), which

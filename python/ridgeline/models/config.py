@@ -126,7 +126,8 @@ class Model:
     def mtp_params(self) -> Optional[int]:
         """Parameters of the checkpoint's MTP modules where their structure is known; None when
         unknown or absent. Each module: its decoder layers (Qwen3-Next / Qwen3.5 ``mtp.*``: a
-        full-attention layer like the model's; Nemotron-H: the layers of its MTP pattern, "*E"),
+        full-attention layer like the model's; DeepSeek-V3: an MoE layer like its last; Nemotron-H:
+        the layers of its MTP pattern, "*E"),
         an fc from the concatenated embedding and hidden state (2 hidden x hidden, no bias) and
         three RMSNorms. Not in ``params``: the decoder does not run them."""
         if not self.mtp_layers or not self.mtp_groups:
@@ -195,8 +196,11 @@ class Model:
             + (
                 [
                     f"{self.mtp_layers} MTP layer(s): "
-                    f"{'structure not known' if self.mtp_params is None else f'{self.mtp_params:,} parameters'} "
-                    "(not in the counts, not priced)"
+                    + (
+                        "structure not known (not in the counts, not priced)"
+                        if self.mtp_params is None
+                        else f"{self.mtp_params:,} parameters (not in the counts; priced with --speculative mtp)"
+                    )
                 ]
                 if self.mtp_layers
                 else []

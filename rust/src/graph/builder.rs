@@ -189,7 +189,7 @@ impl Builder<'_, '_> {
         let per_seq = |new: u64| chunked_scan_flops(r.scan, new, chunk, r.heads, r.dk, r.dv);
         let flops = match geo {
             Geometry::Segments(s) => s.iter().map(|x| x.count as f64 * per_seq(x.new)).sum(),
-            Geometry::Decode { batch } => *batch as f64 * per_seq(1),
+            Geometry::Decode { batch, queries, .. } => *batch as f64 * per_seq(*queries),
         };
         let io = t * r.io * c.act_b;
         let state = geo.sequences() * 2.0 * r.heads * r.dk * r.dv * r.state_bytes.unwrap_or(c.act_b);
@@ -260,13 +260,13 @@ impl Builder<'_, '_> {
 
     pub(super) fn attention_mha(&mut self, a: &Attention, geo: &Geometry, t: f64, h_t: f64) {
         let c = self.ctx;
-        let d = c.model.hidden_size as f64;
         let (hd, vd) = (a.head_dim as f64, a.v_dim() as f64);
         let kv_t = a.kv_heads.div_ceil(c.tp) as f64;
         // an output gate on the attention output: q_proj emits it beside the query
         let q_cols = if a.output_gate { h_t * (hd + vd) } else { h_t * hd };
         let parts = [(q_cols, Role::Q), (kv_t * hd, Role::K), (kv_t * vd, Role::V)];
-        self.gemm_parts(OpKind::QkvProj, t, d, &parts, 1.0, a.qkv_bias);
+        let d_in = a.input(c.model.hidden_size) as f64;
+        self.gemm_parts(OpKind::QkvProj, t, d_in, &parts, 1.0, a.qkv_bias);
         if a.qk_norm {
             self.norm(OpKind::QkNorm, 1.0, t * (h_t + kv_t), hd);
         }
@@ -308,7 +308,7 @@ impl Builder<'_, '_> {
         // A decode step reads the cells the runtime's cache layout gives (`DecodeKeys`: a
         // sliding-window ring larger than the window, n_kv padding, a chunk).
         let keys = match geo {
-            Geometry::Decode { batch } => c.decode_keys(a.window, *batch).with_chunk(a.chunk),
+            Geometry::Decode { batch, .. } => c.decode_keys(a.window, *batch).with_chunk(a.chunk),
             Geometry::Segments(_) => DecodeKeys::exact(span).with_chunk(a.chunk),
         };
         self.push(
@@ -407,7 +407,7 @@ impl Builder<'_, '_> {
         let per_key = (kvl + rope) * c.kv_b;
         let qo = t * h_t * (kvl + rope + kvl) * c.act_b;
         let keys = match geo {
-            Geometry::Decode { batch } => c.decode_keys(a.attended(), *batch),
+            Geometry::Decode { batch, .. } => c.decode_keys(a.attended(), *batch),
             Geometry::Segments(_) => DecodeKeys::exact(span),
         };
         self.latent_attention(per_pair, per_key, qo, geo.attention(span), keys);
@@ -446,7 +446,7 @@ impl Builder<'_, '_> {
         let per_key = hd * c.kv_b;
         let q = t * h * hd * c.act_b;
         let keys = match geo {
-            Geometry::Decode { batch } => c.decode_keys(None, *batch),
+            Geometry::Decode { batch, .. } => c.decode_keys(None, *batch),
             Geometry::Segments(_) => NO_KEYS,
         };
         self.push(

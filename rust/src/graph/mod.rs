@@ -24,6 +24,9 @@ const NO_KEYS: DecodeKeys = DecodeKeys::exact(None);
 /// Group index of operators outside the decoder layers.
 pub const MODEL_LEVEL: u16 = u16::MAX;
 
+/// Group index of a speculative drafter's operators (its layers and head alike).
+pub const DRAFTER: u16 = u16::MAX - 1;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum OpKind {
     Embedding,
@@ -83,6 +86,8 @@ pub enum OpKind {
     GatedNorm,
     /// Gated DeltaNet: the output projection.
     LinearOutProj,
+    /// A drafter's projection of the fused states (embedding and hidden states) to the hidden size.
+    DraftInputProj,
     LayerOverhead,
     StepOverhead,
     /// A request's front-end time before its prefill (`Efficiency::t_request_s`).
@@ -137,6 +142,7 @@ impl OpKind {
             OpKind::LinearAttention => "linear_attention",
             OpKind::GatedNorm => "gated_norm",
             OpKind::LinearOutProj => "linear_out_proj",
+            OpKind::DraftInputProj => "draft_input_proj",
             OpKind::LayerOverhead => "layer_overhead",
             OpKind::StepOverhead => "step_overhead",
             OpKind::RequestOverhead => "request_overhead",
@@ -257,16 +263,19 @@ pub enum Geometry<'a> {
     /// Prefill chunks (and later, mixed steps): exact constant counts. MLA
     /// runs in its expanded form here.
     Segments(&'a [Segment]),
-    /// `batch` sequences each decoding one token at a symbolic context. MLA
-    /// runs in its weight-absorbed form here.
-    Decode { batch: u64 },
+    /// `batch` sequences each decoding `queries` tokens at a symbolic context `k` (the keys
+    /// the first query attends; query i attends k + i), `sampled` of them each taking logits:
+    /// one and one in a plain decode step; k + 1 and k + 1 in a speculative verification step
+    /// (the target scores every draft token and the bonus one); k + 1 and 1 in a drafter's
+    /// first pass over a verified step. MLA runs in its weight-absorbed form here.
+    Decode { batch: u64, queries: u64, sampled: u64 },
 }
 
 impl Geometry<'_> {
     fn tokens(&self) -> f64 {
         match self {
             Geometry::Segments(s) => s.iter().map(|x| (x.count * x.new) as f64).sum(),
-            Geometry::Decode { batch } => *batch as f64,
+            Geometry::Decode { batch, queries, .. } => (*batch * *queries) as f64,
         }
     }
 
@@ -274,14 +283,14 @@ impl Geometry<'_> {
     fn sequences(&self) -> f64 {
         match self {
             Geometry::Segments(s) => s.iter().map(|x| x.count as f64).sum(),
-            Geometry::Decode { batch } => *batch as f64,
+            Geometry::Decode { batch, .. } => *batch as f64,
         }
     }
 
     fn samples(&self) -> f64 {
         match self {
             Geometry::Segments(s) => s.iter().filter(|x| x.samples).map(|x| x.count as f64).sum(),
-            Geometry::Decode { batch } => *batch as f64,
+            Geometry::Decode { batch, sampled, .. } => (*batch * *sampled) as f64,
         }
     }
 
@@ -326,8 +335,9 @@ impl Geometry<'_> {
         })
     }
 
-    /// The (pairs, keys) of every segment by `per_seq` (one sequence's), summed; in decode one
-    /// pair and one key per sequence and attended key (the slopes).
+    /// The (pairs, keys) of every segment by `per_seq` (one sequence's), summed; in decode
+    /// each sequence's q queries attend k, k + 1, .. k + q - 1 keys: q pairs and one distinct
+    /// key per attended key (the slopes), plus q (q - 1) / 2 pairs and q - 1 keys.
     fn counted(&self, per_seq: impl Fn(&Segment) -> (f64, f64)) -> (f64, f64, f64, f64) {
         match self {
             Geometry::Segments(s) => {
@@ -339,7 +349,10 @@ impl Geometry<'_> {
                 }
                 (p, 0.0, k, 0.0)
             }
-            Geometry::Decode { batch } => (0.0, *batch as f64, 0.0, *batch as f64),
+            Geometry::Decode { batch, queries, .. } => {
+                let (b, q) = (*batch as f64, *queries as f64);
+                (b * q * (q - 1.0) / 2.0, b * q, b * (q - 1.0), b)
+            }
         }
     }
 }
@@ -612,5 +625,36 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
                 samples * m.vocab_size as f64 * ctx.act_b,
             );
         }
+    }
+}
+
+/// Appends the operators of one drafter pass to `out` (cleared first), built on the drafter's
+/// context `ctx` (its model, formats and peaks, the target's TP): the projection of its
+/// `fused_inputs` hidden-size states to the hidden size (replicated on every rank, as vLLM's
+/// `ReplicatedLinear` fc and DeepSeek-MTP's `eh_proj` are), then its layers, final norm and LM
+/// head as `build_step` builds a model's. Every operator is grouped under `DRAFTER`.
+pub fn build_draft_step(ctx: &BuildCtx, fused_inputs: u64, geo: &Geometry, out: &mut Vec<Op>) {
+    build_step(ctx, geo, out);
+    if fused_inputs > 0 {
+        let d = ctx.model.hidden_size as f64;
+        let mut tail = Vec::with_capacity(1);
+        let mut b = Builder {
+            ctx,
+            out: &mut tail,
+            group: DRAFTER,
+            repeat: 1.0,
+        };
+        b.gemm(
+            OpKind::DraftInputProj,
+            geo.tokens(),
+            fused_inputs as f64 * d,
+            d,
+            Role::O,
+            false,
+        );
+        out.extend(tail);
+    }
+    for op in out.iter_mut() {
+        op.group = DRAFTER;
     }
 }

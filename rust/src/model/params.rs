@@ -67,7 +67,8 @@ pub fn attention_params<T: Num>(d: u64, a: &Attention, norm: NormKind) -> T {
             let o = h * T::of(a.v_dim());
             // an output gate on the attention output: q_proj emits it too
             let q_cols = if a.output_gate { q + o } else { q };
-            let mut n = d * q_cols + d * k + d * v + o * d;
+            let d_in = T::of(a.input(d_raw));
+            let mut n = d_in * (q_cols + k + v) + o * d;
             if a.qkv_bias {
                 n += q + k + v;
             }

@@ -4,7 +4,7 @@ use super::*;
 use crate::collectives::ProtocolTable;
 use crate::device::Device;
 use crate::engine::{self, Estimate, Phase};
-use crate::graph::MODEL_LEVEL;
+use crate::graph::{DRAFTER, MODEL_LEVEL};
 use crate::model::Model;
 use crate::plan::{Efficiency, Plan};
 use crate::roofline::Cost;
@@ -106,7 +106,11 @@ pub(super) fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'p
             Phase::Decode => "decode",
         });
         op.push(r.kind.name());
-        group.push(if r.group == MODEL_LEVEL { -1i64 } else { r.group as i64 });
+        group.push(match r.group {
+            MODEL_LEVEL => -1i64,
+            DRAFTER => -2,
+            g => g as i64,
+        });
         quantized.push(r.quantized);
         role.push(r.role.map(|x| x.name()));
         grouped.push(r.grouped);

@@ -153,6 +153,12 @@ pub fn simulate_cluster(
     let mut mml = u64::MAX;
     let mut engines = 0;
     let mut warnings: Vec<String> = Vec::new();
+    if plan.speculation.is_some() {
+        return Err(Error::plan(
+            "speculation",
+            "speculative decoding is priced by estimate and sweep; the simulator does not run it yet",
+        ));
+    }
     for (k, p) in cluster.pools.iter().enumerate() {
         check_scheduler(&p.scheduler, names[k])?;
         if p.instances == 0 {
