@@ -7,6 +7,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 #: The repository's root (tests/ sits one level below it).
 REPO = Path(__file__).resolve().parent.parent
 #: The model most tests price: a dense GQA model every device and runtime has data for.
@@ -24,3 +26,12 @@ def run(*args, cwd=None):
 # A private catalog cache for the test session (built once, from the embedded data).
 os.environ.setdefault("RIDGELINE_CACHE_DIR", tempfile.mkdtemp(prefix="ridgeline-test-cache-"))
 os.environ.pop("RIDGELINE_HARDWARE", None)
+
+
+@pytest.fixture
+def eagle3_curve(tmp_path):
+    """A user's EAGLE-3 acceptance curve at depths 1-3 (AL 1.8, 2.4, 2.9: P(the first i drafts
+    kept) 0.8, 0.6, 0.5), in the columns of data/speculation/acceptance_curves.csv."""
+    p = tmp_path / "acceptance.csv"
+    p.write_text("method,depth,acceptance_length\neagle3,1,1.8\neagle3,2,2.4\neagle3,3,2.9\n")
+    return str(p)

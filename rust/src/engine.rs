@@ -813,6 +813,54 @@ pub fn prefill(l: &Layout, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64, b
     PhaseRun { acc, workspace }
 }
 
+/// The drafter's operators of one speculative decode step of `batch` sequences, each scaled to
+/// its passes (`Op::repeat`): with `first`, the pass over the step's k + 1 positions (one of them
+/// sampled) and the k - 1 passes of one token; without, the k - 1 alone. Empty without a drafter
+/// on the device.
+pub(crate) fn draft_decode_ops(l: &Layout, plan: &Plan, batch: u64, first: bool) -> Vec<Op> {
+    let (Some((d, dctx)), Some(s)) = (drafter(l, plan), plan.speculation.as_ref()) else {
+        return Vec::new();
+    };
+    let k = s.draft_tokens;
+    let later = if d.fuse_first_pass_only { 0 } else { d.fused_inputs };
+    let (mut out, mut pass) = (Vec::new(), Vec::with_capacity(48));
+    for (queries, passes, fused) in [(k + 1, u64::from(first), d.fused_inputs), (1, k - 1, later)] {
+        if passes == 0 {
+            continue;
+        }
+        let geo = Geometry::Decode {
+            batch,
+            queries,
+            sampled: 1,
+        };
+        build_draft_step(&dctx, fused, &geo, &mut pass);
+        out.extend(pass.iter().map(|op| Op {
+            repeat: op.repeat * passes as f64,
+            ..*op
+        }));
+    }
+    out
+}
+
+/// The drafter's layer passes in one speculative step (its layers, k times), which pay the
+/// per-layer overhead; 0 without a drafter on the device.
+pub(crate) fn draft_layer_passes(l: &Layout, plan: &Plan) -> f64 {
+    match (drafter(l, plan), plan.speculation.as_ref()) {
+        (Some((d, _)), Some(s)) => d.model.num_layers() as f64 * s.draft_tokens as f64,
+        _ => 0.0,
+    }
+}
+
+/// The drafter's operators of one pass over a step's segments `segs` (its first pass over a
+/// step holding prompt chunks); empty without a drafter on the device.
+pub(crate) fn draft_segment_ops(l: &Layout, plan: &Plan, segs: &[crate::graph::Segment]) -> Vec<Op> {
+    let mut out = Vec::new();
+    if let Some((d, dctx)) = drafter(l, plan) {
+        build_draft_step(&dctx, d.fused_inputs, &Geometry::Segments(segs), &mut out);
+    }
+    out
+}
+
 /// The plan's drafter that runs on the device, with its build context.
 fn drafter<'b>(l: &'b Layout, plan: &'b Plan) -> Option<(&'b Drafter, BuildCtx<'b>)> {
     let d = plan.speculation.as_ref()?.drafter.as_ref()?;
@@ -867,28 +915,16 @@ pub fn decode(l: &Layout, plan: &Plan, batch: u64, ops: &[Op], eff: &Efficiency,
         }
         let steps = (plan.output - 1) as f64 * per_step;
         acc.overhead(l.r.ctx.model.num_layers(), steps, eff);
-        if let (Some((d, dctx)), Some(s)) = (drafter(l, plan), plan.speculation.as_ref()) {
-            let k = s.draft_tokens;
-            let mut pass = Vec::with_capacity(48);
-            let later = if d.fuse_first_pass_only { 0 } else { d.fused_inputs };
-            for (queries, passes, fused) in [(k + 1, 1, d.fused_inputs), (1, k - 1, later)] {
-                if passes == 0 {
-                    continue;
-                }
-                let geo = Geometry::Decode {
-                    batch,
-                    queries,
-                    sampled: 1,
-                };
-                build_draft_step(&dctx, fused, &geo, &mut pass);
-                for op in &pass {
-                    workspace = workspace.max(op.act_bytes);
-                    let c = price_range(op, lo, hi, bw, eff).scaled(per_step * passes as f64);
-                    acc.add(op.kind, op.group, op.flags(), c);
-                }
-            }
-            acc.layer_overhead(d.model.num_layers() as f64 * k as f64 * steps, eff);
+        for op in draft_decode_ops(l, plan, batch, true) {
+            workspace = workspace.max(op.act_bytes);
+            acc.add(
+                op.kind,
+                op.group,
+                op.flags(),
+                price_range(&op, lo, hi, bw, eff).scaled(per_step),
+            );
         }
+        acc.layer_overhead(draft_layer_passes(l, plan) * steps, eff);
     }
     PhaseRun { acc, workspace }
 }

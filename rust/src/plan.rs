@@ -130,6 +130,12 @@ pub struct Speculation {
     /// device pass.
     #[serde(default)]
     pub drafter: Option<Drafter>,
+    /// P(the first i drafts are all kept), i = 1 ..= k, non-increasing: the acceptance curve's
+    /// increments (AL(i) - AL(i - 1)), or its per-position rates. The simulator draws each
+    /// step's kept drafts from it; empty: the mean alone is known (the static engine needs no
+    /// more). 1 + their sum is `acceptance_length`.
+    #[serde(default)]
+    pub accepted: Vec<f64>,
 }
 
 /// A drafter that runs on the device: an MTP module, an EAGLE head or a draft model, at the
@@ -186,6 +192,30 @@ impl Speculation {
                     self.acceptance_length
                 ),
             ));
+        }
+        if !self.accepted.is_empty() {
+            let ok = self.accepted.len() as u64 == self.draft_tokens
+                && self.accepted.iter().all(|p| p.is_finite() && (0.0..=1.0).contains(p))
+                && self.accepted.windows(2).all(|w| w[1] <= w[0]);
+            if !ok {
+                return Err(Error::plan(
+                    "accepted",
+                    format!(
+                        "give {} probabilities in [0, 1], non-increasing (the first i drafts kept), got {:?}",
+                        self.draft_tokens, self.accepted
+                    ),
+                ));
+            }
+            let al = 1.0 + self.accepted.iter().sum::<f64>();
+            if (al - self.acceptance_length).abs() > 1e-9 * self.acceptance_length {
+                return Err(Error::plan(
+                    "accepted",
+                    format!(
+                        "1 + their sum is {al}, not the acceptance length {}",
+                        self.acceptance_length
+                    ),
+                ));
+            }
         }
         if let Some(d) = &self.drafter {
             d.model.validate()?;

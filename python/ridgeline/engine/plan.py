@@ -64,6 +64,7 @@ class Setting:
 ALL = frozenset({"estimate", "simulate", "sweep"})
 ESTIMATE = frozenset({"estimate"})
 ESTIMATE_SWEEP = frozenset({"estimate", "sweep"})
+ESTIMATE_SIMULATE = frozenset({"estimate", "simulate"})
 
 
 def _setting(default: Any, help: str, unit: str, check: Callable[[str, Any], Any], commands: frozenset[str],
@@ -179,16 +180,16 @@ class Plan:
         None, "Speculative decoding: eagle3 (the EAGLE-3 head bundled for the model), eagle3:CONFIG (a head's "
         "config.json), mtp (the model's own MTP module), ngram (drafts looked up on the host) or draft:MODEL (a "
         "draft model). Each step drafts draft_tokens tokens a sequence and the target verifies them in one pass. "
-        "Default: none.", "", _OPT_TEXT, ESTIMATE,
+        "Default: none.", "", _OPT_TEXT, ESTIMATE_SIMULATE,
     )  # fmt: skip
     draft_tokens: Optional[int] = _setting(
         None, "Tokens drafted a sequence each speculative step (k: num_speculative_tokens, --spec-draft-n-max, MTP "
-        "nextn); needed with speculative.", "tokens", _OPT_WHOLE, ESTIMATE,
+        "nextn); needed with speculative.", "tokens", _OPT_WHOLE, ESTIMATE_SIMULATE,
     )  # fmt: skip
     acceptance: Optional[str] = _setting(
         None, "Acceptance curve CSV, columns as data/speculation/acceptance_curves.csv (depth and acceptance_length, "
         "or acceptance_rate_at_position): the tokens a step keeps at draft_tokens. Default: the bundled curve "
-        "measured on the model, else on its family (labelled borrowed).", "", _OPT_TEXT, ESTIMATE,
+        "measured on the model, else on its family (labelled borrowed).", "", _OPT_TEXT, ESTIMATE_SIMULATE,
     )  # fmt: skip
     calibrated: bool = _setting(
         True, "Apply the runtime's calibration. Off: the efficiency-1 bound of the same plan, run the same way (so "
@@ -254,7 +255,7 @@ def check_plan(plan: Any) -> Plan:
 #: scheduler's settings and its instances, not by a static plan's).
 SIMULATE = frozenset(
     {"prompt", "output", "tp", "ep", "attention_dp", "pp", "runtime", "dtype", "weight_dtype", "kv_dtype", "calibrated",
-     "price_per_hour", "amortise_years"}
+     "price_per_hour", "amortise_years", "speculative", "draft_tokens", "acceptance"}
 )  # fmt: skip
 
 

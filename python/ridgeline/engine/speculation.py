@@ -99,8 +99,8 @@ def resolve(
         raise PlanError("draft_tokens: speculative decoding needs its draft depth k (--draft-tokens)")
     k = _checks.whole("draft_tokens", draft_tokens, 1)
     drafter_name, core_drafter = _drafter(method, arg, m, target_weights, weights_of)
-    al, where, borrowed = acceptance_length(method, k, m, acceptance)
-    core = {"draft_tokens": k, "acceptance_length": al, "drafter": core_drafter}
+    al, where, borrowed, kept = acceptance_length(method, k, m, acceptance)
+    core = {"draft_tokens": k, "acceptance_length": al, "drafter": core_drafter, "accepted": kept}
     return Speculation(method, k, al, where, borrowed, drafter_name, core)
 
 
@@ -186,9 +186,12 @@ def _eagle3(cfg: Mapping[str, Any], name: str, m: Model) -> dict[str, Any]:
             "shares_embedding": True, "shares_head": False}  # fmt: skip
 
 
-def acceptance_length(method: str, k: int, m: Model, path: Optional[str]) -> tuple[float, str, bool]:
+def acceptance_length(
+    method: str, k: int, m: Model, path: Optional[str]
+) -> tuple[float, str, bool, list[float]]:  # fmt: skip
     """Tokens a verification step emits on average at depth ``k`` for ``method`` on ``m``, where
-    it comes from, and whether it was measured on another model of the family: from the user's
+    it comes from, whether it was measured on another model of the family, and P(the first i
+    drafts kept) for i = 1 ..= k where the curve gives it (``_kept``): from the user's
     file (its rows for the method), else the bundled curves measured on ``m`` (a checkpoint of
     its weights), else on a bundled model of its family (same model_type). Per-position rates
     give 1 + the sum of the first k. Several curves: their median, with their range said."""
@@ -197,16 +200,20 @@ def acceptance_length(method: str, k: int, m: Model, path: Optional[str]) -> tup
         rows = [r for r in rows if not r.get("method") or _method_of(r["method"]) == method]
         if not rows:
             raise PlanError(f"acceptance: {path} has no rows for {method}")
-        return (*_at_depth(rows, k, f"{path}", method), False)
+        al, where, kept = _at_depth(rows, k, f"{path}", method)
+        return al, where, False, kept
     rows = [r for r in _bundled_curves() if _method_of(r["method"]) == method]
     own = [r for r in rows if _curve_model(r["model"]) == m.name]
     if own:
-        return (*_at_depth(own, k, f"curve measured on {m.name}", method), False)
+        al, where, kept = _at_depth(own, k, f"curve measured on {m.name}", method)
+        return al, where, False, kept
     family = [r for r in rows if _family(_curve_model(r["model"])) == m.model_type]
     if family:
         names = sorted({_curve_model(r["model"]) or "" for r in family})
-        al, where = _at_depth(family, k, f"borrowed from {', '.join(names)} (same family, {m.model_type})", method)
-        return al, where, True
+        al, where, kept = _at_depth(
+            family, k, f"borrowed from {', '.join(names)} (same family, {m.model_type})", method
+        )
+        return al, where, True, kept
     raise PlanError(f"acceptance: no bundled acceptance curve for {method} on {m.name} or its family "
                     f"({m.model_type}) in {_CURVES}; give your own: --acceptance FILE (columns depth and "
                     "acceptance_length, as that file has them)")  # fmt: skip
@@ -217,18 +224,20 @@ def _method_of(text: str) -> str:
     return text.strip().split(" ", 1)[0].split("(", 1)[0].lower()
 
 
-def _at_depth(rows: Sequence[Mapping[str, str]], k: int, where: str, method: str) -> tuple[float, str]:
+def _at_depth(rows: Sequence[Mapping[str, str]], k: int, where: str, method: str) -> tuple[float, str, list[float]]:
+    """The acceptance length at depth ``k`` from ``rows`` (their median where several give one),
+    where it comes from, and P(the first i drafts kept) for i = 1 ..= k where the rows give every
+    depth up to k (the curve's increments) or per-position rates (empty where they do not)."""
     values, depths = [], set()
     for r in rows:
-        rates = [x for x in (r.get("acceptance_rate_at_position") or "").split(";") if x.strip()]
+        rates = _rates(r)
         depth = int(r["depth"]) if (r.get("depth") or "").strip() else None
         if depth is not None:
             depths.add(depth)
         if depth == k and (r.get("acceptance_length") or "").strip():
             values.append(_checks.number("acceptance_length", float(r["acceptance_length"]), positive=True))
-        elif len(rates) >= k and not (depth == k and (r.get("acceptance_length") or "").strip()):
-            if depth is None or depth >= k:
-                values.append(1.0 + sum(float(x) for x in rates[:k]))
+        elif len(rates) >= k and (depth is None or depth >= k):
+            values.append(1.0 + sum(rates[:k]))
     if not values:
         have = ", ".join(str(d) for d in sorted(depths)) or "none"
         raise PlanError(f"draft_tokens: the {method} acceptance curve ({where}) has no value at depth {k} "
@@ -239,7 +248,33 @@ def _at_depth(rows: Sequence[Mapping[str, str]], k: int, where: str, method: str
     al = statistics.median(values)
     if len(values) > 1:
         where += f"; median of {len(values)} curves, {min(values):.3g}-{max(values):.3g}"
-    return al, where
+    kept = _kept(rows, k)
+    if kept and abs(1.0 + sum(kept) - al) > 1e-9 * al:
+        kept = []  # the curve's depths and its rates disagree: the mean alone is known
+    return al, where, kept
+
+
+def _rates(r: Mapping[str, str]) -> list[float]:
+    return [float(x) for x in (r.get("acceptance_rate_at_position") or "").split(";") if x.strip()]
+
+
+def _kept(rows: Sequence[Mapping[str, str]], k: int) -> list[float]:
+    """P(the first i drafts kept), i = 1 ..= k: the increments of the median acceptance length
+    over depths 0 ..= k (AL(0) = 1) where every depth is given, else the median per-position rate
+    (a chain's position i is kept only with the ones before it); empty where neither is given
+    or they are not probabilities falling with the position."""
+    by_depth: dict[int, list[float]] = {}
+    for r in rows:
+        if (r.get("depth") or "").strip() and (r.get("acceptance_length") or "").strip():
+            by_depth.setdefault(int(r["depth"]), []).append(float(r["acceptance_length"]))
+    if all(d in by_depth for d in range(1, k + 1)):
+        curve = [1.0] + [statistics.median(by_depth[d]) for d in range(1, k + 1)]
+        kept = [curve[i] - curve[i - 1] for i in range(1, k + 1)]
+    else:
+        long = [x for x in (_rates(r) for r in rows) if len(x) >= k]
+        kept = [statistics.median(x[i] for x in long) for i in range(k)] if long else []
+    ok = all(0.0 <= p <= 1.0 for p in kept) and all(b <= a for a, b in zip(kept, kept[1:]))
+    return kept if ok else []
 
 
 def _curve_rows(text: str, origin: str) -> list[dict[str, str]]:

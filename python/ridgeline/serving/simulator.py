@@ -164,13 +164,15 @@ def simulate(
     keep_requests: bool = False, sample_s: Optional[float] = None, step_overhead_us: Optional[float] = None,
     request_overhead_us: Optional[float] = None, progress: Optional[Callable[[int, int], Any]] = None,
     calibrated: bool = True, catalog: Optional[Catalog] = None, price_per_hour: Optional[float] = None,
-    amortise_years: Optional[float] = None, pp: int = 1, **scheduler: Any,
+    amortise_years: Optional[float] = None, pp: int = 1, speculative: Optional[str] = None,
+    draft_tokens: Optional[int] = None, acceptance: Optional[str] = None, **scheduler: Any,
 ) -> Simulation:  # fmt: skip
     """Simulates one serving instance under a workload.
 
     Args:
-        model, hardware, tp, ep, attention_dp, pp, runtime, dtype, weight_dtype, kv_dtype, calibrated,
-            catalog, price_per_hour, amortise_years: as ``estimate`` (the fields of ``Plan``); the
+        model, hardware, tp, ep, attention_dp, pp, runtime, dtype, weight_dtype, kv_dtype, speculative,
+            draft_tokens, acceptance, calibrated, catalog, price_per_hour, amortise_years: as ``estimate``
+            (the fields of ``Plan``; a speculating decode keeps drafts drawn per step from its curve); the
             runtime also gives the scheduler's defaults. An instance is ``attention_dp`` ranks of
             ``tp`` devices stepping together over their experts, each rank with its own scheduler
             and KV; ``pp`` stages run as vLLM v0's virtual engines (docs/serving.md).
@@ -230,12 +232,11 @@ def simulate(
 
         args.update(merged(plan, {k: args[k] for k in SIMULATE}, "simulate", SIMULATE))
         return simulate(model, hardware, **args, **scheduler)
-    unknown = sorted(set(scheduler) - set(SCHEDULER_FIELDS))
-    if unknown:
-        raise PlanError(f"{unknown[0]}: not a simulate argument (scheduler fields: {', '.join(SCHEDULER_FIELDS)})")
+    _no_unknown(scheduler)
     # a calibrated run takes the step overhead fitted on replayed serving runs where there is one
     p = prepare(model, hardware, catalog, runtime=runtime, dtype=dtype, weight_dtype=weight_dtype,
-                 kv_dtype=kv_dtype, calibrated=calibrated,
+                 kv_dtype=kv_dtype, calibrated=calibrated, speculative=speculative, draft_tokens=draft_tokens,
+                 acceptance=acceptance,
                  t_step_us=None if step_overhead_us is None else _checks.number("step_overhead_us",
                                                                                   step_overhead_us),
                  t_request_us=None if request_overhead_us is None else _checks.number("request_overhead_us",
@@ -263,9 +264,8 @@ def simulate(
         p, cluster["kv_handoff_basis"] = p._replace(note=f"{p.note}; {handoff[1]}"), handoff[2]
     # the front end the plan's calibration (or the caller) gives, as estimate's TTFT takes it
     cluster["request_overhead_s"] = p.request_s
-    if progress is not None and not callable(progress):
-        raise PlanError(f"progress: expected a callable taking (ended, total), got {progress!r}")
     core = {k: v for k, v in cluster.items() if k not in _LABELS}
+    _callable_or_none(progress)
     r = _core.simulate_prepared(p.core, json.dumps(core), json.dumps(work), json.dumps(opts), progress)
     return _simulation(p, r, runtime_name, sched, mml, work, slo, cluster, _frames(r, keep_requests, sample_s), price)
 
@@ -413,6 +413,17 @@ def _arrivals(rate: Any, burstiness: Any, concurrency: Any, ramp_s: Any, trace: 
             )
         arrivals = {"kind": "poisson", "rate": per_s} if cv == 1.0 else {"kind": "gamma", "rate": per_s, "cv": cv}
     return arrivals
+
+
+def _no_unknown(scheduler: Mapping[str, Any]) -> None:
+    unknown = sorted(set(scheduler) - set(SCHEDULER_FIELDS))
+    if unknown:
+        raise PlanError(f"{unknown[0]}: not a simulate argument (scheduler fields: {', '.join(SCHEDULER_FIELDS)})")
+
+
+def _callable_or_none(progress: Any) -> None:
+    if progress is not None and not callable(progress):
+        raise PlanError(f"progress: expected a callable taking (ended, total), got {progress!r}")
 
 
 def _options(slo_ttft_ms: Any, slo_tpot_ms: Any, horizon_s: Any, keep_requests: Any, sample_s: Any) -> dict[str, Any]:

@@ -47,6 +47,7 @@ fn spec(batch: u64, k: u64, al: f64, drafter: Option<Drafter>) -> Plan {
             draft_tokens: k,
             acceptance_length: al,
             drafter,
+            accepted: Vec::new(),
         }),
         ..Plan::new(batch, 1024, 257, 0.9)
     }

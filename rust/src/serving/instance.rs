@@ -261,6 +261,10 @@ pub(crate) struct Instance {
     /// With PP, the instance's first virtual engine, which holds when the first stage is free
     /// again (`stage_free_s`) and whether a wake-up for it is scheduled (`stage_wake`).
     pub(crate) pipe: usize,
+    /// Draft tokens a speculating decode verifies beside its own (k; 0 without speculation): they
+    /// take k more of the step's token budget and k more KV slots (vLLM schedules 1 + k tokens
+    /// for a running request with draft tokens, and allocates their slots).
+    pub(crate) lookahead: u64,
     pub(crate) stage_free_s: f64,
     pub(crate) stage_wake: bool,
     pub(crate) role: Role,
@@ -311,6 +315,7 @@ impl Instance {
             leader,
             engine,
             pipe: leader,
+            lookahead: 0,
             stage_free_s: 0.0,
             stage_wake: false,
             role,
@@ -508,7 +513,8 @@ impl Instance {
                 i += 1;
                 continue;
             }
-            let need = self.need(slot, n);
+            let extra = if is_prefill { 0 } else { self.lookahead };
+            let need = self.need(slot, n + extra);
             let mut self_preempted = false;
             while self.free_blocks < need {
                 if self.evict() {
@@ -527,7 +533,7 @@ impl Instance {
             }
             self.free_blocks -= need;
             self.slots[slot].blocks += need;
-            *budget -= n;
+            *budget = budget.saturating_sub(n + extra);
             self.step.push((slot, n));
             i += 1;
         }

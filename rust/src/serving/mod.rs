@@ -153,12 +153,21 @@ pub fn simulate_cluster(
     let mut mml = u64::MAX;
     let mut engines = 0;
     let mut warnings: Vec<String> = Vec::new();
-    if plan.speculation.is_some() {
-        return Err(Error::plan(
-            "speculation",
-            "speculative decoding is priced by estimate and sweep; the simulator does not run it yet",
-        ));
-    }
+    // a speculating step keeps a drawn number of drafts a sequence: their distribution is needed
+    let accepted = match &plan.speculation {
+        Some(sp) if sp.accepted.len() as u64 != sp.draft_tokens => {
+            return Err(Error::plan(
+                "accepted",
+                format!(
+                    "the simulator draws each step's kept drafts: it needs the acceptance at every depth 1..={} \
+                     (an acceptance curve with each depth, or per-position rates)",
+                    sp.draft_tokens
+                ),
+            ))
+        }
+        Some(sp) => sp.accepted.clone(),
+        None => Vec::new(),
+    };
     for (k, p) in cluster.pools.iter().enumerate() {
         check_scheduler(&p.scheduler, names[k])?;
         if p.instances == 0 {
@@ -241,6 +250,7 @@ pub fn simulate_cluster(
                     state_blocks,
                 );
                 inst.pipe = first + n * ranks * pipes;
+                inst.lookahead = accepted.len() as u64;
                 instances.push(inst);
             }
         }
@@ -290,6 +300,9 @@ pub fn simulate_cluster(
         progress,
         next_report: 0,
         rho: plan.power_rho.unwrap_or(0.0),
+        accepted,
+        // its own stream, so that speculation leaves the workload's draws as they were
+        spec_rng: workload::Rng::new(!workload.seed),
     };
     w.run(&mut src)?;
     let shapes_built = w.pools.iter().map(|p| p.pricer.shapes_built).sum();

@@ -12,7 +12,7 @@
 //! run through the decode form of attention (MLA's absorbed kernels).
 
 use crate::attention::DecodeKeys;
-use crate::engine::{decode_ops, Layout};
+use crate::engine::{decode_ops, draft_decode_ops, draft_layer_passes, draft_segment_ops, Layout};
 use crate::graph::{build_kernels, build_step, step_shape, Geometry, Op, OpKind, Segment, StepShape};
 use crate::plan::{Efficiency, Plan};
 use crate::roofline::{price, Cost};
@@ -107,8 +107,13 @@ struct DecodeForm {
     /// The decode form's own attention-side GEMMs (MLA's absorb/unabsorb), summed: what a
     /// mixed step adds for its decodes besides the attention kernels.
     absorb: StepCost,
-    /// The attention kernels (cost affine in the keys read).
+    /// The attention kernels (cost affine in the keys read): with speculation, the drafter's
+    /// too, over all its passes.
     kernels: Vec<Op>,
+    /// A speculating drafter's passes of one token after its first (their operators that do not
+    /// move with the contexts): what a step holding prompt chunks adds for its decodes, whose
+    /// first drafter pass runs over the step's segments.
+    draft_later: StepCost,
 }
 
 /// Prices steps of one layout and plan under one set of efficiencies.
@@ -130,14 +135,15 @@ pub struct StepPricer<'a> {
 
 impl<'a> StepPricer<'a> {
     pub fn new(layout: Layout<'a>, plan: &Plan, eff: &Efficiency, bw: f64) -> StepPricer<'a> {
-        let layers = layout.ctx().model.num_layers();
+        // a speculating drafter's layers run k passes a step, each paying the per-layer overhead
+        let layers = layout.ctx().model.num_layers() as f64 + draft_layer_passes(&layout, plan);
         StepPricer {
             layout,
             plan: plan.clone(),
             eff: *eff,
             bw,
             overhead: StepCost {
-                time_s: layers as f64 * eff.t_layer_s + eff.t_step_s,
+                time_s: layers * eff.t_layer_s + eff.t_step_s,
                 ..StepCost::default()
             },
             decode: Vec::new(),
@@ -173,7 +179,13 @@ impl<'a> StepPricer<'a> {
             self.decode.resize_with(i + 1, || None);
         }
         if self.decode[i].is_none() {
-            let ops = decode_ops(&self.layout, &self.plan, batch);
+            let mut ops = decode_ops(&self.layout, &self.plan, batch);
+            ops.extend(draft_decode_ops(&self.layout, &self.plan, batch, true));
+            let draft_later = draft_decode_ops(&self.layout, &self.plan, batch, false)
+                .iter()
+                .filter(|op| !op.kind.reads_context())
+                .map(|op| StepCost::from(price(op, 0.0, self.bw, &self.eff)))
+                .sum();
             let (mut fixed, mut absorb, mut experts) = (StepCost::default(), StepCost::default(), StepCost::default());
             let mut sends = StepCost::default();
             let mut kernels = Vec::new();
@@ -200,6 +212,7 @@ impl<'a> StepPricer<'a> {
                 sends,
                 absorb,
                 kernels,
+                draft_later,
             });
             self.shapes_built += 1;
         }
@@ -284,6 +297,14 @@ impl<'a> StepPricer<'a> {
         c
     }
 
+    /// A speculating drafter's attention kernels over the prompt chunks `prefill` (none without one).
+    fn draft_kernels(&self, prefill: &[Segment]) -> Vec<Op> {
+        draft_segment_ops(&self.layout, &self.plan, prefill)
+            .into_iter()
+            .filter(|o| o.kind.varies_with_segments())
+            .collect()
+    }
+
     /// `decode_step` in the parts of `StepParts`.
     pub fn decode_parts(&mut self, contexts: &[u64]) -> StepParts {
         let form = self.form(contexts.len() as u64);
@@ -300,13 +321,14 @@ impl<'a> StepPricer<'a> {
 
     /// `mixed_step` in the parts of `StepParts`.
     pub fn mixed_parts(&mut self, prefill: &[Segment], contexts: &[u64], segs: &mut Vec<Segment>) -> StepParts {
-        // the shape counts every token: a decode is one new token that samples
+        // the shape counts every token: a decode is one new token that samples (a speculating
+        // one verifies its k drafts beside it)
         segs.clear();
         segs.extend_from_slice(prefill);
         if !contexts.is_empty() {
             segs.push(Segment {
                 count: contexts.len() as u64,
-                new: 1,
+                new: self.plan.speculation.as_ref().map_or(1, |s| s.draft_tokens + 1),
                 prefix: 0,
                 samples: true,
             });
@@ -322,10 +344,19 @@ impl<'a> StepPricer<'a> {
             StepCost::default()
         } else {
             let kernels = self.decode_kernels(contexts);
-            self.form(contexts.len() as u64).absorb + kernels
+            let form = self.form(contexts.len() as u64);
+            form.absorb + form.draft_later + kernels
         };
+        // a speculating drafter's first pass runs over the step's segments: its operators on the
+        // shape, its attention over the prompt chunks (the decodes' is in their kernels above)
+        let draft: StepCost = draft_segment_ops(&self.layout, &self.plan, segs)
+            .iter()
+            .filter(|o| !o.kind.varies_with_segments())
+            .chain(&self.draft_kernels(prefill))
+            .map(|o| StepCost::from(price(o, 0.0, self.bw, &self.eff)))
+            .sum();
         StepParts {
-            fixed: shape.all + self.overhead,
+            fixed: shape.all + draft + self.overhead,
             experts: shape.experts,
             kernels: kernels + decodes,
             sends: shape.sends,

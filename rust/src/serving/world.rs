@@ -97,6 +97,11 @@ pub(crate) struct World<'a, 'p> {
     pub(crate) next_report: u64,
     /// The memory-bound power share (0 when not fitted: the run then reports no energy).
     pub(crate) rho: f64,
+    /// With speculation, P(the first i drafts are kept), i = 1 ..= k (`plan::Speculation`);
+    /// empty without.
+    pub(crate) accepted: Vec<f64>,
+    /// Draws each speculating decode's kept drafts.
+    pub(crate) spec_rng: super::workload::Rng,
 }
 
 impl World<'_, '_> {
@@ -306,11 +311,28 @@ impl World<'_, '_> {
             let inst = &mut self.instances[i];
             std::mem::swap(&mut step, &mut inst.step);
             for &(slot, n) in &step {
+                let decoding = inst.slots[slot].generated > 0 && inst.slots[slot].pending() == 1;
                 inst.slots[slot].computed += n;
                 inst.keep_prefix(slot);
                 let r = &mut inst.slots[slot];
                 if r.computed == r.tokens() {
-                    match self.metrics.emit(r, inst.role == Role::Prefill) {
+                    // a speculating decode keeps the drafts drawn, each a token more (their KV
+                    // written by the verification), then the bonus token
+                    let kept = if decoding && !self.accepted.is_empty() {
+                        let u = self.spec_rng.uniform();
+                        self.accepted.iter().take_while(|&&p| u < p).count()
+                    } else {
+                        0
+                    };
+                    let mut status = self.metrics.emit(r, inst.role == Role::Prefill);
+                    for _ in 0..kept {
+                        if status.is_some() {
+                            break;
+                        }
+                        r.computed += 1;
+                        status = self.metrics.emit(r, false);
+                    }
+                    match status {
                         Some(s) => done.push((slot, s)),
                         // a prefill instance hands the request on after its first token
                         None if inst.role == Role::Prefill => done.push((slot, Status::Completed)),

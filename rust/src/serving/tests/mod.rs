@@ -860,3 +860,4 @@ fn an_overloaded_run_stops_at_the_queue_bound() {
 
 mod adp;
 mod pp;
+mod spec;

@@ -10,15 +10,7 @@ from ridgeline.errors import PlanError
 from ridgeline.models.config import Model
 
 
-@pytest.fixture
-def curve(tmp_path):
-    """A user's acceptance curve for EAGLE-3 at depths 2 and 3."""
-    p = tmp_path / "acceptance.csv"
-    p.write_text("method,depth,acceptance_length\neagle3,2,2.4\neagle3,3,2.9\n")
-    return str(p)
-
-
-def test_an_eagle3_head_adds_its_layer_fc_and_draft_vocabulary_head_to_memory(curve):
+def test_an_eagle3_head_adds_its_layer_fc_and_draft_vocabulary_head_to_memory(eagle3_curve):
     # the bundled head (SpecForge llama3-8B-eagle3.json): one Llama layer whose q/k/v read 2 x
     # hidden, three RMSNorms, an fc from 3 x hidden, and an LM head over 32,000 draft tokens;
     # the embedding is the target's. In bf16, 2 bytes a parameter.
@@ -26,7 +18,7 @@ def test_an_eagle3_head_adds_its_layer_fc_and_draft_vocabulary_head_to_memory(cu
     layer = 2 * d * (d + 2 * kv) + d * d + 3 * d * f + 3 * d
     params = layer + 3 * d * d + 32000 * d + d  # fc, LM head, final norm
     base = ridgeline.estimate(LLAMA, "H100_SXM")
-    e = ridgeline.estimate(LLAMA, "H100_SXM", speculative="eagle3", draft_tokens=3, acceptance=curve)
+    e = ridgeline.estimate(LLAMA, "H100_SXM", speculative="eagle3", draft_tokens=3, acceptance=eagle3_curve)
     assert e.memory["weights_bytes"] - base.memory["weights_bytes"] == pytest.approx(2 * params, rel=1e-12)
     # its KV: one layer beside the target's 32
     assert e.memory["kv_bytes"] / base.memory["kv_bytes"] == pytest.approx(33 / 32, rel=1e-12)
@@ -90,9 +82,9 @@ def test_a_speculation_that_cannot_be_priced_is_refused_by_name(kwargs, words):
         ridgeline.estimate(LLAMA, "H100_SXM", **kwargs)
 
 
-def test_an_acceptance_curve_without_the_depth_asked_names_the_depths_it_has(curve, tmp_path):
-    with pytest.raises(PlanError, match=r"no value at depth 5 \(depths: 2, 3\); nothing is extrapolated"):
-        ridgeline.estimate(LLAMA, "H100_SXM", speculative="eagle3", draft_tokens=5, acceptance=curve)
+def test_an_acceptance_curve_without_the_depth_asked_names_the_depths_it_has(eagle3_curve, tmp_path):
+    with pytest.raises(PlanError, match=r"no value at depth 5 \(depths: 1, 2, 3\); nothing is extrapolated"):
+        ridgeline.estimate(LLAMA, "H100_SXM", speculative="eagle3", draft_tokens=5, acceptance=eagle3_curve)
     bad = tmp_path / "bad.csv"
     bad.write_text("depth,acceptance_length,al_typo\n3,2.5,x\n")
     with pytest.raises(PlanError, match="unknown column"):
@@ -103,9 +95,9 @@ def test_an_acceptance_curve_without_the_depth_asked_names_the_depths_it_has(cur
         ridgeline.estimate(LLAMA, "H100_SXM", speculative="ngram", draft_tokens=3, acceptance=str(over))
 
 
-def test_the_cli_prints_the_speculation_and_drops_the_held_out_range_no_speculative_row_had(curve):
+def test_the_cli_prints_the_speculation_and_drops_the_held_out_range_no_speculative_row_had(eagle3_curve):
     r = run("estimate", "-m", LLAMA, "-H", "H100_SXM", "--speculative", "eagle3", "--draft-tokens", "3",
-            "--acceptance", curve)  # fmt: skip
+            "--acceptance", eagle3_curve)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "speculation  eagle3 by yuhuili/EAGLE3-LLaMA3.1-Instruct-8B, 3 draft tokens a step" in r.stdout
     assert "held-out" not in r.stdout
