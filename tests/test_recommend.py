@@ -5,6 +5,7 @@ import json
 import pytest
 import ridgeline
 from ridgeline import PlanError
+from ridgeline.recommend import plan_label
 
 LLAMA70 = "meta-llama/Llama-3.1-70B"
 LLAMA8 = "meta-llama/Llama-3.1-8B"
@@ -241,3 +242,23 @@ def test_a_kv_link_without_a_split_is_refused_and_a_given_hand_off_prices_the_sp
     assert r.plans and all(p["prefill_instances"] is None for p in r.plans)
     (why,) = [x["reason"] for x in r.refused if x["reason"].startswith("disaggregated")]
     assert "p90 TTFT" in why and "over 1000 ms" in why, why
+
+
+def test_every_candidate_is_also_tried_speculating_and_the_acceptance_it_rests_on_is_said():
+    # DeepSeek-V3 with its MTP module (2 draft tokens, acceptance borrowed from DeepSeek-R1's
+    # measured ladder): each layout is tried with and without; the MTP plan decodes faster on the
+    # same devices, and the table says what its acceptance rests on
+    r = ridgeline.recommend("deepseek-ai/DeepSeek-V3", hardware=["H200"], concurrency=64, slo_tpot_ms=80, tp=[8],
+                            runtime="sglang", speculative="mtp", draft_tokens=2, requests=100)  # fmt: skip
+    by = {plan_label(p): p for p in r.plans}
+    assert {"TP8 EP8", "TP8 EP8 MTP2"} <= set(by)
+    assert by["TP8 EP8 MTP2"]["tpot_q_s"] < 0.8 * by["TP8 EP8"]["tpot_q_s"]
+    assert by["TP8 EP8 MTP2"]["speculation"]["acceptance_length"] == 2.58
+    assert "MTP2: mtp, 2 draft tokens a step, acceptance length 2.58 (borrowed from deepseek-ai/DeepSeek-R1" in (
+        r.summary()
+    )
+    # a model without MTP layers: the speculating candidates are refused saying why
+    r = ridgeline.recommend(LLAMA8, hardware=["H100_SXM"], concurrency=4, slo_tpot_ms=50, tp=[1], speculative="mtp",
+                            draft_tokens=2, requests=20)  # fmt: skip
+    assert [p["speculation"] for p in r.plans] == [None]
+    assert any("has no MTP layers" in x["reason"] for x in r.refused)

@@ -49,10 +49,12 @@ def load_text(w: dict[str, Any]) -> str:
 
 
 def plan_label(p: dict[str, Any]) -> str:
-    """A plan's parallel layout in a few characters: TP, EP where > 1, attention DP where > 1, the
-    disaggregated split."""
+    """A plan's parallel layout in a few characters: TP, EP where > 1, attention DP where > 1, its
+    speculation (MTP2: MTP with 2 draft tokens), the disaggregated split."""
+    sp = p.get("speculation")
     out = (f"TP{p['tp']}" + (f" EP{p['ep']}" if p.get("ep", 1) > 1 else "")
-           + (f" ADP{p['attention_dp']}" if p.get("attention_dp", 1) > 1 else ""))  # fmt: skip
+           + (f" ADP{p['attention_dp']}" if p.get("attention_dp", 1) > 1 else "")
+           + (f" {sp['method'].upper()}{sp['draft_tokens']}" if sp else ""))  # fmt: skip
     if p.get("prefill_instances"):
         out += f" {p['prefill_instances']}P+{p['decode_instances']}D"
     return out
@@ -145,6 +147,10 @@ class Recommendation:
                 "SLO: of the requests sent; unfinished: length-capped or in flight at the end"
             )
             lines += [f"  [{i}] {note}" for i, note in enumerate(notes, 1)]
+            specs = {plan_label({"tp": 1, "speculation": r["speculation"]})[4:]: r["speculation"]
+                     for r in (*shown, *front) if r.get("speculation")}  # fmt: skip
+            lines += [f"  {k}: {sp['method']}, {sp['draft_tokens']} draft tokens a step, acceptance length "
+                      f"{sp['acceptance_length']:.3g} ({sp['acceptance']})" for k, sp in specs.items()]  # fmt: skip
             unfitted = sorted({f"{r['runtime']}" for r in (*shown, *front) if r.get("kv_handoff_basis") == "none"})
             if unfitted:
                 lines.append(f"  disaggregated plans of {', '.join(unfitted)} count no KV hand-off: no disaggregated "
@@ -171,7 +177,8 @@ def recommend(
     kv_handoff_us: Optional[float] = None,
     requests: int = 500, max_devices: int = 64, progress: Optional[Callable[[int, int], Any]] = None,
     catalog: Optional[Catalog] = None, amortise_years: Optional[float] = None, backend: str = "local",
-    ray_address: Optional[str] = None, include_bound: bool = False,
+    ray_address: Optional[str] = None, include_bound: bool = False, speculative: Optional[str] = None,
+    draft_tokens: Optional[int] = None, acceptance: Optional[str] = None,
 ) -> Recommendation:  # fmt: skip
     """The plans that serve ``rate`` requests/s (Poisson), or ``concurrency`` clients each sending
     its next request when its last ends, of ``prompt`` + ``output`` tokens with ``percentile`` % of
@@ -203,6 +210,8 @@ def recommend(
             many years, instead of their on-demand rentals (``Catalog.offers``).
         include_bound: rank plans that rest on no calibration (``basis`` bound) beside the others,
             marked; by default they are kept apart in ``Recommendation.bound``.
+        speculative, draft_tokens, acceptance: also try every candidate speculating so (as
+            ``simulate`` takes them: ``speculative="mtp", draft_tokens=2`` where the model has MTP).
         backend: ``"ray"`` searches each candidate as a task on a Ray cluster (``ray_address``:
             none or ``"local"`` starts one here, ``"auto"`` joins the running one, or host:port);
             the plans are the same as a local search's, in the same order.
@@ -232,12 +241,7 @@ def recommend(
     if lengths["output"]["kind"] == "fixed":
         _checks.whole("output", lengths["output"]["value"], 2)
     (p_mean, p_max), (o_mean, o_max) = (length_bounds(lengths[k]) for k in ("prompt", "output"))
-    requests, max_devices = _checks.whole("requests", requests, 10), _checks.whole("max_devices", max_devices, 1)
-    if requests > MAX_SEARCH_REQUESTS:
-        raise PlanError(f"requests: a search simulates each candidate several times, each run at most "
-                        f"{MAX_SEARCH_REQUESTS:,} requests; got {requests:,}")  # fmt: skip
-    if rate is not None:
-        _checks.rate(rate, requests)
+    requests, max_devices = _sizes(requests, max_devices, rate)
     tps, years, names, runtimes, dtypes = _search_space(m, cat, hardware, tp, weight_dtype, runtime, amortise_years)
     link = _kv_link(disaggregate, kv_link_gbs, kv_link_latency_us, kv_handoff_us)
     moe = bool(m.is_moe)
@@ -255,18 +259,22 @@ def recommend(
     # Kimi's decode layout), on the same t devices
     layouts = [(t, e, 1) for t in tps for e in sorted({1, t} if moe else {1})]
     layouts += [(1, t, t) for t in tps if moe and t > 1]
-    candidates = [(h, t, e, a, rt, wd) for h in names for rt in runtimes for wd in dtypes for t, e, a in layouts]
+    specs: list[dict[str, Any]] = [{}] + ([] if speculative is None else [
+        {"speculative": speculative, "draft_tokens": draft_tokens, "acceptance": acceptance}])  # fmt: skip
+    candidates = [(h, t, e, a, rt, wd, sp) for h in names for rt in runtimes for wd in dtypes for t, e, a in layouts
+                  for sp in range(len(specs))]  # fmt: skip
     plans, refused = [], []
     # one task per candidate: here in order, or spread over a Ray cluster (its workers' own catalog)
     tasks = [(model, hw, t, ep, None if backend == "ray" else cat, workload,
-              {"weight_dtype": wd, "runtime": rt, "attention_dp": a}, max_devices)
-             for hw, t, ep, a, rt, wd in candidates]  # fmt: skip
+              {"weight_dtype": wd, "runtime": rt, "attention_dp": a, **specs[sp]}, max_devices)
+             for hw, t, ep, a, rt, wd, sp in candidates]  # fmt: skip
     results, report = run_tasks(_candidate_task, tasks, backend=backend, ray_address=ray_address, progress=progress)
-    for (hw, t, ep, a, rt, wd), (found, why, near) in zip(candidates, results):
+    for (hw, t, ep, a, rt, wd, sp), (found, why, near) in zip(candidates, results):
         label = (
             f"{hw} {plan_label({'tp': t, 'ep': ep, 'attention_dp': a})}"
             + (f" {rt}" if len(runtimes) > 1 else "")
             + (f" {wd}" if len(dtypes) > 1 else "")
+            + (f" {speculative} k={draft_tokens}" if sp else "")
         )
         plans += found
         refused += [{"candidate": label, "hardware": hw, "tp": t, "ep": ep, "attention_dp": a, "runtime": rt,
@@ -279,6 +287,17 @@ def recommend(
         r["frontier"] = r["ttft_q_s"] < best_ttft
         best_ttft = min(best_ttft, r["ttft_q_s"])
     return Recommendation(model=str(model), workload=workload, plans=plans, refused=refused, run=report, bound=bound)
+
+
+def _sizes(requests: Any, max_devices: Any, rate: Optional[float]) -> tuple[int, int]:
+    """The requests a simulated run and the most devices a plan, each checked."""
+    requests, max_devices = _checks.whole("requests", requests, 10), _checks.whole("max_devices", max_devices, 1)
+    if requests > MAX_SEARCH_REQUESTS:
+        raise PlanError(f"requests: a search simulates each candidate several times, each run at most "
+                        f"{MAX_SEARCH_REQUESTS:,} requests; got {requests:,}")  # fmt: skip
+    if rate is not None:
+        _checks.rate(rate, requests)
+    return requests, max_devices
 
 
 def _kv_link(disaggregate: Any, gbs: Any, latency_us: Any, handoff_us: Any) -> dict[str, Any]:
@@ -402,7 +421,7 @@ def _candidate(
         return {
             "hardware": hw, "tp": tp, "ep": ep, "attention_dp": width // tp, "replicas": replicas, "devices": devices,
             "prefill_instances": split[0] if split else None, "decode_instances": split[1] if split else None,
-            "runtime": s.runtime, "weights": s.plan["weights"],
+            "runtime": s.runtime, "weights": s.plan["weights"], "speculation": s.plan.get("speculation"),
             "usd_per_device_hour": price, "usd_per_hour": price * devices, "offer": offer,
             "usd_per_million_output_tokens": usd_per_million(price * devices, s.output_tok_s),
             "per_instance_rate": per_instance, "within_slo": s.within_slo, "rejected": s.rejected,

@@ -60,6 +60,15 @@ from .options import INCLUDE_BOUND, RAY, plan_options
     default=None,
     help="With --disaggregate: the transfer engine's hand-off a transfer, in us (default: the runtime's fit).",
 )
+@click.option("--speculative", default=None,
+              help="Also try every candidate speculating: eagle3, eagle3:CONFIG, mtp, ngram or draft:MODEL (as "
+                   "simulate takes it), listed with its method and depth (MTP2).")  # fmt: skip
+@click.option("--draft-tokens", type=int, default=None, help="Draft tokens a step, with --speculative.")
+@click.option(
+    "--acceptance",
+    default=None,
+    help="Acceptance curve CSV for --speculative (default: the bundled curve, as estimate).",
+)
 @click.option("--requests", type=int, default=500, show_default=True, help="Requests per simulated run.")
 @click.option("--max-devices", type=int, default=64, show_default=True, help="The most devices a plan may take.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Plans to list.")
@@ -77,7 +86,7 @@ def recommend(
     runtime: Optional[str], disaggregate: bool, kv_link_gbs: Optional[float], kv_link_latency_us: Optional[float],
     kv_handoff_us: Optional[float], requests: int, max_devices: int, top: int, verbose: bool,
     as_json: bool, plot_path: Optional[str], force: bool, include_bound: bool, amortise_years: Optional[float],
-    ray_address: Optional[str],
+    ray_address: Optional[str], speculative: Optional[str], draft_tokens: Optional[int], acceptance: Optional[str],
 ) -> None:  # fmt: skip
     """The cheapest plans (device, runtime, weights, TP/EP, replicas, prefill/decode split) that serve a rate
     within TTFT and TPOT objectives, with the cost-TTFT Pareto frontier."""
@@ -100,7 +109,8 @@ def recommend(
             kv_link_gbs=kv_link_gbs, kv_link_latency_us=kv_link_latency_us, kv_handoff_us=kv_handoff_us,
             requests=requests,
             max_devices=max_devices, progress=progress, amortise_years=amortise_years,
-            backend=_ray_backend(ray_address), ray_address=ray_address, include_bound=include_bound)  # fmt: skip
+            backend=_ray_backend(ray_address), ray_address=ray_address, include_bound=include_bound,
+            speculative=speculative, draft_tokens=draft_tokens, acceptance=acceptance)  # fmt: skip
     if bar is not None:
         bar.render_finish()
     click.echo(json.dumps(r.to_dict(), indent=2) if as_json else r.summary(top, refused=verbose))
