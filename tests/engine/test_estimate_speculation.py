@@ -103,3 +103,14 @@ def test_the_cli_prints_the_speculation_and_drops_the_held_out_range_no_speculat
     assert "held-out" not in r.stdout
     r = run("estimate", "-m", LLAMA, "-H", "H100_SXM", "--speculative", "mtp", "--draft-tokens", "2")
     assert r.returncode != 0 and "has no MTP layers" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_an_acceptance_file_changed_between_calls_is_read_again(tmp_path):
+    # estimate keeps a prepared plan between calls: never one resting on a file the user may edit
+    p = tmp_path / "curve.csv"
+    p.write_text("depth,acceptance_length\n3,2.0\n")
+    kw = {"speculative": "ngram", "draft_tokens": 3, "acceptance": str(p)}
+    slow = ridgeline.estimate(LLAMA, "H100_SXM", **kw).tpot_s
+    p.write_text("depth,acceptance_length\n3,3.0\n")
+    fast = ridgeline.estimate(LLAMA, "H100_SXM", **kw).tpot_s
+    assert fast == pytest.approx(slow * 2.0 / 3.0, rel=0.02)

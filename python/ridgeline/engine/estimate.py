@@ -149,6 +149,8 @@ def estimate(
         and (devices_per_node is None or devices_per_node.__class__ is int) and attention_dp.__class__ is int
         and routing_skew.__class__ is not bool and scaleout_gbs.__class__ is not bool
         and scaleout_latency_us.__class__ is not bool
+        # a file the plan reads (an acceptance curve, a head's config) is read again on every call
+        and acceptance is None and (speculative is None or (speculative.__class__ is str and ":" not in speculative))
     )  # fmt: skip
     try:
         p = _PREPARED.get(key) if exact else None
