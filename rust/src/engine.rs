@@ -604,6 +604,9 @@ pub struct Layout<'a> {
     kv_layers: Vec<(u64, u64, Option<u64>)>,
     /// A speculative drafter that runs on the device, resolved (its model is the plan's).
     draft: Option<DraftLayout>,
+    /// Recurrent-state slots a sequence holds: k + 1 when speculating (one per verified
+    /// position, `graph::builder`'s linear kernel), else 1.
+    state_slots: f64,
 }
 
 /// A drafter resolved at the plan's TP: its weight formats and GEMM peaks, the weight bytes it
@@ -655,11 +658,13 @@ impl<'a> Layout<'a> {
             Some(d) => Some(DraftLayout::new(d, dev, plan, proto, &mut r.warnings)?),
             None => None,
         };
+        let state_slots = plan.speculation.as_ref().map_or(1.0, |s| (s.draft_tokens + 1) as f64);
         Ok(Layout {
             r,
             weights,
             kv_layers,
             draft,
+            state_slots,
         })
     }
 
@@ -718,9 +723,10 @@ impl<'a> Layout<'a> {
             .sum()
     }
 
-    /// Recurrent-state bytes one rank holds per sequence (linear-attention layers; 0 without).
+    /// Recurrent-state bytes one rank holds per sequence (linear-attention layers; 0 without),
+    /// every slot a speculating sequence keeps.
     pub(crate) fn state_bytes_per_seq(&self) -> f64 {
-        self.r.ctx.model.state_bytes(self.r.ctx.tp, self.r.ctx.act_b)
+        self.r.ctx.model.state_bytes(self.r.ctx.tp, self.r.ctx.act_b) * self.state_slots
     }
 
     /// The warnings resolving the layout gave.

@@ -204,3 +204,38 @@ fn a_speculation_out_of_range_is_refused_by_name() {
         Err(Error::Plan { ref field, .. }) if field == "speculation"
     ));
 }
+
+#[test]
+fn a_speculating_linear_attention_layer_keeps_and_writes_a_state_per_verified_position() {
+    // vLLM's Gated DeltaNet keeps num_spec + 1 state slots a request (spec_state_indices_tensor)
+    // and writes the state after each verified token: memory k + 1 states a sequence, and a
+    // verification step reads the state once and writes it k + 1 times
+    let m = crate::fixtures::gdn_hybrid();
+    let base = Plan {
+        linear_chunk: 64,
+        ..Plan::new(4, 1000, 257, 0.9)
+    };
+    let (k, al) = (3u64, 2.0);
+    let sp = Plan {
+        speculation: Some(Speculation {
+            draft_tokens: k,
+            acceptance_length: al,
+            drafter: None,
+            accepted: Vec::new(),
+        }),
+        ..base.clone()
+    };
+    let run = |p: &Plan| estimate(&m, &h100(), p, &Efficiency::uncalibrated(), proto(), true).unwrap();
+    let (b, s) = (run(&base), run(&sp));
+    assert!((s.memory.state_bytes / b.memory.state_bytes - (k + 1) as f64).abs() < 1e-12);
+    // the kernel's bytes a step: its inputs and outputs per token, plus (1 + writes) states
+    let per_step = |e: &Estimate, steps: f64| rows(e, Phase::Decode, OpKind::LinearAttention, false).bytes / steps;
+    let (bb, sb) = (per_step(&b, 256.0), per_step(&s, 256.0 / al));
+    // per step: io x tokens (4, or 4 x 4 verified) + states x (1 + writes); io per token is the
+    // same in both
+    let states = 4.0 * 3.0 * 32.0 * 128.0 * 128.0 * 4.0; // 4 sequences, 3 layers, fp32 state
+    let io_per_token = (bb - 2.0 * states) / 4.0;
+    assert!(io_per_token > 0.0);
+    let want = 16.0 * io_per_token + (1.0 + (k + 1) as f64) * states;
+    assert!((sb / want - 1.0).abs() < 1e-12, "{sb} vs {want}");
+}

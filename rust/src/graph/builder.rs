@@ -192,7 +192,14 @@ impl Builder<'_, '_> {
             Geometry::Decode { batch, queries, .. } => *batch as f64 * per_seq(*queries),
         };
         let io = t * r.io * c.act_b;
-        let state = geo.sequences() * 2.0 * r.heads * r.dk * r.dv * r.state_bytes.unwrap_or(c.act_b);
+        // read once and written once a sequence; a speculative verification of q tokens writes
+        // the state after each of them (vLLM's GDN keeps num_spec + 1 state slots a request,
+        // `spec_state_indices_tensor`, to roll back to the last accepted token)
+        let writes = match geo {
+            Geometry::Decode { queries, .. } => *queries as f64,
+            Geometry::Segments(_) => 1.0,
+        };
+        let state = geo.sequences() * (1.0 + writes) * r.heads * r.dk * r.dv * r.state_bytes.unwrap_or(c.act_b);
         self.push(
             OpKind::LinearAttention,
             c.peak_act,
