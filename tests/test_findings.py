@@ -151,7 +151,7 @@ def test_options_for_what_is_not_modelled_say_so(option):
 EST = ["estimate", "-m", "openai/gpt-oss-20b", "-H", "RTX_4090"]
 
 
-@pytest.mark.parametrize("argv", [[*EST, "--mtp"], [*EST, "--draft-model"], ["sweep", "--speculative"]])
+@pytest.mark.parametrize("argv", [[*EST, "--mtp"], [*EST, "--draft-model"], ["sweep", "--num-speculative-tokens"]])
 def test_the_runtimes_spellings_of_speculation_name_the_option_that_prices_it(argv):
     code, _, err = run_main(*argv, "1")
     option = argv[-1]

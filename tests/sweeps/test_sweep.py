@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 import ridgeline
 from ridgeline import PlanError
-from ridgeline.sweeps.sweep import SWEEP_COLUMNS, iter_sweep, parse_axis, sweep, write
+from ridgeline.sweeps.sweep import SWEEP_COLUMNS, grid_size, iter_sweep, parse_axis, sweep, write
 
 GRID = {
     "model": ["meta-llama/Llama-3.1-8B", "mistralai/Mixtral-8x7B-v0.1"],
@@ -182,3 +182,22 @@ def test_cli_sweep_without_out_prints_a_summary_of_the_frame_it_would_write(tmp_
 def test_top_level_functions_are_the_callables():
     assert callable(ridgeline.sweep) and callable(ridgeline.simulate) and callable(ridgeline.estimate)
     assert ridgeline.sweep is sweep
+
+
+def test_speculation_is_an_axis_whose_plans_are_estimates_and_a_plan_without_it_is_swept_once():
+    grid = {"model": "deepseek-ai/DeepSeek-V3", "hardware": "H200", "tp": 8, "batch": [1, 16],
+            "speculative": ["none", "mtp"], "draft_tokens": [1, 2]}  # fmt: skip
+    df = sweep(grid)
+    # none once, mtp at depths 1 and 2: 3 combinations of 2 batches
+    assert df.height == grid_size(grid) == 6 and df.columns == list(SWEEP_COLUMNS)
+    for r in df.iter_rows(named=True):
+        kw = {} if r["speculative"] is None else {"speculative": "mtp", "draft_tokens": r["draft_tokens"]}
+        e = ridgeline.estimate("deepseek-ai/DeepSeek-V3", "H200", tp=8, batch=r["batch"], **kw)
+        assert r["tpot_s"] == pytest.approx(e.tpot_s, rel=1e-12)
+        if kw:
+            assert r["acceptance_length"] == e.plan["speculation"]["acceptance_length"]
+            assert "borrowed from deepseek-ai/DeepSeek-R1" in r["acceptance"]
+        else:
+            assert r["draft_tokens"] is None and r["acceptance_length"] is None
+    with pytest.raises(PlanError, match="has no MTP layers"):
+        sweep({"model": "meta-llama/Llama-3.1-8B", "hardware": "H100_SXM", "speculative": "mtp", "draft_tokens": 2})

@@ -37,8 +37,8 @@ def _not_modelled(e: click.UsageError) -> str:
         return ""
     if e.option_name in _SPECULATION:
         return (f"no such option {e.option_name}: speculative decoding is `ridgeline estimate --speculative "
-                "eagle3|mtp|ngram|draft:MODEL --draft-tokens K [--acceptance FILE]` (simulate and recommend take the "
-                "same); sweep does not run it yet (docs/concepts.md)")  # fmt: skip
+                "eagle3|mtp|ngram|draft:MODEL --draft-tokens K [--acceptance FILE]` (simulate, sweep and "
+                "recommend take the same; docs/concepts.md)")  # fmt: skip
     for what, options in _NOT_MODELLED.items():
         if e.option_name in options:
             return (f"no such option {e.option_name}: {what} is not modelled yet; every estimate prices a plan "

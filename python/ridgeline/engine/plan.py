@@ -64,7 +64,6 @@ class Setting:
 ALL = frozenset({"estimate", "simulate", "sweep"})
 ESTIMATE = frozenset({"estimate"})
 ESTIMATE_SWEEP = frozenset({"estimate", "sweep"})
-ESTIMATE_SIMULATE = frozenset({"estimate", "simulate"})
 
 
 def _setting(default: Any, help: str, unit: str, check: Callable[[str, Any], Any], commands: frozenset[str],
@@ -180,16 +179,20 @@ class Plan:
         None, "Speculative decoding: eagle3 (the EAGLE-3 head bundled for the model), eagle3:CONFIG (a head's "
         "config.json), mtp (the model's own MTP module), ngram (drafts looked up on the host) or draft:MODEL (a "
         "draft model). Each step drafts draft_tokens tokens a sequence and the target verifies them in one pass. "
-        "Default: none.", "", _OPT_TEXT, ESTIMATE_SIMULATE,
+        "Default: none.", "", _OPT_TEXT, ALL,
+        axis_help="Speculative decoding methods (none, eagle3, mtp, ngram, draft:MODEL); a plan that does not "
+        "speculate takes the draft-tokens and acceptance axes' first values only.",
     )  # fmt: skip
     draft_tokens: Optional[int] = _setting(
         None, "Tokens drafted a sequence each speculative step (k: num_speculative_tokens, --spec-draft-n-max, MTP "
-        "nextn); needed with speculative.", "tokens", _OPT_WHOLE, ESTIMATE_SIMULATE,
+        "nextn); needed with speculative.", "tokens", _OPT_WHOLE, ALL,
+        axis_help="Draft depths of the speculating plans: 1,2,3.",
     )  # fmt: skip
     acceptance: Optional[str] = _setting(
         None, "Acceptance curve CSV, columns as data/speculation/acceptance_curves.csv (depth and acceptance_length, "
         "or acceptance_rate_at_position): the tokens a step keeps at draft_tokens. Default: the bundled curve "
-        "measured on the model, else on its family (labelled borrowed).", "", _OPT_TEXT, ESTIMATE_SIMULATE,
+        "measured on the model, else on its family (labelled borrowed).", "", _OPT_TEXT, ALL,
+        axis_help="Acceptance curve files of the speculating plans (default: the bundled curves, as estimate).",
     )  # fmt: skip
     calibrated: bool = _setting(
         True, "Apply the runtime's calibration. Off: the efficiency-1 bound of the same plan, run the same way (so "

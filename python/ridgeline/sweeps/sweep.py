@@ -25,15 +25,20 @@ from ..catalog.store import Catalog, default_catalog
 from ..errors import InternalError, PlanError
 from ..models.config import Model
 from .cluster import RunReport, check_backend, fingerprint, run_tasks
+from .summary import summary as summary  # re-exported: the CLI and tests take it from here
 
 if TYPE_CHECKING:
     from ..engine.plan import Plan
 
 NUMERIC_AXES = ("tp", "pp", "ep", "dp", "chunk", "batch", "prompt", "output")
-CATEGORICAL_AXES = ("model", "hardware", "dtype", "weight_dtype", "kv_dtype", "runtime")
+CATEGORICAL_AXES = ("model", "hardware", "dtype", "weight_dtype", "kv_dtype", "runtime", "speculative",
+                    "draft_tokens", "acceptance")  # fmt: skip
+#: The axes that matter only to a plan that speculates: a plan that does not takes their first values.
+_SPECULATION_AXES = ("draft_tokens", "acceptance")
 DEFAULTS: dict[str, list[Any]] = {
     "tp": [1], "pp": [1], "ep": [1], "dp": [1], "chunk": [0], "batch": [1], "prompt": [1024], "output": [256],
-    "dtype": ["bf16"], "weight_dtype": [None], "kv_dtype": [None], "runtime": [None],
+    "dtype": ["bf16"], "weight_dtype": [None], "kv_dtype": [None], "runtime": [None], "speculative": [None],
+    "draft_tokens": [None], "acceptance": [None],
 }  # fmt: skip
 
 #: Every output column, with its unit.
@@ -47,6 +52,11 @@ SWEEP_COLUMNS = {
         "runtime whose way of running and calibration price the plan: the grid's, else the one estimate picks for "
         "the device (null: none, the plan as written at the efficiency-1 bound)"
     ),
+    "speculative": "speculative decoding method (eagle3, mtp, ngram, draft:MODEL; null: none)",
+    "draft_tokens": "tokens drafted a sequence each step (null without speculation)",
+    "acceptance_length": "tokens a verification step keeps on average, the bonus included (null without speculation)",
+    "acceptance": "where the acceptance length comes from: a curve measured on the model, borrowed from its family, "
+    "or the grid's file (null without speculation)",
     "tp": "tensor-parallel degree",
     "pp": "pipeline stages",
     "ep": "expert-parallel degree",
@@ -172,6 +182,9 @@ def normalise_grid(grid: Mapping[str, Any]) -> dict[str, list[Any]]:
         if v is None:
             continue
         out[k] = parse_axis(k, v)
+    # "none": a plan that does not speculate; depths are whole numbers
+    out["speculative"] = [None if x is None or str(x).lower() == "none" else x for x in out["speculative"]]
+    out["draft_tokens"] = [None if x is None else whole("draft_tokens", _int(x), 1) for x in out["draft_tokens"]]
     for k in ("model", "hardware"):
         if not out.get(k):
             raise PlanError(f"grid: needs at least one {k}")
@@ -213,7 +226,7 @@ def load_grid_file(path: str | Path) -> dict[str, Any]:
 
 def grid_size(grid: Mapping[str, Any]) -> int:
     g = normalise_grid(grid)
-    return math.prod(len(g[k]) for k in CATEGORICAL_AXES + NUMERIC_AXES)
+    return len(_combinations(g)) * math.prod(len(g[k]) for k in NUMERIC_AXES)
 
 
 def iter_sweep(
@@ -267,12 +280,15 @@ def iter_sweep(
     models = {name: Model.from_config(name) for name in {combos[ci][0] for ci in ranges}}
     devices = {name: cat.get(name) for name in {combos[ci][1] for ci in ranges}}
     for ci, todo in ranges.items():
-        name, hw, dtype, wdt, kvdt, rt = combos[ci]
+        name, hw, dtype, wdt, kvdt, rt, spec, depth, acc = combos[ci]
         # everything but the numbers, prepared as estimate prepares it (the runtime it would
         # take for the device unless the grid names one, its calibration, weights and links)
         p = prepare(models[name], devices[hw], catalog, runtime=rt, dtype=dtype, calibrated=calibrated,
                      weight_dtype=None if wdt in (None, "None") else wdt,
-                     kv_dtype=None if kvdt in (None, "None") else kvdt)  # fmt: skip
+                     kv_dtype=None if kvdt in (None, "None") else kvdt, speculative=spec,
+                     draft_tokens=None if spec is None else depth,
+                     acceptance=None if spec is None else acc)  # fmt: skip
+        sp = p.plan_labels.get("speculation") or {}
         rt = p.plan_labels["runtime"]
         p, _ = pricing(p, None, amortise_years, cat)
         priced = price_of(None, p.offers)
@@ -289,7 +305,8 @@ def iter_sweep(
         dt = p.plan_tail["dtype"]
         consts = {"model": p.model, "hardware": p.dev.name, "dtype": dt, "weights": p.plan_labels["weights"],
                   "kv_dtype": p.plan_tail["kv_dtype"] or dt, "runtime": rt, "calibration": p.label,
-                  "basis": basis(p.label)}  # fmt: skip
+                  "basis": basis(p.label), "speculative": sp.get("method"), "draft_tokens": sp.get("draft_tokens"),
+                  "acceptance_length": sp.get("acceptance_length"), "acceptance": sp.get("acceptance")}  # fmt: skip
         for start, stop in todo:
             r = _core.sweep_grid(p.core, tp, pp, ep, dp, chunks, batch, prompt, output, threads, start, stop, extra)
             if progress:
@@ -297,9 +314,22 @@ def iter_sweep(
             yield _frame(r, consts, estimated=not p.dev.verified, price=price)
 
 
+def _int(x: Any) -> Any:
+    """A draft depth as a grid gives it (8, or "8" from a comma list) as a whole number where it reads as one."""
+    try:
+        return int(x) if isinstance(x, str) else x
+    except ValueError:
+        raise PlanError(f"draft_tokens: cannot read {x!r}; use whole numbers, e.g. 1,2,3") from None
+
+
 def _combinations(g: Mapping[str, list[Any]]) -> list[tuple[Any, ...]]:
-    """The categorical combinations of a normalised grid, in grid order (the outer loop of a sweep)."""
-    return list(itertools.product(*(g[k] for k in CATEGORICAL_AXES)))
+    """The categorical combinations of a normalised grid, in grid order (the outer loop of a sweep):
+    a plan that does not speculate once, with the speculation axes' first values."""
+    at = [CATEGORICAL_AXES.index(k) for k in _SPECULATION_AXES]
+    spec = CATEGORICAL_AXES.index("speculative")
+    firsts = [g[k][0] for k in _SPECULATION_AXES]
+    return [c for c in itertools.product(*(g[k] for k in CATEGORICAL_AXES))
+            if c[spec] is not None or [c[i] for i in at] == firsts]  # fmt: skip
 
 
 def sweep_parts(grid: Mapping[str, Any], chunk_size: int = 1 << 18) -> list[tuple[int, int, int]]:
@@ -321,9 +351,7 @@ _FLOATS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "prefill_tok_s")
 _POWER = ("power_prefill_w", "power_decode_w", "energy_per_token_j")
 
 
-def _frame(
-    r: Mapping[str, Any], consts: Mapping[str, Optional[str]], *, estimated: bool, price: Optional[float] = None
-) -> Any:
+def _frame(r: Mapping[str, Any], consts: Mapping[str, Any], *, estimated: bool, price: Optional[float] = None) -> Any:
     """One part of a sweep as a Polars frame in ``SWEEP_COLUMNS`` order: the core's arrays taken
     as they are (no per-plan Python object), the labels a part shares as constant columns, the
     reasons a plan could not be priced gathered from the core's one copy of each. A plan that
@@ -343,9 +371,13 @@ def _frame(
     usd = usd_per_million(pl.lit(price, dtype=pl.Float64) * pl.col("devices"), pl.col("throughput_tok_s")).alias(
         "usd_per_million_output_tokens"
     )
+    speculation = (text("speculative"), pl.lit(consts.get("draft_tokens"), dtype=pl.Int64).alias("draft_tokens"),
+                   pl.lit(consts.get("acceptance_length"), dtype=pl.Float64).alias("acceptance_length"),
+                   text("acceptance"))  # fmt: skip
     return df.select(
-        *(text(k) for k in _STRINGS), *NUMERIC_AXES, "devices", *_FLOATS, "memory_gb", "fits", "mfu_prefill",
-        "mbu_decode", *_POWER, usd, text("calibration"), text("basis"), pl.lit(estimated).alias("estimated"), "error",
+        *(text(k) for k in _STRINGS), *speculation, *NUMERIC_AXES, "devices", *_FLOATS, "memory_gb", "fits",
+        "mfu_prefill", "mbu_decode", *_POWER, usd, text("calibration"), text("basis"),
+        pl.lit(estimated).alias("estimated"), "error",
     ).with_columns(pl.col(pl.Float64).fill_nan(None))  # fmt: skip
 
 
@@ -584,90 +616,6 @@ def sweep(
     # the first part is priced now, so a grid that cannot run fails here, not inside Polars
     first = next(iter_sweep(grid, chunk_size=1, **kw))
     return _lazy(lambda: iter_sweep(grid, **kw), first.schema)
-
-
-#: The plan columns a summary shows when they vary over the grid, in order.
-_PLAN_COLUMNS = ("model", "hardware", "runtime", "weights", "kv_dtype", "tp", "pp", "ep", "dp", "chunk", "batch",
-                 "prompt", "output")  # fmt: skip
-
-
-def summary(df: Any, top: int = 5, include_bound: bool = False) -> str:
-    """A sweep's result for people: how many plans were priced, fit and failed (with the commonest
-    reasons), which plan columns vary, and the best fitting plans by throughput and by latency
-    (TPOT, then TTFT) with only the varying columns. Numbers rounded, with units. Plans that rest
-    on no calibration (``basis`` bound: an optimistic upper bound on speed) are counted apart and
-    not ranked beside calibrated ones unless ``include_bound``; a ranking whose plans do not all
-    rest on their device's own fit shows the ``basis`` column."""
-    import polars as pl
-
-    from .._fmt import ms, sig
-    from ..engine.fits import BOUND, MEASURED
-
-    if df.height == 0:
-        return "0 plans"
-    top = min(top, df.height)  # a list never holds more plans than there are (Polars takes no bigger count)
-    priced = df.filter(pl.col("error").is_null())
-    fit = priced.filter(pl.col("fits"))
-    lines = [f"{df.height:,} plans: {priced.height:,} priced ({fit.height:,} fit in memory, "
-             f"{priced.height - fit.height:,} do not), {df.height - priced.height:,} refused"]  # fmt: skip
-    if df.height > priced.height:
-        reasons = (
-            df.filter(pl.col("error").is_not_null())
-            .group_by("error")
-            .len()
-            .sort(["len", "error"], descending=[True, False])
-        )
-        for r in reasons.head(3).iter_rows(named=True):
-            lines.append(f"  refused x{r['len']:,}: {r['error']}")
-    varying = [c for c in _PLAN_COLUMNS if c in df.columns and df[c].n_unique() > 1]
-    lines.append("varying: " + (", ".join(f"{c} ({df[c].n_unique()})" for c in varying) or "nothing (one plan)"))
-    if fit.height == 0:
-        lines.append("no priced plan fits in memory")
-        return "\n".join(lines)
-    bound = fit.filter(pl.col("basis") == BOUND) if "basis" in fit.columns else fit.clear()
-    if bound.height and not include_bound:
-        where = ", ".join(sorted(set(bound["hardware"].to_list())))
-        apart = "not ranked below; --include-bound ranks them, marked"
-        lines.append(f"{bound.height:,} plans that fit rest on no calibration ({where}: the efficiency-1 bound, an "
-                     f"optimistic upper bound on speed): {apart}")  # fmt: skip
-        fit = fit.filter(pl.col("basis") != BOUND)
-        if fit.height == 0:
-            lines.append("no plan that fits rests on a calibration")
-            return "\n".join(lines)
-    marked = "basis" in fit.columns and set(fit["basis"].to_list()) != {MEASURED}
-    if marked and "basis" not in varying:
-        varying = [*varying, "basis"]
-
-    priced_usd = (
-        "usd_per_million_output_tokens" in fit.columns
-        and fit["usd_per_million_output_tokens"].null_count() < fit.height
-    )
-
-    def best(title: str, by: list[str], descending: bool, frame: Any = fit) -> None:
-        rows = frame.sort(by, descending=descending, nulls_last=True).head(top)
-        lines.append("")
-        lines.append(title)
-        head = [*varying, "TTFT", "TPOT", "tok/s", "GB/device", "devices", *(["$/M out"] if priced_usd else [])]
-
-        def usd(v: Optional[float]) -> str:
-            return "-" if v is None else f"${sig(v)}"
-
-        cells = [[str(r[c]) for c in varying]
-                 + [ms(r["ttft_s"]), ms(None if r["tpot_s"] != r["tpot_s"] else r["tpot_s"]),
-                    sig(r["throughput_tok_s"]), sig(r["memory_gb"]), str(r["devices"])]
-                 + ([usd(r["usd_per_million_output_tokens"])] if priced_usd else [])
-                 for r in rows.iter_rows(named=True)]  # fmt: skip
-        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
-        lines.extend(("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths))).rstrip() for row in [head, *cells])
-
-    best(f"highest throughput (of {fit.height:,} that fit)", ["throughput_tok_s"], True)
-    best("lowest latency (TPOT, then TTFT)", ["tpot_s", "ttft_s"], False)
-    if priced_usd:
-        costed = fit.filter(pl.col("usd_per_million_output_tokens").is_not_null())
-        best(f"lowest cost per million output tokens (of {costed.height:,} with a published price; cheapest "
-             "on-demand offer)", ["usd_per_million_output_tokens"], False, costed)  # fmt: skip
-    lines += ["", "every column: --out results.parquet (or .csv, or file.duckdb:table); --columns lists them"]
-    return "\n".join(lines)
 
 
 def _out_target(out: str) -> tuple[str, Optional[str]]:
