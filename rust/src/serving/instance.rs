@@ -201,6 +201,16 @@ impl Metrics {
     /// a prefill instance, whose first token reaches the client from the decode instance after the
     /// KV transfer and hand-off (`first_token` then), unless the request ends with it.
     pub(crate) fn emit(&mut self, r: &mut Req, hand_on: bool) -> Option<Status> {
+        self.produce(r, hand_on, true)
+    }
+
+    /// A kept draft token of `r`, produced in the same step as the token before it: it reaches the
+    /// client in the same chunk, so it adds no inter-token gap (a benchmark client times chunks).
+    pub(crate) fn emit_kept(&mut self, r: &mut Req) -> Option<Status> {
+        self.produce(r, false, false)
+    }
+
+    fn produce(&mut self, r: &mut Req, hand_on: bool, own_chunk: bool) -> Option<Status> {
         let now = self.now;
         r.generated += 1;
         self.output_tokens += 1;
@@ -217,7 +227,7 @@ impl Metrics {
             if !hand_on || status.is_some() {
                 self.first_token(r, now);
             }
-        } else {
+        } else if own_chunk {
             self.itl.add(now - r.last_s);
         }
         r.last_s = now;

@@ -330,7 +330,7 @@ impl World<'_, '_> {
                             break;
                         }
                         r.computed += 1;
-                        status = self.metrics.emit(r, false);
+                        status = self.metrics.emit_kept(r);
                     }
                     match status {
                         Some(s) => done.push((slot, s)),

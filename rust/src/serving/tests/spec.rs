@@ -79,6 +79,9 @@ fn drawn_acceptance_spreads_tpot_around_the_static_estimate() {
     let tpot = e.tpot_s.unwrap();
     assert!(r.tpot.max > r.tpot.min * 1.02, "{:?}", r.tpot);
     assert!(close(r.tpot.mean, tpot, 0.02), "{} vs {tpot}", r.tpot.mean);
+    // the kept drafts reach the client with their step's token, one chunk: an inter-token gap a
+    // step, never a zero one
+    assert!(r.itl.min > 0.0, "{:?}", r.itl);
     // and the same seed draws the same run
     let (again, _) = lone(&spec_plan(vec![0.8, 0.6, 0.4]), 1000, 257);
     assert_eq!(again.tpot.mean, r.tpot.mean);
