@@ -255,14 +255,24 @@ def _calibrate_comm(out: str, force: bool, kernels: str) -> None:
 )
 @click.option("--limit", type=int, default=None, help="With --serving: the first N runs only.")
 @click.option("--power", is_flag=True, help="The power model against measured GPU power during serving.")
+@click.option("--speculation", is_flag=True,
+              help="The published speculative speed-ups (data/speculation/speculative_pairs.csv: the same rig with "
+                   "and without) against the speculation physics, each row priced or listed with why not.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="The summary as JSON.")
 @click.option("--per-row", is_flag=True, help="With --json: every row with observed and predicted values.")
 @click.option("--plot", "plot_dir", default=None, help="Write a log-log scatter and a residual plot (PNG) here.")
 def validate(
     comm: bool, kernels: Optional[str], rows_file: Optional[str], serving: bool, limit: Optional[int], power: bool,
-    as_json: bool, per_row: bool, plot_dir: Optional[str],
+    speculation: bool, as_json: bool, per_row: bool, plot_dir: Optional[str],
 ) -> None:  # fmt: skip
     """Predict measured rows and report the agreement (exit 1 on an unexplained bound violation)."""
+    if speculation:
+        from ..calibration import speculation as spec
+
+        recs = spec.priced_pairs()
+        out = {**spec.summary(recs), **({"rows_priced": recs} if per_row else {})}
+        click.echo(json.dumps(out, indent=2) if as_json else spec.report(recs))
+        return
     if power:
         from ..calibration.power_fit import priced, report, rows, validation
 
