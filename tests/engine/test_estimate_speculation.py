@@ -114,3 +114,17 @@ def test_an_acceptance_file_changed_between_calls_is_read_again(tmp_path):
     p.write_text("depth,acceptance_length\n3,3.0\n")
     fast = ridgeline.estimate(LLAMA, "H100_SXM", **kw).tpot_s
     assert fast == pytest.approx(slow * 2.0 / 3.0, rel=0.02)
+
+
+def test_an_eagle1_head_is_one_of_the_targets_layers_behind_an_fc_and_shares_its_head(tmp_path):
+    # the EAGLE paper's head: one decoder layer like the target's, an fc from the embedding and the
+    # feature (2d x d), the target's embedding and LM head; bf16
+    d, f, kv = 4096, 14336, 1024
+    layer = d * (d + 2 * kv) + d * d + 3 * d * f + 2 * d
+    curve = tmp_path / "eagle.csv"
+    curve.write_text("depth,acceptance_length\n3,2.2\n")
+    base = ridgeline.estimate(LLAMA, "H100_SXM")
+    e = ridgeline.estimate(LLAMA, "H100_SXM", speculative="eagle", draft_tokens=3, acceptance=str(curve))
+    assert e.memory["weights_bytes"] - base.memory["weights_bytes"] == pytest.approx(2 * (layer + 2 * d * d), rel=1e-12)
+    with pytest.raises(PlanError, match="MoE model"):
+        ridgeline.estimate("Qwen/Qwen3-30B-A3B", "H100_SXM", speculative="eagle", draft_tokens=3, acceptance=str(curve))

@@ -26,7 +26,7 @@ PAIRS = "data/speculation/speculative_pairs.csv"
 _RIGS = "data/speculation/pair_rigs.csv"
 _TARGETS = "data/speculation/pair_targets.csv"
 #: The pair file's methods as --speculative names them (the others are not priced).
-_METHODS = {"eagle3": "eagle3", "mtp": "mtp", "ngram": "ngram"}
+_METHODS = {"eagle3": "eagle3", "eagle": "eagle", "mtp": "mtp", "ngram": "ngram"}
 
 
 def _table(path: str) -> list[dict[str, str]]:
@@ -94,7 +94,7 @@ def _plan(
     """The estimate keywords of a row's plan (its speculation aside), or why it cannot be priced."""
     method = _METHODS.get(r["method"])
     if method is None:
-        return None, f"method {r['method']} is not priced (eagle3, mtp and ngram are)"
+        return None, f"method {r['method']} is not priced (eagle3, eagle, mtp and ngram are)"
     rig = rigs.get((r["runtime"], r["hardware"]))
     if rig is None:
         return None, "its runtime and device are not mapped to ridgeline's (pair_rigs.csv)"

@@ -177,10 +177,10 @@ class Plan:
     )  # fmt: skip
     speculative: Optional[str] = _setting(
         None, "Speculative decoding: eagle3 (the EAGLE-3 head bundled for the model), eagle3:CONFIG (a head's "
-        "config.json), mtp (the model's own MTP module), ngram (drafts looked up on the host) or draft:MODEL (a "
-        "draft model). Each step drafts draft_tokens tokens a sequence and the target verifies them in one pass. "
-        "Default: none.", "", _OPT_TEXT, ALL,
-        axis_help="Speculative decoding methods (none, eagle3, mtp, ngram, draft:MODEL); a plan that does not "
+        "config.json), eagle (an EAGLE-1/2 head: one of a dense model's layers behind an fc), mtp (the model's own "
+        "MTP module), ngram (drafts looked up on the host) or draft:MODEL (a draft model). Each step drafts "
+        "draft_tokens tokens a sequence and the target verifies them in one pass. Default: none.", "", _OPT_TEXT, ALL,
+        axis_help="Speculative decoding methods (none, eagle3, eagle, mtp, ngram, draft:MODEL); a plan that does not "
         "speculate takes the draft-tokens and acceptance axes' first values only.",
     )  # fmt: skip
     draft_tokens: Optional[int] = _setting(

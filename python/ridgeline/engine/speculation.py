@@ -25,7 +25,7 @@ from ..errors import ModelConfigError, PlanError
 from ..models.config import Model
 
 #: The methods ``--speculative`` takes ("draft" and "eagle3" with ``:`` and a model or config).
-METHODS = ("eagle3", "mtp", "ngram", "draft")
+METHODS = ("eagle3", "eagle", "mtp", "ngram", "draft")
 _CURVES = "data/speculation/acceptance_curves.csv"
 _CURVE_MODELS = "data/speculation/curve_models.csv"
 _DRAFTERS = "data/speculation/drafters.csv"
@@ -67,17 +67,17 @@ class Speculation:
 
 def parse_method(text: Any) -> tuple[str, Optional[str]]:
     """``--speculative``'s value as (method, argument): ``eagle3``, ``eagle3:CONFIG`` (a head of
-    one's own), ``mtp``, ``ngram``, ``draft:MODEL``."""
+    one's own), ``eagle`` (an EAGLE-1/2 head), ``mtp``, ``ngram``, ``draft:MODEL``."""
     s = _checks.text("speculative", text)
     method, _, arg = s.partition(":")
     arg = arg.strip()
     method = method.strip().lower()
     if method not in METHODS:
-        raise PlanError(f"speculative: {s!r} is not a method; use one of eagle3, eagle3:CONFIG, mtp, ngram, "
+        raise PlanError(f"speculative: {s!r} is not a method; use one of eagle3, eagle3:CONFIG, eagle, mtp, ngram, "
                         "draft:MODEL")  # fmt: skip
     if method == "draft" and not arg:
         raise PlanError("speculative: draft needs its model: draft:MODEL (a bundled id or a config.json)")
-    if method in ("mtp", "ngram") and arg:
+    if method in ("mtp", "ngram", "eagle") and arg:
         raise PlanError(f"speculative: {method} takes no argument, got {s!r}")
     return method, arg or None
 
@@ -128,6 +128,8 @@ def _drafter(
         drafter = {"model": core, "fused_inputs": 2, "fuse_first_pass_only": False,
                    "weights": dict(target_weights), "shares_embedding": True, "shares_head": True}  # fmt: skip
         return f"{m.name}'s MTP module", drafter
+    if method == "eagle":
+        return f"an EAGLE head for {m.name}", _eagle1(m)
     if method == "draft":
         assert arg is not None
         d = Model.from_config(arg)
@@ -136,6 +138,23 @@ def _drafter(
         return f"draft model {d.name}", drafter
     head, name = (_read_head(arg), arg) if arg else _bundled_head(m)
     return name, _eagle3(head, name, m)
+
+
+def _eagle1(m: Model) -> dict[str, Any]:
+    """The core's Drafter for an EAGLE-1/2 head (the EAGLE paper: one decoder layer over the
+    features; vLLM ``llama_eagle.py``): one layer like the target's dense layer, an fc from the
+    token's embedding and the feature side by side (2 x hidden) to the hidden size on every pass,
+    and the target's embedding and LM head. A MoE target's head is not made of its layers."""
+    if m.is_moe:
+        raise PlanError(f"speculative: an EAGLE-1 head for the MoE model {m.name} is not one of its layers; give an "
+                        "EAGLE-3 head's config: eagle3:CONFIG")  # fmt: skip
+    core = json.loads(m.core_json)
+    attention = [g for g in core["layer_groups"] if g.get("attention")]
+    if not attention:
+        raise ModelConfigError(f"{m.name}: no attention layer to make an EAGLE head of")
+    core["layer_groups"] = [{**attention[-1], "count": 1}]
+    return {"model": core, "fused_inputs": 2, "fuse_first_pass_only": False, "weights": {},
+            "shares_embedding": True, "shares_head": True}  # fmt: skip
 
 
 def _bundled_head(m: Model) -> tuple[Mapping[str, Any], str]:
