@@ -999,7 +999,10 @@ pub fn numbers(
     } else {
         layer_w + embed_w + head_w + l.draft_weight_bytes()
     };
-    let tokens = plan.prefix + plan.prompt + plan.output;
+    // a speculating sequence holds KV slots for its k drafts beside its tokens (vLLM allocates
+    // the lookahead slots of the tokens it verifies)
+    let lookahead = plan.speculation.as_ref().map_or(0, |s| s.draft_tokens);
+    let tokens = plan.prefix + plan.prompt + plan.output + lookahead;
     let kv = kv_bytes_per_rank(&l.kv_layers, ctx.kv_b, plan.batch, tokens) * stage_share
         + l.draft
             .as_ref()

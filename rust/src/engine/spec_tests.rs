@@ -144,7 +144,9 @@ fn the_drafter_adds_its_layer_and_projection_to_memory_and_its_own_kv() {
     let layer = (d * 4096.0 + 2.0 * d * 1024.0 + 4096.0 * d + 3.0 * d * f + 2.0 * d) * 2.0;
     let want = layer + 2.0 * d * d * 2.0;
     assert!((e.memory.weights_bytes - base.memory.weights_bytes - want).abs() < 1.0);
-    assert!((e.memory.kv_bytes / base.memory.kv_bytes - 33.0 / 32.0).abs() < 1e-12);
+    // its own layer's KV, and the target's 2 lookahead slots a sequence (1024 + 257 tokens)
+    let want = 33.0 / 32.0 * (1281.0 + 2.0) / 1281.0;
+    assert!((e.memory.kv_bytes / base.memory.kv_bytes - want).abs() < 1e-12);
 }
 
 #[test]
