@@ -635,8 +635,10 @@ impl DraftLayout {
         let (layers, embed, head) = weight_bytes_per_rank(&r.ctx);
         let hidden = d.model.hidden_size as f64;
         // the fused-state projection, replicated on every rank (`graph::build_draft_step`)
-        let fused = r.ctx.format(Role::O).bytes(d.fused_inputs as f64 * hidden, hidden);
-        let fused = if d.fused_inputs > 0 { fused } else { 0.0 };
+        let fused = match d.fused_inputs {
+            0 => 0.0,
+            n => r.ctx.format(Role::O).bytes(n as f64 * hidden, hidden),
+        };
         let weight_bytes =
             layers + fused + if d.shares_embedding { 0.0 } else { embed } + if d.shares_head { 0.0 } else { head };
         Ok(DraftLayout {
@@ -803,10 +805,10 @@ pub fn prefill(l: &Layout, plan: &Plan, batch: u64, eff: &Efficiency, bw: f64, b
     acc.overhead(ctx.model.num_layers(), schedule.steps() as f64, eff);
     // a drafter runs over each prefill step's tokens after the target (vLLM's proposer takes
     // the step's hidden states): its KV for the prompt, and the first drafts
-    if let Some((d, dctx)) = drafter(l, plan) {
+    if let Some((d, _)) = drafter(l, plan) {
         let mut ops = Vec::with_capacity(48);
         schedule.for_each(|segs, n| {
-            build_draft_step(&dctx, d.fused_inputs, &Geometry::Segments(segs), &mut ops);
+            draft_segment_ops(l, plan, segs, &mut ops);
             for op in &ops {
                 workspace = workspace.max(op.act_bytes);
                 acc.add(op.kind, op.group, op.flags(), price(op, 0.0, bw, eff).scaled(n as f64));
@@ -858,13 +860,21 @@ pub(crate) fn draft_layer_passes(l: &Layout, plan: &Plan) -> f64 {
 }
 
 /// The drafter's operators of one pass over a step's segments `segs` (its first pass over a
-/// step holding prompt chunks); empty without a drafter on the device.
-pub(crate) fn draft_segment_ops(l: &Layout, plan: &Plan, segs: &[crate::graph::Segment]) -> Vec<Op> {
-    let mut out = Vec::new();
+/// step holding prompt chunks) into `out` (cleared); none without a drafter on the device.
+pub(crate) fn draft_segment_ops(l: &Layout, plan: &Plan, segs: &[crate::graph::Segment], out: &mut Vec<Op>) {
+    out.clear();
     if let Some((d, dctx)) = drafter(l, plan) {
-        build_draft_step(&dctx, d.fused_inputs, &Geometry::Segments(segs), &mut out);
+        build_draft_step(&dctx, d.fused_inputs, &Geometry::Segments(segs), out);
     }
-    out
+}
+
+/// The drafter's kernels of that pass that vary with where the segments' tokens sit
+/// (`graph::build_kernels` on its context) into `out` (cleared); none without a drafter.
+pub(crate) fn draft_segment_kernels(l: &Layout, plan: &Plan, segs: &[crate::graph::Segment], out: &mut Vec<Op>) {
+    out.clear();
+    if let Some((_, dctx)) = drafter(l, plan) {
+        build_kernels(&dctx, segs, out);
+    }
 }
 
 /// The plan's drafter that runs on the device, with its build context.

@@ -12,7 +12,9 @@
 //! run through the decode form of attention (MLA's absorbed kernels).
 
 use crate::attention::DecodeKeys;
-use crate::engine::{decode_ops, draft_decode_ops, draft_layer_passes, draft_segment_ops, Layout};
+use crate::engine::{
+    decode_ops, draft_decode_ops, draft_layer_passes, draft_segment_kernels, draft_segment_ops, Layout,
+};
 use crate::graph::{build_kernels, build_step, step_shape, Geometry, Op, OpKind, Segment, StepShape};
 use crate::plan::{Efficiency, Plan};
 use crate::roofline::{price, Cost};
@@ -126,6 +128,11 @@ pub struct StepPricer<'a> {
     overhead: StepCost,
     decode: Vec<Option<DecodeForm>>,
     shapes: HashMap<StepShape, Fixed>,
+    /// A speculating drafter's first pass over a step's segments, its operators that do not move
+    /// with them, by step shape (`draft_shape_cost`).
+    draft_shapes: HashMap<StepShape, StepCost>,
+    /// Whether a speculating drafter runs on the device (its passes are priced).
+    drafter: bool,
     /// The routed experts of a step of so many tokens (`experts_at`).
     expert_steps: HashMap<u64, StepCost>,
     scratch: Vec<Op>,
@@ -136,7 +143,8 @@ pub struct StepPricer<'a> {
 impl<'a> StepPricer<'a> {
     pub fn new(layout: Layout<'a>, plan: &Plan, eff: &Efficiency, bw: f64) -> StepPricer<'a> {
         // a speculating drafter's layers run k passes a step, each paying the per-layer overhead
-        let layers = layout.ctx().model.num_layers() as f64 + draft_layer_passes(&layout, plan);
+        let draft_layers = draft_layer_passes(&layout, plan);
+        let layers = layout.ctx().model.num_layers() as f64 + draft_layers;
         StepPricer {
             layout,
             plan: plan.clone(),
@@ -148,6 +156,8 @@ impl<'a> StepPricer<'a> {
             },
             decode: Vec::new(),
             shapes: HashMap::new(),
+            draft_shapes: HashMap::new(),
+            drafter: draft_layers > 0.0,
             expert_steps: HashMap::new(),
             scratch: Vec::with_capacity(16),
             keys: Vec::with_capacity(4),
@@ -297,12 +307,36 @@ impl<'a> StepPricer<'a> {
         c
     }
 
-    /// A speculating drafter's attention kernels over the prompt chunks `prefill` (none without one).
-    fn draft_kernels(&self, prefill: &[Segment]) -> Vec<Op> {
-        draft_segment_ops(&self.layout, &self.plan, prefill)
-            .into_iter()
-            .filter(|o| o.kind.varies_with_segments())
-            .collect()
+    /// A speculating drafter's first pass over the step of `segs`: its operators that do not move
+    /// with the segments (priced once per step shape, as `shape_cost` prices the target's), and
+    /// its kernels over the prompt chunks `prefill` (the decodes' are in their decode form).
+    /// Nothing without a drafter on the device.
+    fn draft_cost(&mut self, segs: &[Segment], prefill: &[Segment]) -> StepCost {
+        if !self.drafter {
+            return StepCost::default();
+        }
+        let shape = step_shape(segs);
+        let fixed = match self.draft_shapes.get(&shape) {
+            Some(&c) => c,
+            None => {
+                draft_segment_ops(&self.layout, &self.plan, segs, &mut self.scratch);
+                let c = self
+                    .scratch
+                    .iter()
+                    .filter(|o| !o.kind.varies_with_segments())
+                    .map(|o| StepCost::from(price(o, 0.0, self.bw, &self.eff)))
+                    .sum();
+                self.draft_shapes.insert(shape, c);
+                c
+            }
+        };
+        draft_segment_kernels(&self.layout, &self.plan, prefill, &mut self.scratch);
+        let kernels: StepCost = self
+            .scratch
+            .iter()
+            .map(|o| StepCost::from(price(o, 0.0, self.bw, &self.eff)))
+            .sum();
+        fixed + kernels
     }
 
     /// `decode_step` in the parts of `StepParts`.
@@ -347,14 +381,8 @@ impl<'a> StepPricer<'a> {
             let form = self.form(contexts.len() as u64);
             form.absorb + form.draft_later + kernels
         };
-        // a speculating drafter's first pass runs over the step's segments: its operators on the
-        // shape, its attention over the prompt chunks (the decodes' is in their kernels above)
-        let draft: StepCost = draft_segment_ops(&self.layout, &self.plan, segs)
-            .iter()
-            .filter(|o| !o.kind.varies_with_segments())
-            .chain(&self.draft_kernels(prefill))
-            .map(|o| StepCost::from(price(o, 0.0, self.bw, &self.eff)))
-            .sum();
+        // a speculating drafter's first pass runs over the step's segments
+        let draft = self.draft_cost(segs, prefill);
         StepParts {
             fixed: shape.all + draft + self.overhead,
             experts: shape.experts,
