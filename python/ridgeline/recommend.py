@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
 from . import _checks
@@ -54,10 +54,15 @@ def plan_label(p: dict[str, Any]) -> str:
     sp = p.get("speculation")
     out = (f"TP{p['tp']}" + (f" EP{p['ep']}" if p.get("ep", 1) > 1 else "")
            + (f" ADP{p['attention_dp']}" if p.get("attention_dp", 1) > 1 else "")
-           + (f" {sp['method'].upper()}{sp['draft_tokens']}" if sp else ""))  # fmt: skip
+           + (f" {speculation_label(sp)}" if sp else ""))  # fmt: skip
     if p.get("prefill_instances"):
         out += f" {p['prefill_instances']}P+{p['decode_instances']}D"
     return out
+
+
+def speculation_label(sp: Mapping[str, Any]) -> str:
+    """A plan's speculation in a few characters: its method and depth (MTP2)."""
+    return f"{sp['method'].upper()}{sp['draft_tokens']}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +152,7 @@ class Recommendation:
                 "SLO: of the requests sent; unfinished: length-capped or in flight at the end"
             )
             lines += [f"  [{i}] {note}" for i, note in enumerate(notes, 1)]
-            specs = {plan_label({"tp": 1, "speculation": r["speculation"]})[4:]: r["speculation"]
+            specs = {speculation_label(r["speculation"]): r["speculation"]
                      for r in (*shown, *front) if r.get("speculation")}  # fmt: skip
             lines += [f"  {k}: {sp['method']}, {sp['draft_tokens']} draft tokens a step, acceptance length "
                       f"{sp['acceptance_length']:.3g} ({sp['acceptance']})" for k, sp in specs.items()]  # fmt: skip
