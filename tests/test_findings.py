@@ -142,10 +142,10 @@ def test_a_device_file_is_refused_not_read_for_ever(argv):
     _one_error(code, err, 2, "/dev/zero", "not a regular file")
 
 
-@pytest.mark.parametrize("option", ["--n-cpu-moe", "--cpu-offload-gb"])
-def test_options_for_what_is_not_modelled_say_so(option):
+@pytest.mark.parametrize("option", ["--n-cpu-moe", "--cpu-offload-gb", "--n-gpu-layers"])
+def test_the_runtimes_spellings_of_offload_name_the_option_that_prices_it(option):
     code, _, err = run_main("estimate", "-m", "openai/gpt-oss-20b", "-H", "RTX_4090", option, "1")
-    _one_error(code, err, 2, f"no such option {option}", "is not modelled yet")
+    _one_error(code, err, 2, f"no such option {option}", "estimate --offload experts:N|gpu-layers:N|stream-gb:G|auto")
 
 
 EST = ["estimate", "-m", "openai/gpt-oss-20b", "-H", "RTX_4090"]
@@ -160,7 +160,7 @@ def test_the_runtimes_spellings_of_speculation_name_the_option_that_prices_it(ar
 
 def test_a_plan_that_does_not_fit_says_its_times_assume_every_weight_resident():
     e = ridgeline.estimate("openai/gpt-oss-120b", "RTX_4090", allow_no_fit=True)
-    assert not e.fits and any("offload to host memory is not modelled" in w for w in e.warnings)
+    assert not e.fits and any("--offload auto prices it with weights kept in host memory" in w for w in e.warnings)
     assert not any("offload" in w for w in ridgeline.estimate("openai/gpt-oss-20b", "H100_SXM").warnings)
 
 

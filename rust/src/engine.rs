@@ -11,7 +11,7 @@ use crate::graph::{
 };
 use crate::model::params::{self, ParamCounts};
 use crate::model::{Ffn, Model};
-use crate::plan::{Drafter, Efficiency, Plan};
+use crate::plan::{Drafter, Efficiency, Offload, Plan};
 use crate::roofline::{price, price_range, Cost};
 #[cfg(test)]
 pub use crate::schedule::prefill_steps;
@@ -97,6 +97,17 @@ pub struct Memory {
     pub budget_bytes: f64,
     pub fits: bool,
     pub shortfall_bytes: f64,
+    /// What an offloading plan keeps in host memory; None: nothing. `fits` needs it within the
+    /// host's memory too.
+    pub host: Option<HostMemory>,
+}
+
+/// The host's tier of an offloading plan's memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct HostMemory {
+    pub weights_bytes: f64,
+    pub kv_bytes: f64,
+    pub capacity_bytes: f64,
 }
 
 /// One plan's result: its `Numbers` (read through `Deref`: `e.ttft_s`), the labels that say how
@@ -244,6 +255,7 @@ fn resolve<'a>(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) ->
             peak_act: pa.flops_per_s,
             topo,
             proto,
+            offload: plan.offload.as_ref().map(|o| o.placement(m)),
         },
         gemm_dtype,
         attn_dtype: pa.used,
@@ -530,7 +542,6 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
             } => mlp(Role::Up, Role::Down, d, *intermediate_size as f64 / t, *gated, *bias),
             Ffn::Moe {
                 num_experts,
-                expert_intermediate_size,
                 shared_intermediate_size,
                 gated,
                 bias,
@@ -540,14 +551,8 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
                 ..
             } => {
                 let e = *num_experts as f64;
-                let fe = *expert_intermediate_size as f64;
-                // E / EP whole experts a rank, each sharded over the MoE TP (group / EP), in the
-                // latent width where there is one (its two projections on every rank)
-                let (ep, moe_tp) = ctx.expert_split();
-                let width = latent.map_or(d, |l| l as f64);
                 let projections = latent.map_or(0.0, |l| f(Role::Up, d, l as f64) + f(Role::Down, l as f64, d));
-                let experts =
-                    projections + e / ep * mlp(Role::ExpertUp, Role::ExpertDown, width, fe / moe_tp, *gated, *bias);
+                let experts = projections + routed_expert_bytes(ctx, g);
                 let shared = if *shared_intermediate_size > 0 {
                     mlp(
                         Role::Up,
@@ -580,6 +585,30 @@ fn weight_bytes_per_rank(ctx: &BuildCtx) -> (f64, f64, f64) {
     (total, embed, head)
 }
 
+/// Bytes of one layer of `g`'s routed experts on one rank: E / EP whole experts, each sharded
+/// over the MoE TP (group / EP), in the latent width where there is one; 0 without experts.
+fn routed_expert_bytes(ctx: &BuildCtx, g: &crate::model::LayerGroup) -> f64 {
+    let Ffn::Moe {
+        num_experts,
+        expert_intermediate_size,
+        gated,
+        bias,
+        latent,
+        ..
+    } = &g.ffn
+    else {
+        return 0.0;
+    };
+    let d = ctx.model.hidden_size as f64;
+    let (ep, moe_tp) = ctx.expert_split();
+    let width = latent.map_or(d, |l| l as f64);
+    let fe = *expert_intermediate_size as f64 / moe_tp;
+    let n_up = if *gated { 2.0 * fe } else { fe };
+    let b = if *bias { (n_up + width) * ctx.act_b } else { 0.0 };
+    *num_experts as f64 / ep
+        * (ctx.format(Role::ExpertUp).bytes(width, n_up) + ctx.format(Role::ExpertDown).bytes(fe, width) + b)
+}
+
 /// KV-cache bytes one rank holds for `seqs` sequences of `tokens` tokens; windowed layers hold
 /// at most their window. `kv_layers`: (layers, values per token, window) at the plan's TP.
 fn kv_bytes_per_rank(kv_layers: &[(u64, u64, Option<u64>)], kv_b: f64, seqs: u64, tokens: u64) -> f64 {
@@ -607,6 +636,52 @@ pub struct Layout<'a> {
     /// Recurrent-state slots a sequence holds: k + 1 when speculating (one per verified
     /// position, `graph::builder`'s linear kernel), else 1.
     state_slots: f64,
+    /// What the host holds of the weights (`weights` is the device's part) and of the KV cache.
+    host: Option<HostHeld>,
+}
+
+/// The weights and the share of the KV cache an offloading plan keeps in host memory.
+#[derive(Clone, Copy)]
+struct HostHeld {
+    weights_bytes: f64,
+    kv_share: f64,
+    capacity_bytes: f64,
+}
+
+/// Splits the weight bytes one device holds, (layers, embeddings, head), between the device and
+/// the host by the plan's offload: the host-run layers whole (and then the final norm and LM
+/// head), the routed experts of the expert layers, the streamed bytes from the layers.
+fn split_weights(
+    ctx: &BuildCtx,
+    (layers, embed, head): (f64, f64, f64),
+    o: &Offload,
+) -> Result<((f64, f64, f64), HostHeld)> {
+    let p = o.placement(ctx.model);
+    let routed: f64 = ctx
+        .model
+        .layer_groups
+        .iter()
+        .map(|g| g.count as f64 * routed_expert_bytes(ctx, g))
+        .sum();
+    let host_layers = (layers - routed) * p.layer_share + routed * p.layer_share.max(p.expert_share);
+    let host_head = if p.layer_share > 0.0 { head } else { 0.0 };
+    let device_layers = layers - host_layers;
+    if o.streamed_bytes > device_layers {
+        return Err(Error::plan(
+            "streamed_bytes",
+            format!(
+                "{:.2} GB streamed exceeds the {:.2} GB of layer weights the device would hold",
+                o.streamed_bytes / 1e9,
+                device_layers / 1e9
+            ),
+        ));
+    }
+    let held = HostHeld {
+        weights_bytes: host_layers + host_head + o.streamed_bytes,
+        kv_share: p.layer_share,
+        capacity_bytes: o.host.memory_gb * 1e9,
+    };
+    Ok(((device_layers - o.streamed_bytes, embed, head - host_head), held))
 }
 
 /// A drafter resolved at the plan's TP: its weight formats and GEMM peaks, the weight bytes it
@@ -654,7 +729,13 @@ impl<'a> Layout<'a> {
     /// Resolves the layout of `plan` (its batch, lengths, chunk, DP and micro-batches aside).
     pub fn new(m: &'a Model, dev: &Device, plan: &Plan, proto: ProtocolTable) -> Result<Layout<'a>> {
         let mut r = resolve(m, dev, plan, proto)?;
-        let weights = weight_bytes_per_rank(&r.ctx);
+        let (weights, host) = match &plan.offload {
+            Some(o) => {
+                let (w, h) = split_weights(&r.ctx, weight_bytes_per_rank(&r.ctx), o)?;
+                (w, Some(h))
+            }
+            None => (weight_bytes_per_rank(&r.ctx), None),
+        };
         let kv_layers = m.kv_layers(plan.tp);
         let draft = match plan.speculation.as_ref().and_then(|s| s.drafter.as_ref()) {
             Some(d) => Some(DraftLayout::new(d, dev, plan, proto, &mut r.warnings)?),
@@ -667,6 +748,7 @@ impl<'a> Layout<'a> {
             kv_layers,
             draft,
             state_slots,
+            host,
         })
     }
 
@@ -679,6 +761,7 @@ impl<'a> Layout<'a> {
             formats: dl.formats,
             peaks: dl.peaks,
             pp: 1,
+            offload: None,
             ..self.r.ctx
         })
     }
@@ -717,12 +800,19 @@ impl<'a> Layout<'a> {
     /// KV-cache bytes one rank holds per token of one sequence, every layer counted at full
     /// length (a sliding-window layer's blocks are not freed behind its window).
     pub(crate) fn kv_bytes_per_token(&self) -> f64 {
-        let drafter = self.draft.as_ref().map_or(&[][..], |d| &d.kv_layers[..]);
-        self.kv_layers
-            .iter()
-            .chain(drafter)
-            .map(|&(count, values, _)| count as f64 * values as f64 * self.r.ctx.kv_b)
-            .sum()
+        let per_token = |layers: &[(u64, u64, Option<u64>)]| -> f64 {
+            layers
+                .iter()
+                .map(|&(count, values, _)| count as f64 * values as f64 * self.r.ctx.kv_b)
+                .sum()
+        };
+        let drafter = self.draft.as_ref().map_or(0.0, |d| per_token(&d.kv_layers));
+        per_token(&self.kv_layers) * self.device_kv_share() + drafter
+    }
+
+    /// The share of the target's KV cache the device holds (the host holds its layers' share).
+    pub(crate) fn device_kv_share(&self) -> f64 {
+        1.0 - self.host.map_or(0.0, |h| h.kv_share)
     }
 
     /// Recurrent-state bytes one rank holds per sequence (linear-attention layers; 0 without),
@@ -1013,7 +1103,8 @@ pub fn numbers(
     // the lookahead slots of the tokens it verifies)
     let lookahead = plan.speculation.as_ref().map_or(0, |s| s.draft_tokens);
     let tokens = plan.prefix + plan.prompt + plan.output + lookahead;
-    let kv = kv_bytes_per_rank(&l.kv_layers, ctx.kv_b, plan.batch, tokens) * stage_share
+    let target_kv = kv_bytes_per_rank(&l.kv_layers, ctx.kv_b, plan.batch, tokens) * stage_share;
+    let kv = target_kv * l.device_kv_share()
         + l.draft
             .as_ref()
             .map_or(0.0, |d| kv_bytes_per_rank(&d.kv_layers, ctx.kv_b, plan.batch, tokens));
@@ -1021,6 +1112,11 @@ pub fn numbers(
     let workspace = pre.workspace.max(dec.workspace);
     let total = weights + kv + state + workspace;
     let budget = dev.memory_bytes() * plan.gpu_memory_utilization;
+    let host = l.host.map(|h| HostMemory {
+        weights_bytes: h.weights_bytes,
+        kv_bytes: target_kv * h.kv_share,
+        capacity_bytes: h.capacity_bytes,
+    });
     let memory = Memory {
         weights_bytes: weights,
         kv_bytes: kv,
@@ -1029,8 +1125,9 @@ pub fn numbers(
         total_bytes: total,
         capacity_bytes: dev.memory_bytes(),
         budget_bytes: budget,
-        fits: total <= budget,
+        fits: total <= budget && host.is_none_or(|h| h.weights_bytes + h.kv_bytes <= h.capacity_bytes),
         shortfall_bytes: (total - budget).max(0.0),
+        host,
     };
     let nodes = ctx.topo.map_or(1, |t| t.nodes(plan.moe_group() * plan.pp));
     let power = crate::power::of(dev, plan, &prefill, &decode);
@@ -1174,6 +1271,8 @@ fn check_finite(e: &Numbers) -> Result<()> {
     Err(out_of_range(name, v))
 }
 
+#[cfg(test)]
+mod offload_tests;
 #[cfg(test)]
 mod spec_tests;
 #[cfg(test)]

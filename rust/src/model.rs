@@ -463,6 +463,15 @@ impl Model {
         self.layer_groups.iter().map(|g| g.count).sum()
     }
 
+    /// Decoder layers with routed experts.
+    pub fn moe_layers(&self) -> u64 {
+        self.layer_groups
+            .iter()
+            .filter(|g| matches!(g.ffn, Ffn::Moe { .. }))
+            .map(|g| g.count)
+            .sum()
+    }
+
     pub fn is_moe(&self) -> bool {
         self.layer_groups.iter().any(|g| matches!(g.ffn, Ffn::Moe { .. }))
     }

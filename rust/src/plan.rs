@@ -106,6 +106,9 @@ pub struct Plan {
     /// verifies them in one pass; None: one token a step.
     #[serde(default)]
     pub speculation: Option<Speculation>,
+    /// Weights kept in host memory; None: every weight on the device.
+    #[serde(default)]
+    pub offload: Option<Offload>,
 }
 
 fn one() -> u64 {
@@ -232,6 +235,128 @@ impl Speculation {
             }
         }
         Ok(())
+    }
+}
+
+/// Weights kept in host memory, as the runtimes run them: llama.cpp computes the experts of
+/// its first `--n-cpu-moe` layers and the layers below `-ngl` on the CPU (activations go to the
+/// host and back around them; a step of at least `device_min_tokens` tokens copies those
+/// weights to the device and computes there), and vLLM's `--cpu-offload-gb` reads the bytes it
+/// keeps on the host over the host link on every forward pass.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Offload {
+    /// MoE layers whose routed experts the host holds and computes.
+    #[serde(default)]
+    pub expert_layers: u64,
+    /// Decoder layers the host holds and runs whole (the first ones, with the final norm and
+    /// LM head).
+    #[serde(default)]
+    pub host_layers: u64,
+    /// Weight bytes per device kept on the host and streamed over the host link each pass.
+    #[serde(default)]
+    pub streamed_bytes: f64,
+    pub host: Host,
+}
+
+/// The host a plan offloads to: its memory and compute (the catalog's CPU row, or the user's),
+/// the device's link to it, and the runtime's fitted efficiencies on them.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Host {
+    /// Peak host memory bandwidth (GB/s).
+    pub memory_bw_gbs: f64,
+    /// Peak host compute (TFLOP/s, the vector units' fp32).
+    pub tflops: f64,
+    /// Host memory (GB).
+    pub memory_gb: f64,
+    /// The device's host link, one direction (GB/s).
+    pub link_gbs: f64,
+    /// Share of the memory bandwidth the host's kernels reach (fitted).
+    pub eta_mem: f64,
+    /// Share of the link's bandwidth a transfer reaches.
+    pub eta_link: f64,
+    /// Fixed time of one round trip of activations to the host and back (fitted).
+    pub t_round_trip_s: f64,
+    /// Steps of at least this many tokens compute host-held weights on the device after
+    /// copying them over the link; None: the host computes at any size.
+    #[serde(default)]
+    pub device_min_tokens: Option<u64>,
+}
+
+impl Offload {
+    /// Checks the offload against the model `m` and the plan's parallelism.
+    pub fn validate(&self, m: &Model, plan: &Plan) -> Result<()> {
+        let h = &self.host;
+        let positive = [
+            ("host.memory_bw_gbs", h.memory_bw_gbs),
+            ("host.tflops", h.tflops),
+            ("host.memory_gb", h.memory_gb),
+            ("host.link_gbs", h.link_gbs),
+        ];
+        for (name, v) in positive {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(Error::plan(name, format!("must be a positive number, got {v}")));
+            }
+        }
+        for (name, v) in [("host.eta_mem", h.eta_mem), ("host.eta_link", h.eta_link)] {
+            if !(v.is_finite() && v > 0.0 && v <= 1.0) {
+                return Err(Error::plan(name, format!("must be in (0, 1], got {v}")));
+            }
+        }
+        if !(h.t_round_trip_s.is_finite() && h.t_round_trip_s >= 0.0) {
+            return Err(Error::plan(
+                "host.t_round_trip_s",
+                format!("must be a non-negative number of seconds, got {}", h.t_round_trip_s),
+            ));
+        }
+        if !(self.streamed_bytes.is_finite() && self.streamed_bytes >= 0.0) {
+            return Err(Error::plan(
+                "streamed_bytes",
+                format!("must be a non-negative number of bytes, got {}", self.streamed_bytes),
+            ));
+        }
+        if self.expert_layers > m.moe_layers() {
+            return Err(Error::plan(
+                "expert_layers",
+                format!(
+                    "the model has {} MoE layers, got {} (dense models offload layers, not experts)",
+                    m.moe_layers(),
+                    self.expert_layers
+                ),
+            ));
+        }
+        if self.host_layers > m.num_layers() {
+            return Err(Error::plan(
+                "host_layers",
+                format!("the model has {} layers, got {}", m.num_layers(), self.host_layers),
+            ));
+        }
+        let computed = self.expert_layers > 0 || self.host_layers > 0;
+        if computed && plan.moe_group().saturating_mul(plan.pp).saturating_mul(plan.ep) > 1 {
+            return Err(Error::plan(
+                "offload",
+                "experts or layers computed by the host are priced on one device (tp = ep = pp = \
+                 attention_dp = 1), as llama.cpp runs them; stream weights (streamed_bytes) on several",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The shares and rates the build prices the offload with, for model `m`.
+    pub fn placement(&self, m: &Model) -> crate::graph::Placement {
+        let h = &self.host;
+        crate::graph::Placement {
+            expert_layers: self.expert_layers as f64,
+            expert_share: self.expert_layers as f64 / m.moe_layers().max(1) as f64,
+            layer_share: self.host_layers as f64 / m.num_layers().max(1) as f64,
+            host_per_byte: 1.0 / (h.memory_bw_gbs * 1e9 * h.eta_mem),
+            host_per_flop: 1.0 / (h.tflops * 1e12),
+            link_per_byte: 1.0 / (h.link_gbs * 1e9 * h.eta_link),
+            t_round_trip_s: h.t_round_trip_s,
+            streamed_bytes: self.streamed_bytes,
+            device_min_tokens: h.device_min_tokens.map(|t| t as f64),
+        }
     }
 }
 
@@ -434,6 +559,7 @@ impl Plan {
             linear_chunk: 0,
             power_rho: None,
             speculation: None,
+            offload: None,
         }
     }
 
@@ -515,6 +641,9 @@ impl Plan {
                     "speculative decoding with pipeline stages is not priced",
                 ));
             }
+        }
+        if let Some(o) = &self.offload {
+            o.validate(m, self)?;
         }
         if let Some(mb) = self.microbatches {
             positive("microbatches", mb)?;

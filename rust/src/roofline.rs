@@ -114,6 +114,17 @@ impl Rates {
 }
 
 fn rates(op: &Op, bw: f64, eff: &Efficiency) -> Rates {
+    if let Some(h) = op.host {
+        // the host's memory and compute (or the host link), at their own efficiencies: the
+        // roofline max, no kernel launched from the device's queue
+        return Rates {
+            per_flop: h.per_flop,
+            per_byte: h.per_byte,
+            compute_extra: 0.0,
+            launch: 0.0,
+            overlap: 1.0,
+        };
+    }
     if let Some(a) = op.attention.and_then(|p| eff.attention(p)) {
         // the runtime's own attention kernel, fitted on its measurements: the roofline max
         return Rates {
@@ -281,6 +292,7 @@ mod tests {
             routed: false,
             attention: None,
             items: 0.0,
+            host: None,
         }
     }
 

@@ -113,7 +113,7 @@ def test_json_and_breakdown(tmp_path):
         ),
         (["-m", "openai/gpt-oss-20b", "-H", "GB10", "--routing-skew", "inf"], 2, "routing_skew"),
         (["-m", "google/gemma-2-9b", "-H", "GB10", "--kv-pad", "0"], 2, "kv_pad"),
-        (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--runtime", "vlm"], 2, "llamacpp-cuda, llamacpp-metal"),
+        (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--runtime", "vlm"], 2, "llamacpp-hip, llamacpp-metal"),
     ],
 )
 def test_errors_are_one_line_with_exit_codes(args, code, needle, tmp_path):

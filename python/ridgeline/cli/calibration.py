@@ -31,6 +31,11 @@ from .group import cli
     help="Fit the memory-bound power share (spec 60) to measured GPU power during serving (data/constants.csv).",
 )  # fmt: skip
 @click.option(
+    "--offload", is_flag=True,
+    help="Fit llama.cpp's host terms (the share of host memory bandwidth its expert kernels reach and the round "
+    "trip per offloaded layer) to the published --n-cpu-moe runs (data/calibration/offload_fits.csv).",
+)  # fmt: skip
+@click.option(
     "--kernels", default="data/benchmarks/aic", show_default=True,
     help="With --comm: the folder of measured kernel tables (AIConfigurator layout).",
 )  # fmt: skip
@@ -42,7 +47,14 @@ from .group import cli
 )
 @click.option("--force", is_flag=True, help="Replace fits.csv and holdout.csv when the fit differs from them.")
 def calibrate(
-    out: Optional[str], force: bool, comm: bool, production: bool, serving: bool, power: bool, kernels: str
+    out: Optional[str],
+    force: bool,
+    comm: bool,
+    production: bool,
+    serving: bool,
+    power: bool,
+    offload: bool,
+    kernels: str,
 ) -> None:
     """Fit efficiencies per runtime profile and per device to the measured rows (deterministic).
 
@@ -64,6 +76,9 @@ def calibrate(
         return
     if power:
         _calibrate_power(out or "data/constants.csv", force)
+        return
+    if offload:
+        _calibrate_offload(out, force)
         return
     out = out or "data/calibration/fits.csv"
     from .._io import changed_files, check_output, write_files
@@ -103,6 +118,20 @@ def calibrate(
         )
     said = {path: f"{len(fits)} rows", held_path: f"{len(held)} held-out ranges"}
     click.echo("; ".join(f"{'wrote' if p in changed else 'unchanged'} {said[p]} in {p}" for p in texts))
+
+
+def _calibrate_offload(out: Optional[str], force: bool) -> None:
+    """llama.cpp's host terms fitted to the offload rows, written as offload_fits.csv."""
+    from .._io import changed_files, check_output, write_files
+    from ..calibration import offload as off
+
+    path = check_output(out or off.FITS, force=True, what="--out", hint="run from the repository root, or pass --out")
+    s = off.summary(off.parts())
+    changed = changed_files({path: off.fits_csv(s)}, force=force, what="calibrate --offload")
+    write_files(changed, what="calibrate --offload")
+    click.echo(off.report(s))
+    click.echo(f"{'wrote' if path in changed else 'unchanged'} llama.cpp's host terms in {path}"
+               + ("; reinstall (maturin develop) to ship them" if path in changed else ""))  # fmt: skip
 
 
 def _calibrate_power(out: str, force: bool) -> None:
@@ -258,14 +287,25 @@ def _calibrate_comm(out: str, force: bool, kernels: str) -> None:
 @click.option("--speculation", is_flag=True,
               help="The published speculative speed-ups (data/speculation/speculative_pairs.csv: the same rig with "
                    "and without) against the speculation physics, each row priced or listed with why not.")  # fmt: skip
+@click.option("--offload", is_flag=True,
+              help="The published --n-cpu-moe runs (data/speculation/offload_pairs.csv) against the offload "
+                   "physics, each device held out of the host terms' fit in turn; every row priced or listed with "
+                   "why not.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="The summary as JSON.")
 @click.option("--per-row", is_flag=True, help="With --json: every row with observed and predicted values.")
 @click.option("--plot", "plot_dir", default=None, help="Write a log-log scatter and a residual plot (PNG) here.")
 def validate(
     comm: bool, kernels: Optional[str], rows_file: Optional[str], serving: bool, limit: Optional[int], power: bool,
-    speculation: bool, as_json: bool, per_row: bool, plot_dir: Optional[str],
+    speculation: bool, offload: bool, as_json: bool, per_row: bool, plot_dir: Optional[str],
 ) -> None:  # fmt: skip
     """Predict measured rows and report the agreement (exit 1 on an unexplained bound violation)."""
+    if offload:
+        from ..calibration import offload as off
+
+        s = off.summary(off.parts())
+        body = {k: v for k, v in s.items() if per_row or k != "held_out_rows"}
+        click.echo(json.dumps(body, indent=2) if as_json else off.report(s))
+        return
     if speculation:
         from ..calibration import speculation as spec
 

@@ -70,13 +70,14 @@ def _estimate_text(e: Any, verbose: bool) -> str:
         ("TTFT", ranged("prefill", "ttft_s", e.ttft_s)),
         ("TPOT", ranged("decode", "tpot_s", e.tpot_s)),
         ("throughput", f"{sig(e.throughput_tok_s)} output tok/s ({_throughput_basis(e)} {_ms(e.e2e_s)})"),
-        ("memory", f"{used} GB per device of {usable} GB usable: {fits}"),
+        ("memory", f"{used} GB per device of {usable} GB usable: {fits}" + _host_text(mem.get("host"))),
         ("power", _power_text(e.power)),
         ("cost", _cost_text(e.cost)),
         ("plan", f"batch {p['batch']}, prompt {p['prompt']}, output {p['output']}, TP {p['tp']}{ep_text}, "
                  f"{p['dtype']}; weights {p['weights']} ({p['weights_source']}), KV {p['kv_dtype'] or p['dtype']}"),
         ("runtime", f"{e.runtime_note}; --runtime chooses, --uncalibrated gives the bound"),
         *([("speculation", _speculation_text(p["speculation"]))] if p.get("speculation") else []),
+        *([("offload", p["offload"]["label"])] if p.get("offload") else []),
         ("calibration", f"{e.calibration}: {e.calibration_note}" + (f"; {_held_out_text(held)}" if held else "")),
         ("catalog", "verified" if e.verified else "verified = false (estimated: true)"),
     ]  # fmt: skip
@@ -103,6 +104,14 @@ def _estimate_text(e: Any, verbose: bool) -> str:
     lines = [f"{e.model} on {e.hardware}", _table(rows)]
     lines += [f"  warning: {w}" for w in e.warnings]
     return "\n".join(lines)
+
+
+def _host_text(h: Any) -> str:
+    """The host's tier of an offloading plan's memory ("" without one)."""
+    if not h:
+        return ""
+    kv = f" + KV {sig(h['kv_bytes'] / GB)} GB" if h["kv_bytes"] else ""
+    return f"; host memory {sig(h['weights_bytes'] / GB)} GB of weights{kv} (of {sig(h['capacity_bytes'] / GB)} GB)"
 
 
 def _speculation_text(s: Any) -> str:

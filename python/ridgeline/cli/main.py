@@ -17,11 +17,10 @@ def _one_line(msg: str) -> str:
 
 #: The options people reach for that name weights kept in host memory (llama.cpp's -ngl /
 #: --n-gpu-layers and --n-cpu-moe, vLLM's --cpu-offload-gb), which ridgeline does not model yet.
-_NOT_MODELLED = {
-    "weights kept in host memory (offload)": (
-        "--offload", "--cpu-offload-gb", "--n-cpu-moe", "--cpu-moe", "--ngl", "--n-gpu-layers", "--gpu-layers",
-    ),
-}  # fmt: skip
+#: The runtimes' spellings of offload (llama.cpp's --n-cpu-moe / -ngl, vLLM's --cpu-offload-gb),
+#: which estimate takes as one option.
+_OFFLOAD = ("--cpu-offload-gb", "--n-cpu-moe", "--cpu-moe", "--ngl", "--n-gpu-layers", "--gpu-layers",
+            "--override-tensor", "--ot")  # fmt: skip
 #: The runtimes' spellings of speculative decoding (vLLM's --speculative-config, SGLang's
 #: --speculative-algorithm, llama.cpp's --model-draft / -md), which estimate takes as one option.
 _SPECULATION = (
@@ -39,10 +38,10 @@ def _not_modelled(e: click.UsageError) -> str:
         return (f"no such option {e.option_name}: speculative decoding is `ridgeline estimate --speculative "
                 "eagle3|mtp|ngram|draft:MODEL --draft-tokens K [--acceptance FILE]` (simulate, sweep and "
                 "recommend take the same; docs/concepts.md)")  # fmt: skip
-    for what, options in _NOT_MODELLED.items():
-        if e.option_name in options:
-            return (f"no such option {e.option_name}: {what} is not modelled yet; every estimate prices a plan "
-                    "without it (docs/concepts.md)")  # fmt: skip
+    if e.option_name in _OFFLOAD:
+        return (f"no such option {e.option_name}: weights kept in host memory are `ridgeline estimate --offload "
+                "experts:N|gpu-layers:N|stream-gb:G|auto [--host NAME]` (llama.cpp's --n-cpu-moe N is experts:N, "
+                "-ngl N is gpu-layers:N, vLLM's --cpu-offload-gb G is stream-gb:G; docs/concepts.md)")  # fmt: skip
     return ""
 
 

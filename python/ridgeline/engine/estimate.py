@@ -90,7 +90,8 @@ def estimate(
     scaleout_latency_us: Optional[float] = None, dtype: str = "bf16", weight_dtype: Optional[str] = None,
     kv_dtype: Optional[str] = None, chunk: Optional[int] = None, runtime: Optional[str] = None,
     speculative: Optional[str] = None, draft_tokens: Optional[int] = None, acceptance: Optional[str] = None,
-    allow_no_fit: bool = False, calibrated: bool = True, breakdown: bool = True, catalog: Optional[Catalog] = None,
+    offload: Optional[str] = None, host: Optional[str | Mapping[str, Any]] = None, allow_no_fit: bool = False,
+    calibrated: bool = True, breakdown: bool = True, catalog: Optional[Catalog] = None,
     price_per_hour: Optional[float] = None, amortise_years: Optional[float] = None,
 ) -> Estimate:  # fmt: skip
     """Estimates TTFT, TPOT, throughput and memory of one plan.
@@ -103,8 +104,8 @@ def estimate(
         batch, prompt, output, prefix, identical_sequences, routing_skew, flash_attention,
         swa_cache_extra, kv_pad, kv_skip_masked_tail, decode_graphs, tp, ep, attention_dp, pp, dp,
         microbatches, devices_per_node, scaleout_gbs, scaleout_latency_us, dtype, weight_dtype,
-        kv_dtype, chunk, runtime, speculative, draft_tokens, acceptance, calibrated, price_per_hour,
-        amortise_years: the plan's settings,
+        kv_dtype, chunk, runtime, speculative, draft_tokens, acceptance, offload, host, calibrated,
+        price_per_hour, amortise_years: the plan's settings,
             each a field of ``Plan`` whose help (``help(ridgeline.Plan)``, or ``ridgeline
             estimate --help``) says what it means, its unit and its default. Where swa_cache_extra,
             kv_pad, kv_skip_masked_tail, decode_graphs and chunk are left unset they are how
@@ -125,6 +126,9 @@ def estimate(
     >>> e.calibration, e.basis, e.fits
     ('calibrated (H100_SXM, vllm 0.24.0, 107425 rows)', 'measured', True)
     """
+    if offload.__class__ is str and offload.strip().lower() == "auto":
+        kw = {k: v for k, v in locals().items() if k not in ("model", "hardware", "offload", "kw")}
+        return _auto_offload(model, hardware, kw)
     if plan is not None:
         from .plan import NAMES, merged  # a Plan's module is read when a plan is given (the cold start)
 
@@ -138,7 +142,7 @@ def estimate(
         model if model.__class__ is str else id(model), hardware if hardware.__class__ is str else id(hardware),
         runtime, dtype, weight_dtype, kv_dtype, chunk, routing_skew, identical_sequences, flash_attention,
         swa_cache_extra, kv_pad, kv_skip_masked_tail, decode_graphs, devices_per_node, scaleout_gbs,
-        scaleout_latency_us, calibrated, catalog, attention_dp, speculative, draft_tokens, acceptance,
+        scaleout_latency_us, calibrated, catalog, attention_dp, speculative, draft_tokens, acceptance, offload, host,
     )  # fmt: skip
     exact = (
         identical_sequences.__class__ is bool and flash_attention.__class__ is bool and calibrated.__class__ is bool
@@ -151,6 +155,9 @@ def estimate(
         and scaleout_latency_us.__class__ is not bool
         # a file the plan reads (an acceptance curve, a head's config) is read again on every call
         and acceptance is None and (speculative is None or (speculative.__class__ is str and ":" not in speculative))
+        # an automatic placement is searched per plan (it depends on the numbers); a host given as
+        # a mapping is read again
+        and offload != "auto" and (host is None or host.__class__ is str)
     )  # fmt: skip
     try:
         p = _PREPARED.get(key) if exact else None
@@ -169,7 +176,7 @@ def estimate(
                      decode_graphs=decode_graphs, devices_per_node=devices_per_node, scaleout_gbs=scaleout_gbs,
                      scaleout_latency_us=scaleout_latency_us, calibrated=calibrated,
                      attention_dp=attention_dp, speculative=speculative, draft_tokens=draft_tokens,
-                     acceptance=acceptance)  # fmt: skip
+                     acceptance=acceptance, offload=offload, host=host)  # fmt: skip
         if exact:
             if len(_PREPARED) >= _PREPARED_MAX:
                 _PREPARED.clear()
@@ -182,6 +189,51 @@ def estimate(
     r, n = _run(p, n, allow_no_fit=allow_no_fit, breakdown=breakdown)
     p, price = pricing(p, price_per_hour, amortise_years, catalog)
     return Estimate(p, r, n, price)
+
+
+def _auto_offload(model: Any, hardware: Any, kw: dict[str, Any]) -> Estimate:
+    """``estimate`` with ``offload="auto"``: the plan as given where it fits, else the cheapest
+    placement that fits: the fewest MoE layers' experts on the host (a MoE model), else the most
+    layers on the device; the result's ``plan["offload"]`` says what was chosen and why."""
+
+    def fits(placement: Optional[str]) -> Estimate:
+        return estimate(model, hardware, **{**kw, "offload": placement, "allow_no_fit": True, "breakdown": False})
+
+    first = fits(None)
+    if first.fits:
+        e = estimate(model, hardware, **kw)
+        none = {"kind": "none", "auto": True, "label": "auto: the plan fits on the device; nothing kept on the host"}
+        object.__setattr__(e, "_p", e._p._replace(plan_labels={**e._p.plan_labels, "offload": none}))
+        return e
+    m = first._p.m
+    moe = sum(int(g["count"]) for g in m.layer_groups if g["ffn"]["kind"] == "moe")
+    layers = sum(int(g["count"]) for g in m.layer_groups)
+    # from the least kept on the host to the most: the device's memory falls along it
+    cands = (
+        [f"experts:{n}" for n in range(1, moe + 1)] if moe else [f"gpu-layers:{g}" for g in range(layers - 1, -1, -1)]
+    )
+    if not fits(cands[-1]).fits:
+        whole = f"every MoE layer's experts ({moe})" if moe else "every layer"
+        raise DoesNotFitError(
+            f"{first._p.model} on {first._p.dev.name}: does not fit even with {whole} in host memory "
+            f"({first.memory['total_bytes'] / GB:.1f} GB without offload, {first.memory['budget_bytes'] / GB:.1f} GB "
+            "usable); use a smaller batch, a shorter context, a smaller weight format or a larger device"
+        )
+    lo, hi = -1, len(cands) - 1  # cands[lo] does not fit (or is none), cands[hi] fits
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(cands[mid]).fits:
+            hi = mid
+        else:
+            lo = mid
+    chosen = cands[hi]
+    e = estimate(model, hardware, **{**kw, "offload": chosen})
+    why = (f"auto: {chosen}, the fewest MoE layers' experts on the host that fit" if moe
+           else f"auto: {chosen}, the most layers on the device that fit")  # fmt: skip
+    summary = {**e._p.plan_labels["offload"], "auto": True}
+    summary["label"] = f"{why}; {summary['label']}"
+    object.__setattr__(e, "_p", e._p._replace(plan_labels={**e._p.plan_labels, "offload": summary}))
+    return e
 
 
 def _run(p: _Prepared, n: tuple[Any, ...], *, allow_no_fit: bool, breakdown: bool) -> tuple[Any, tuple[Any, ...]]:
@@ -204,13 +256,27 @@ def _run(p: _Prepared, n: tuple[Any, ...], *, allow_no_fit: bool, breakdown: boo
     if not r.fits and not allow_no_fit:
         mem = r.to_dict()["memory"]
         batch, prompt, output, tp = n[0], n[1], n[2], n[4]
+        h = mem.get("host")
+        if h and h["weights_bytes"] + h["kv_bytes"] > h["capacity_bytes"] and not mem["shortfall_bytes"]:
+            off = p.plan_labels["offload"]
+            raise DoesNotFitError(
+                f"{p.model} on {p.dev.name} with {off['kind']}:{off['amount']:g} keeps "
+                f"{(h['weights_bytes'] + h['kv_bytes']) / GB:.1f} GB in host memory but {off['host']} holds "
+                f"{h['capacity_bytes'] / GB:.0f} GB; keep less on the host, or name a larger host (--host)"
+            )
         budget = p.plan_tail["gpu_memory_utilization"]
         raise DoesNotFitError(
             f"{p.model} on {p.dev.name} (batch {batch}, {prompt}+{output} tokens, TP {tp}) "
             f"needs {mem['total_bytes'] / GB:.1f} GB per device but {mem['budget_bytes'] / GB:.1f} GB is usable "
             f"({p.dev.memory_gb:g} GiB x gpu_memory_utilization {budget:g}): "
-            f"short by {mem['shortfall_bytes'] / GB:.1f} GB; use more TP, a smaller batch or a shorter context "
-            "(or --allow-no-fit to see the numbers)"
+            f"short by {mem['shortfall_bytes'] / GB:.1f} GB; use more TP, a smaller batch or a shorter context, "
+            + (
+                "or keep weights in host memory (--offload auto: llama.cpp's --n-cpu-moe / -ngl, vLLM's "
+                "--cpu-offload-gb) "
+                if p.plan_labels.get("offload") is None
+                else "or keep more on the host "
+            )
+            + "(or --allow-no-fit to see the numbers)"
         )
     return r, n
 
@@ -223,7 +289,7 @@ def prepare(
     scaleout_gbs: Any = None, scaleout_latency_us: Any = None, calibrated: Any = True, attention_dp: Any = 1,
     t_step_us: Optional[float] = None, t_request_us: Optional[float] = None,
     attention_row: Optional[Mapping[str, Any]] = None, speculative: Any = None, draft_tokens: Any = None,
-    acceptance: Any = None,
+    acceptance: Any = None, offload: Any = None, host: Any = None,
 ) -> _Prepared:  # fmt: skip
     """Resolves and checks everything of a plan but its numbers (``estimate`` keeps the result).
     ``t_step_us`` and ``t_request_us`` replace the calibration's step and front-end overheads (the
@@ -307,16 +373,15 @@ def prepare(
         spec = speculation.resolve(speculative, draft_tokens, acceptance, m, weights.core(), draft_weights)
         if spec is not None:
             core_plan["speculation"] = spec.core
+    off = _offload(offload, host, m, dev, runtime, cat, core_plan)
     core = _core.Prepared(m._core, dev.core_for(collective_library(runtime)), _plan_json(core_plan), eff,
                           _protocol_cached(cat))  # fmt: skip
-    warnings = []
-    overridden = cat.override_note(dev.name)
-    if overridden:
-        warnings.append(overridden)
+    warnings = [overridden] if (overridden := cat.override_note(dev.name)) else []
     if not dev.verified:
         warnings.append(f"{dev.name} is not vendor-reconciled in the catalog (verified = false): results are estimated")
     if spec is not None and spec.borrowed:
         warnings.append(f"speculation: the acceptance length is {spec.acceptance}")
+    warnings += off.warnings() if off is not None else []
     for tower, n in zip(m.towers, m.tower_params):
         size = "its structure is not known" if n is None else f"{n:,} parameters"
         warnings.append(f"the text decoder only is priced: the {tower} ({size}) is not, nor its memory")
@@ -329,10 +394,32 @@ def prepare(
         warnings=tuple(warnings), group_labels=_group_labels(m), formats=formats,
         plan_labels={"runtime": runtime, "from_runtime": from_runtime, "weights": weights.label,
                      "weights_source": weights.source, "topology": topo.source,
-                     "speculation": None if spec is None else spec.summary()},
+                     "speculation": None if spec is None else spec.summary(),
+                     "offload": None if off is None else off.summary()},
         stamp=None if isinstance(model, Model) or m.source.startswith("bundled") else _stamp(model),
         basis_from=basis_from(label, fit_row), request_s=float(json.loads(eff)["t_request_s"]),
     )  # fmt: skip
+
+
+def _offload(
+    offload: Any, host: Any, m: Model, dev: Device, runtime: Optional[str], cat: Catalog, core_plan: dict[str, Any]
+) -> Any:
+    """The plan's offload resolved (``engine.offload.Offload``) and set in ``core_plan``: a placement,
+    not ``auto`` (which ``estimate`` searches); None without one."""
+    if offload is None and host is None:
+        return None
+    from . import offload as offloading  # read only by a plan that offloads (the cold start)
+
+    if offload is None:
+        raise PlanError("host: names the host an offloading plan keeps weights on; give --offload too")
+    kind, amount = offloading.parse(offload)
+    if kind == "auto":
+        raise PlanError("offload: auto is searched by estimate (ridgeline estimate --offload auto), one plan at "
+                        f"a time; here give the placement itself ({offloading.ACCEPTED})")  # fmt: skip
+    off = offloading.resolve(kind, amount, m, host, dev.host_link_bw_gbs, runtime,
+                             int(cat.constant("llamacpp_offload_min_batch")))  # fmt: skip
+    core_plan["offload"] = off.core
+    return off
 
 
 def _stored_weights(model: Any, m: Model, dtype: str, weight_dtype: Optional[str]) -> tuple[Optional[str], Any]:

@@ -194,6 +194,18 @@ class Plan:
         "measured on the model, else on its family (labelled borrowed).", "", _OPT_TEXT, ALL,
         axis_help="Acceptance curve files of the speculating plans (default: the bundled curves, as estimate).",
     )  # fmt: skip
+    offload: Optional[str] = _setting(
+        None, "Keep weights in host memory: experts:N (the routed experts of the first N MoE layers, computed by "
+        "the host: llama.cpp --n-cpu-moe N), gpu-layers:N (N layers on the device, the first ones and the LM head "
+        "held and run by the host: llama.cpp -ngl N), stream-gb:G (G GiB a device kept on the host and read over "
+        "the host link every pass: vLLM --cpu-offload-gb G) or auto (the plan as given where it fits, else the "
+        "least on the host that fits; the result says what it chose). Default: none.", "", _OPT_TEXT, ESTIMATE,
+    )  # fmt: skip
+    host: Optional[str] = _setting(
+        None, "The host an offloading plan keeps weights on: a row of data/hardware/hosts.csv (its memory "
+        "bandwidth and compute). Default: the row marked assumed_default, labelled in the result.", "", _OPT_TEXT,
+        ESTIMATE,
+    )  # fmt: skip
     calibrated: bool = _setting(
         True, "Apply the runtime's calibration. Off: the efficiency-1 bound of the same plan, run the same way (so "
         "the memory fit does not change).", "",

@@ -17,11 +17,11 @@ _NUMBERS = ("batch", "prompt", "output", "prefix", "tp", "ep", "pp", "dp", "micr
 
 
 #: What an estimate of a plan that does not fit says (``allow_no_fit``): its times are those of a
-#: device holding every weight and the whole KV cache; weights kept in host memory (llama.cpp's
-#: -ngl / --n-cpu-moe, vLLM's --cpu-offload-gb) is not modelled yet.
+#: device holding every weight and the whole KV cache, not of the plan with weights in host memory
+#: (``offload``) that would run.
 NO_FIT_WARNING = (
     "the plan does not fit: its times are priced as if every weight and the KV cache were resident in device "
-    "memory; offload to host memory is not modelled"
+    "memory; --offload auto prices it with weights kept in host memory"
 )
 
 
@@ -289,7 +289,7 @@ class Estimate:
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        # a plan that does not fit is priced as if it did: said, since offload is not modelled
+        # a plan that does not fit is priced as if it did: said, with the way to price it offloaded
         spill = () if self.fits else (NO_FIT_WARNING,)
         return (*self._dict["warnings"], *self._p.warnings, *spill)
 
@@ -297,9 +297,10 @@ class Estimate:
     def held_out(self) -> Mapping[str, Any]:
         """Where the calibrated runtime's held-out rows fell: per phase (prefill, decode) the
         10th-90th percentile of observed/predicted speed on devices its fit never saw, with the
-        TTFT or TPOT range that gives; empty for the bound, and for a plan that speculates (no
-        held-out row did)."""
-        if self._p.plan_labels.get("speculation"):
+        TTFT or TPOT range that gives; empty for the bound, and for a plan that speculates or
+        keeps weights on the host (no held-out row did)."""
+        off = self._p.plan_labels.get("offload")
+        if self._p.plan_labels.get("speculation") or (off and off["kind"] != "none"):
             return {}
         return _held_out(self._p.held_runtime, self.ttft_s, self.tpot_s)
 
@@ -329,7 +330,7 @@ class Estimate:
             r = {
                 "phase": b["phase"][i],
                 "op": b["op"][i],
-                "layer_group": "model" if g == -1 else "drafter" if g == -2 else labels[g],
+                "layer_group": {-1: "model", -2: "drafter", -3: "host"}.get(g) or labels[g],
             }
             for k in ("launches", "flops", "bytes", "compute_s", "memory_s", "comm_s", "launch_s", "time_s"):
                 r[k] = b[k][i]

@@ -36,6 +36,7 @@ impl Builder<'_, '_> {
             routed: false,
             attention: None,
             items: 0.0,
+            host: None,
         });
     }
 
@@ -115,26 +116,9 @@ impl Builder<'_, '_> {
 
     pub(super) fn comm(&mut self, kind: OpKind, op: Collective, ranks: u64, msg: f64) {
         let s = self.ctx.comm(op, ranks, msg);
-        self.out.push(Op {
-            kind,
-            group: self.group,
-            repeat: self.repeat,
-            launches: 1.0,
-            peak: self.ctx.peak_act,
-            f0: 0.0,
-            f1: 0.0,
-            b0: 0.0,
-            b1: 0.0,
-            act_bytes: msg,
-            keys: NO_KEYS,
-            comm_s: s,
-            quantized: false,
-            role: None,
-            grouped: false,
-            routed: false,
-            attention: None,
-            items: 0.0,
-        });
+        let peak = self.ctx.peak_act;
+        self.out
+            .push(Op::comm(kind, self.group, self.repeat, 1.0, peak, msg, s));
     }
 
     /// `count` norms, each over `rows` x `width` elements with its own weights.

@@ -27,6 +27,10 @@ pub const MODEL_LEVEL: u16 = u16::MAX;
 /// Group index of a speculative drafter's operators (its layers and head alike).
 pub const DRAFTER: u16 = u16::MAX - 1;
 
+/// Group index of the operators' shares that the host runs on weights in host memory (offload,
+/// `place`), whatever layers they come from.
+pub const HOST: u16 = u16::MAX - 2;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum OpKind {
     Embedding,
@@ -92,6 +96,12 @@ pub enum OpKind {
     StepOverhead,
     /// A request's front-end time before its prefill (`Efficiency::t_request_s`).
     RequestOverhead,
+    /// Activations to the host and back around the layers or experts it runs (offload): the
+    /// link's bytes and a fitted fixed time per round trip.
+    HostRoundTrip,
+    /// Weights kept in host memory and read over the host link by the device on every forward
+    /// pass (vLLM `--cpu-offload-gb`).
+    HostWeightStream,
 }
 
 impl OpKind {
@@ -146,6 +156,8 @@ impl OpKind {
             OpKind::LayerOverhead => "layer_overhead",
             OpKind::StepOverhead => "step_overhead",
             OpKind::RequestOverhead => "request_overhead",
+            OpKind::HostRoundTrip => "host_round_trip",
+            OpKind::HostWeightStream => "host_weight_stream",
         }
     }
 
@@ -182,6 +194,8 @@ impl OpKind {
                 | OpKind::FfnAllReduce
                 | OpKind::LogitsAllGather
                 | OpKind::PpSend
+                | OpKind::HostRoundTrip
+                | OpKind::HostWeightStream
         )
     }
 }
@@ -226,6 +240,41 @@ pub struct Op {
     /// The kernel's work items per invocation: sequences x KV heads on the rank (a fused
     /// attention kernel schedules its thread blocks per sequence and KV head).
     pub items: f64,
+    /// Run by the host on weights in host memory (`place`): its rates, in place of the
+    /// device's and the runtime's efficiencies.
+    pub host: Option<HostRate>,
+}
+
+/// Seconds per byte and per FLOP of an operator the host runs (offload).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HostRate {
+    pub per_byte: f64,
+    pub per_flop: f64,
+}
+
+/// Where the plan keeps weights off the device and who computes on them (`Plan::offload`),
+/// resolved to the shares and rates the build prices them with.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Placement {
+    /// MoE layers whose routed experts the host holds and computes (llama.cpp `--n-cpu-moe`).
+    pub expert_layers: f64,
+    /// Their share of the model's MoE layers.
+    pub expert_share: f64,
+    /// Share of the decoder layers the host holds and runs whole (llama.cpp `-ngl`: the first
+    /// layers); with any, the host holds the final norm and LM head too.
+    pub layer_share: f64,
+    /// Seconds per byte of host memory at its efficiency, and per FLOP of the host's peak.
+    pub host_per_byte: f64,
+    pub host_per_flop: f64,
+    /// Seconds per byte over the host link, one direction, at its efficiency.
+    pub link_per_byte: f64,
+    /// The fixed time of one round trip to the host and back (fitted).
+    pub t_round_trip_s: f64,
+    /// Weight bytes a forward pass reads over the host link (vLLM `--cpu-offload-gb`).
+    pub streamed_bytes: f64,
+    /// Steps of at least this many tokens copy host-held weights to the device and compute
+    /// there (ggml's op offload); None: the host computes at any size.
+    pub device_min_tokens: Option<f64>,
 }
 
 /// What the breakdown keeps of an operator besides its cost (`Op::flags`).
@@ -393,6 +442,8 @@ pub struct BuildCtx<'a> {
     /// The devices' links (None on a single device).
     pub topo: Option<Topology>,
     pub proto: ProtocolTable,
+    /// Weights off the device (None: all on it).
+    pub offload: Option<Placement>,
 }
 
 impl BuildCtx<'_> {
@@ -463,6 +514,32 @@ impl BuildCtx<'_> {
 }
 
 impl Op {
+    /// A communication operator: `repeat` invocations of `launches` transfers, each taking
+    /// `comm_s` and moving `msg` bytes; no FLOPs, no device-memory bytes.
+    pub fn comm(kind: OpKind, group: u16, repeat: f64, launches: f64, peak: f64, msg: f64, comm_s: f64) -> Op {
+        Op {
+            kind,
+            group,
+            repeat,
+            launches,
+            peak,
+            f0: 0.0,
+            f1: 0.0,
+            b0: 0.0,
+            b1: 0.0,
+            act_bytes: msg,
+            keys: NO_KEYS,
+            comm_s,
+            quantized: false,
+            role: None,
+            grouped: false,
+            routed: false,
+            attention: None,
+            items: 0.0,
+            host: None,
+        }
+    }
+
     /// What the breakdown keeps of an operator besides its cost: quantized, role, grouped, the
     /// fused attention kernel that runs it.
     pub fn flags(&self) -> OpFlags {
@@ -506,6 +583,7 @@ pub fn build_kernels(ctx: &BuildCtx, segs: &[Segment], out: &mut Vec<Op>) {
             }
         }
     }
+    place(ctx, t, false, out);
 }
 
 /// Tokens, sampling sequences and sequences of a prefill step: what every operator of it but
@@ -592,26 +670,16 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
     b.repeat = 1.0;
     if ctx.pp > 1 {
         let s = ctx.pp_sends(t * d * ctx.act_b);
-        b.out.push(Op {
-            kind: OpKind::PpSend,
-            group: MODEL_LEVEL,
-            repeat: 1.0,
-            launches: (ctx.pp - 1) as f64,
-            peak: ctx.peak_act,
-            f0: 0.0,
-            f1: 0.0,
-            b0: 0.0,
-            b1: 0.0,
-            act_bytes: t * d * ctx.act_b,
-            keys: NO_KEYS,
-            comm_s: s,
-            quantized: false,
-            role: None,
-            grouped: false,
-            routed: false,
-            attention: None,
-            items: 0.0,
-        });
+        let sends = (ctx.pp - 1) as f64;
+        b.out.push(Op::comm(
+            OpKind::PpSend,
+            MODEL_LEVEL,
+            1.0,
+            sends,
+            ctx.peak_act,
+            t * d * ctx.act_b,
+            s,
+        ));
     }
     b.norm(OpKind::FinalNorm, 1.0, t, d);
     if samples > 0.0 {
@@ -625,6 +693,95 @@ pub fn build_step(ctx: &BuildCtx, geo: &Geometry, out: &mut Vec<Op>) {
                 samples * m.vocab_size as f64 * ctx.act_b,
             );
         }
+    }
+    place(ctx, t, true, out);
+}
+
+/// Moves the shares of a step's operators that the host runs (`BuildCtx::offload`) into
+/// operators of their own under `HOST`, appended in the order of the ones they come from: the
+/// routed experts of the offloaded MoE layers, and every operator of the offloaded layers with
+/// the final norm and LM head. A step of `tokens` tokens at or above `device_min_tokens` copies
+/// those weights over the host link and computes on the device (ggml's op offload); below it
+/// the host reads them from its memory and computes. With `transfers`, it appends the round
+/// trips: one per offloaded expert layer outside the offloaded layers, one around the block of
+/// offloaded layers (unless the host runs them all), each carrying the step's hidden states
+/// out and back; and the weights streamed over the link every pass.
+pub fn place(ctx: &BuildCtx, tokens: f64, transfers: bool, out: &mut Vec<Op>) {
+    let Some(p) = ctx.offload else { return };
+    let on_device = p.device_min_tokens.is_some_and(|m| tokens >= m);
+    let n = out.len();
+    for i in 0..n {
+        let op = out[i];
+        // copied to the device, an operator without weights (an activation) stays there
+        if op.kind.is_comm() || op.group == DRAFTER || (on_device && op.b0 <= op.act_bytes) {
+            continue;
+        }
+        let share = match op.group {
+            MODEL_LEVEL => {
+                if p.layer_share > 0.0 && matches!(op.kind, OpKind::FinalNorm | OpKind::LmHead) {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+            _ if op.routed => p.layer_share.max(p.expert_share),
+            _ => p.layer_share,
+        };
+        if share <= 0.0 {
+            continue;
+        }
+        let rate = if on_device {
+            HostRate {
+                per_byte: p.link_per_byte,
+                per_flop: 1.0 / op.peak,
+            }
+        } else {
+            HostRate {
+                per_byte: p.host_per_byte,
+                per_flop: p.host_per_flop,
+            }
+        };
+        out[i].repeat *= 1.0 - share;
+        out.push(Op {
+            group: HOST,
+            repeat: op.repeat * share,
+            launches: 0.0,
+            attention: None,
+            host: Some(rate),
+            ..op
+        });
+    }
+    out.retain(|o| o.repeat > 0.0);
+    if !transfers {
+        return;
+    }
+    let layers = ctx.model.num_layers() as f64;
+    let host_layers = p.layer_share * layers;
+    let moe_layers = ctx.model.moe_layers() as f64;
+    let expert_trips = (p.expert_layers - p.layer_share * moe_layers).max(0.0);
+    let block_trip = if p.layer_share > 0.0 && host_layers < layers {
+        1.0
+    } else {
+        0.0
+    };
+    let trips = expert_trips + block_trip;
+    let hidden = tokens * ctx.model.hidden_size as f64 * ctx.act_b;
+    let link_op = |kind, repeat, comm_s, msg| Op::comm(kind, MODEL_LEVEL, repeat, 0.0, ctx.peak_act, msg, comm_s);
+    if trips > 0.0 {
+        out.push(link_op(
+            OpKind::HostRoundTrip,
+            trips,
+            p.t_round_trip_s + 2.0 * hidden * p.link_per_byte,
+            hidden,
+        ));
+    }
+    if p.streamed_bytes > 0.0 {
+        out.push(link_op(
+            OpKind::HostWeightStream,
+            1.0,
+            p.streamed_bytes * p.link_per_byte,
+            0.0,
+        ));
     }
 }
 

@@ -4,7 +4,7 @@ use super::*;
 use crate::collectives::ProtocolTable;
 use crate::device::Device;
 use crate::engine::{self, Estimate, Phase};
-use crate::graph::{DRAFTER, MODEL_LEVEL};
+use crate::graph::{DRAFTER, HOST, MODEL_LEVEL};
 use crate::model::Model;
 use crate::plan::{Efficiency, Plan};
 use crate::roofline::Cost;
@@ -48,6 +48,13 @@ pub(super) fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'p
     mem.set_item("budget_bytes", m.budget_bytes)?;
     mem.set_item("fits", m.fits)?;
     mem.set_item("shortfall_bytes", m.shortfall_bytes)?;
+    if let Some(h) = &m.host {
+        let host = PyDict::new(py);
+        host.set_item("weights_bytes", h.weights_bytes)?;
+        host.set_item("kv_bytes", h.kv_bytes)?;
+        host.set_item("capacity_bytes", h.capacity_bytes)?;
+        mem.set_item("host", host)?;
+    }
     d.set_item("memory", mem)?;
     d.set_item("gemm_dtype", e.gemm_dtype.name())?;
     d.set_item("attention_dtype", e.attention_dtype.name())?;
@@ -109,6 +116,7 @@ pub(super) fn cost_dict<'py>(py: Python<'py>, e: &Estimate) -> PyResult<Bound<'p
         group.push(match r.group {
             MODEL_LEVEL => -1i64,
             DRAFTER => -2,
+            HOST => -3,
             g => g as i64,
         });
         quantized.push(r.quantized);
