@@ -102,6 +102,18 @@ def test_auto_keeps_the_fewest_experts_on_the_host_that_fit():
     assert fits.plan["offload"]["kind"] == "none" and "host" not in fits.memory
 
 
+def test_auto_streams_the_fewest_gib_that_fit_under_vllm():
+    e = ridgeline.estimate("Qwen/Qwen3-32B", "RTX_4090", runtime="vllm", offload="auto")
+    o = e.plan["offload"]
+    assert e.fits and o["kind"] == "stream-gb" and "fewest GiB" in o["label"]
+    g = int(o["amount"])
+    less = ridgeline.estimate("Qwen/Qwen3-32B", "RTX_4090", runtime="vllm", offload=f"stream-gb:{g - 1}",
+                              allow_no_fit=True)  # fmt: skip
+    assert not less.fits
+    with pytest.raises(PlanError, match="auto needs a runtime that keeps weights on the host"):
+        ridgeline.estimate("Qwen/Qwen3-32B", "RTX_4090", runtime="none", offload="auto")
+
+
 def test_a_plan_too_large_even_with_every_expert_on_the_host_is_refused_saying_so():
     # DeepSeek-V3 in Q4_K_M: its attention, shared experts and three dense layers alone outgrow an
     # 8 GB card; with every expert on the host, the host's 192 GB are too small for the rest

@@ -51,6 +51,21 @@ def test_deepseek_v3_prices_its_mtp_module_with_the_acceptance_borrowed_from_dee
     assert e.tpot_s < base.tpot_s
 
 
+def test_glm5_prices_its_mtp_module_as_deepseek_mtp_on_its_sparse_attention_layer():
+    # vLLM runs GLM-5's MTP (glm_moe_dsa) as deepseek_mtp: a layer like its last (MLA with the DSA
+    # indexer, 256 experts) behind eh_proj (2d x d); in bf16, 2 bytes a parameter, over 8 ranks but
+    # for eh_proj, MLA's q and kv latent projections (d x 2048, d x 576) and the indexer (wq_b
+    # 2048 x 32 x 128, wk d x 128, weights_proj d x 32), whole on every rank; to 1% (norms, router)
+    m = Model.from_config("zai-org/GLM-5")
+    base = ridgeline.estimate(m, "B200", tp=8, batch=8, allow_no_fit=True)
+    e = ridgeline.estimate(m, "B200", tp=8, batch=8, speculative="mtp", draft_tokens=2, allow_no_fit=True)
+    d = 6144
+    replicated = 2 * d * d + d * (2048 + 576) + 2048 * 32 * 128 + d * (128 + 32)
+    extra = e.memory["weights_bytes"] - base.memory["weights_bytes"]
+    assert extra == pytest.approx(2 * (m.mtp_params + 7 * replicated) / 8, rel=0.01)
+    assert e.plan["speculation"]["borrowed"] and e.tpot_s < base.tpot_s
+
+
 def test_a_curve_measured_on_the_model_is_its_own_and_several_give_their_median():
     # InferenceX publishes two Qwen3.5-397B-A17B MTP curves: 3.39 and 3.33 at depth 3
     e = ridgeline.estimate("Qwen/Qwen3.5-397B-A17B", "B200", tp=8, speculative="mtp", draft_tokens=3)

@@ -193,8 +193,9 @@ def estimate(
 
 def _auto_offload(model: Any, hardware: Any, kw: dict[str, Any]) -> Estimate:
     """``estimate`` with ``offload="auto"``: the plan as given where it fits, else the cheapest
-    placement that fits: the fewest MoE layers' experts on the host (a MoE model), else the most
-    layers on the device; the result's ``plan["offload"]`` says what was chosen and why."""
+    placement that fits as its runtime offloads (``offload.candidates``: llama.cpp the fewest MoE
+    layers' experts on the host, or the most layers on the device; vLLM and SGLang the fewest GiB
+    streamed); the result's ``plan["offload"]`` says what was chosen and why."""
 
     def fits(placement: Optional[str]) -> Estimate:
         return estimate(model, hardware, **{**kw, "offload": placement, "allow_no_fit": True, "breakdown": False})
@@ -205,15 +206,16 @@ def _auto_offload(model: Any, hardware: Any, kw: dict[str, Any]) -> Estimate:
         none = {"kind": "none", "auto": True, "label": "auto: the plan fits on the device; nothing kept on the host"}
         object.__setattr__(e, "_p", e._p._replace(plan_labels={**e._p.plan_labels, "offload": none}))
         return e
-    m = first._p.m
-    moe = sum(int(g["count"]) for g in m.layer_groups if g["ffn"]["kind"] == "moe")
-    layers = sum(int(g["count"]) for g in m.layer_groups)
-    # from the least kept on the host to the most: the device's memory falls along it
-    cands = (
-        [f"experts:{n}" for n in range(1, moe + 1)] if moe else [f"gpu-layers:{g}" for g in range(layers - 1, -1, -1)]
-    )
+    from .offload import candidates
+
+    cands, why, whole = candidates(first._p.m, first._p.plan_labels["runtime"], first.memory["weights_bytes"])
+    while len(cands) > 1 and cands[-1].startswith("stream-gb:"):
+        try:  # vLLM streams layer weights only: the largest amount the layers hold
+            fits(cands[-1])
+            break
+        except PlanError:
+            cands.pop()
     if not fits(cands[-1]).fits:
-        whole = f"every MoE layer's experts ({moe})" if moe else "every layer"
         raise DoesNotFitError(
             f"{first._p.model} on {first._p.dev.name}: does not fit even with {whole} in host memory "
             f"({first.memory['total_bytes'] / GB:.1f} GB without offload, {first.memory['budget_bytes'] / GB:.1f} GB "
@@ -228,8 +230,7 @@ def _auto_offload(model: Any, hardware: Any, kw: dict[str, Any]) -> Estimate:
             lo = mid
     chosen = cands[hi]
     e = estimate(model, hardware, **{**kw, "offload": chosen})
-    why = (f"auto: {chosen}, the fewest MoE layers' experts on the host that fit" if moe
-           else f"auto: {chosen}, the most layers on the device that fit")  # fmt: skip
+    why = f"auto: {chosen}, {why}"
     summary = {**e._p.plan_labels["offload"], "auto": True}
     summary["label"] = f"{why}; {summary['label']}"
     object.__setattr__(e, "_p", e._p._replace(plan_labels={**e._p.plan_labels, "offload": summary}))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -226,3 +227,24 @@ def resolve(
     host, name, assumed, terms = host_core(host_name, link_gbs, runtime, min_tokens)
     core["host"] = host
     return Offload(kind, amount, name, assumed, terms, core)
+
+
+def candidates(m: Model, runtime: Optional[str], device_weight_bytes: float) -> tuple[list[str], str, str]:
+    """The placements ``auto`` tries for model ``m`` under ``runtime``, from the least kept on the
+    host to the most (the device's memory falls along them), what choosing one means, and what the
+    last one keeps there; ``device_weight_bytes``: the weights a device holds without offload."""
+    fam = family(runtime)
+    if fam in ("vllm", "sglang"):
+        top = max(1, math.floor(device_weight_bytes / GIB))
+        return ([f"stream-gb:{g}" for g in range(1, top + 1)], "the fewest GiB a device streamed from the host "
+                "that fit", "as many GiB streamed as the layers hold")  # fmt: skip
+    if fam == "llamacpp":
+        moe = sum(int(g["count"]) for g in m.layer_groups if (g.get("ffn") or {}).get("kind") == "moe")
+        layers = sum(int(g["count"]) for g in m.layer_groups)
+        if moe:
+            return ([f"experts:{n}" for n in range(1, moe + 1)], "the fewest MoE layers' experts on the host that "
+                    "fit", f"every MoE layer's experts ({moe})")  # fmt: skip
+        return ([f"gpu-layers:{g}" for g in range(layers - 1, -1, -1)], "the most layers on the device that fit",
+                "every layer")  # fmt: skip
+    raise PlanError(f"offload: auto needs a runtime that keeps weights on the host (llamacpp-*, vllm, sglang); "
+                    f"the plan runs {runtime or 'no runtime'} (--runtime)")  # fmt: skip

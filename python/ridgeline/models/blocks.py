@@ -154,7 +154,11 @@ def _gated_deltanet(cfg: Mapping[str, Any]) -> dict[str, Any]:
 # Families whose MTP layers the counter knows (Model.mtp_params): each module's layer is like the
 # model's last (Qwen3-Next / Qwen3.5: a full-attention layer; DeepSeek-V3 and R1: an MoE layer, the
 # "transformer block" of its technical report's section 2.2, model.layers.61 of the checkpoint).
-_MTP_KNOWN_TYPES = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "deepseek_v3"}
+# DeepSeek-V3.2 and GLM-5 (glm_moe_dsa) carry the same module on their sparse-attention layer: vLLM's
+# SpeculativeConfig runs all three as deepseek_mtp ('if hf_config.model_type in ("deepseek_v3",
+# "deepseek_v32", "glm_moe_dsa"): hf_config.model_type = "deepseek_mtp"'), and GLM-5's checkpoint
+# holds it as model.layers.78 (self_attn.indexer, mlp.gate, eh_proj, shared_head).
+_MTP_KNOWN_TYPES = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "deepseek_v3", "deepseek_v32", "glm_moe_dsa"}
 
 
 # Vision towers whose structure the counter knows: Qwen3-VL's ViT (HF Qwen3VLVisionModel), which
