@@ -50,3 +50,38 @@ def test_validate_speculation_from_the_cli():
     r = run("validate", "--speculation")
     assert r.returncode == 0, r.stderr
     assert "30 of 129 rows counted" in r.stdout and "not priced" in r.stdout
+
+
+def _ladder(recs, rig, head):
+    def batch(r):
+        return int(r["id"].split("_bs")[1].split("_")[0])
+
+    rows = [r for r in recs if r["id"].startswith(f"eagle3_{rig}_bs") and r["id"].endswith(f"_{head}")]
+    return sorted((batch(r), r["published"], r["predicted"]) for r in rows if r["predicted"] is not None)
+
+
+def test_the_eagle3_ladder_on_an_rtx_3090_under_vllm_holds_to_batch_32(recs):
+    # EAGLE-3 paper Table 5 (rows eagle3_t5_vllm_3090_bs{2..56}_eagle3): x1.75 at batch 2 falling to
+    # x1.01 at 56. Within 20% a point to batch 32; at 48 and 56 the verification step is priced
+    # 19-25% too dear (issue 45's note: the line is not met there)
+    ladder = _ladder(recs, "t5_vllm_3090", "eagle3")
+    assert [b for b, _, _ in ladder] == [2, 4, 8, 16, 24, 32, 48, 56]
+    assert all(abs(pred / pub - 1) <= 0.20 for b, pub, pred in ladder if b <= 32)
+    assert all(0.70 <= pred / pub < 0.85 for b, pub, pred in ladder if b >= 48)
+    preds = [pred for _, _, pred in ladder]
+    assert preds == sorted(preds, reverse=True)
+
+
+def test_the_eagle3_ladder_on_an_h100_under_sglang_falls_less_than_published(recs):
+    # EAGLE-3 paper Table 3 (rows eagle3_t3_sglang_h100_bs{2..64}_eagle3): x1.81 at batch 2, x1.38 at
+    # 64. The physics gives x1.65 at 64 (19% over: within the 20% asked) but falls less between:
+    # 22-30% over at batch 24-56. SGLang 0.4.4 turns its overlap scheduler off under EAGLE, so the
+    # host's step time, which grows with the batch, is paid in series; the static engine prices
+    # none of it (issue 45's note)
+    ladder = _ladder(recs, "t3_sglang_h100", "eagle3")
+    (b64, pub64, pred64) = ladder[-1]
+    assert b64 == 64 and pub64 == pytest.approx(1.38, abs=0.005)
+    assert 1.0 < pred64 / pub64 <= 1.20
+    assert all(0.95 <= pred / pub <= 1.35 for _, pub, pred in ladder)
+    preds = [pred for _, _, pred in ladder]
+    assert preds == sorted(preds, reverse=True)
