@@ -20,7 +20,7 @@ LAYERS = (
     {"sweeps"},
     {"serving"},
     {"calibration"},
-    {"recommend", "snapshot"},
+    {"recommend", "snapshot", "planner"},
     {"plot"},
     {"cli"},
     {"__init__"},

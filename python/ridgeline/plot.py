@@ -361,6 +361,37 @@ def frontier(rec: Any) -> Any:
     return fig
 
 
+def budget_frontier(b: Any) -> Any:
+    """A GPU budget's points (``planner.BudgetPlan``) as output tokens/s per GPU against tokens/s
+    per user, aggregated and disaggregated apart, hollow where they miss the objectives, the
+    frontier joined and each of its plans labelled. Returns the Figure."""
+    plt = _pyplot("png")
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for i, kind in enumerate(("aggregated", "disaggregated")):
+        for ok in (True, False):
+            pts = [p for p in b.points if p.kind == kind and p.meets == ok]
+            if pts:
+                ax.scatter([p.tok_s_per_user for p in pts], [p.tok_s_per_gpu for p in pts], s=26, marker="os"[i],
+                           facecolors=f"C{i}" if ok else "none", edgecolors=f"C{i}",
+                           label=f"{kind}" + ("" if ok else ", misses the objectives"))  # fmt: skip
+    front = b.frontier
+    ax.plot([p.tok_s_per_user for p in front], [p.tok_s_per_gpu for p in front], color="black", lw=1,
+            label="frontier")  # fmt: skip
+    for p in front:
+        ax.annotate(f"{p.label}, {p.clients} clients", (p.tok_s_per_user, p.tok_s_per_gpu),
+                    textcoords="offset points", xytext=(4, 4), fontsize=6)  # fmt: skip
+    w = b.workload
+    if w["slo_tpot_ms"]:
+        ax.axvline(1000.0 / w["slo_tpot_ms"], color="grey", ls="--", lw=1, label=f"TPOT {w['slo_tpot_ms']:g} ms")
+    ax.set_xlabel("output tokens/s per user (1 / mean TPOT)")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(f"{b.model} on {b.gpus} x {b.hardware}: {w['describe']}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 def _plan_label(e: Any) -> str:
     p = e.plan
     par = "".join(f" {k.upper()}{p[k]}" for k in ("tp", "ep", "pp") if p[k] > 1)

@@ -172,6 +172,6 @@ def test_the_lazy_command_table_names_every_command_its_module_adds():
     from ridgeline.cli.group import COMMANDS, load_all
 
     group = load_all()
-    assert sorted(group.commands) == sorted(COMMANDS) and len(COMMANDS) == 11
+    assert sorted(group.commands) == sorted(COMMANDS) and len(COMMANDS) == 12
     for name, module in COMMANDS.items():
         assert group.commands[name].callback.__module__ == f"ridgeline.cli.{module}", name

@@ -14,7 +14,8 @@ GB = 1e9
 #: tests/cli/test_cli.py checks it against the commands the modules add.
 COMMANDS = {
     "calibrate": "calibration", "catalog": "catalog", "collective": "collective", "estimate": "estimate",
-    "model": "models", "plot": "plot", "recommend": "recommend", "simulate": "simulate", "snapshot": "snapshot",
+    "model": "models", "plan": "plan", "plot": "plot", "recommend": "recommend", "simulate": "simulate",
+    "snapshot": "snapshot",
     "sweep": "sweep", "validate": "calibration",
 }  # fmt: skip
 

@@ -59,7 +59,14 @@ def kv_link_default(dev: Device, devices: int) -> tuple[str, Optional[float], Op
     scale-out NIC. Returns its name, GB/s per rank and latency (us), None where the catalog has
     no figure."""
     if dev.scaleup_bw_gbs and dev.scaleup_domain and devices <= dev.scaleup_domain:
-        return "scale-up", dev.scaleup_bw_gbs / 2, dev.scaleup_latency_us
+        if dev.scaleup_latency_us is not None:
+            return "scale-up", dev.scaleup_bw_gbs / 2, dev.scaleup_latency_us
+        # no catalog figure: a transfer between two ranks at zero bytes as NCCL measured it on
+        # the fabric (the 2-rank all-gather's fitted floor and one hop, link_collectives.csv)
+        pair = next((x for x in dev.links if x["library"] == "nccl" and x["op"] == "all_gather"
+                     and int(x["ranks"]) == 2), None)  # fmt: skip
+        lat = None if pair is None else float(pair["floor_us"]) + float(pair["latency_us"])
+        return "scale-up-nccl", dev.scaleup_bw_gbs / 2, lat
     return "scale-out", dev.scaleout_bw_gbs, dev.scaleout_latency_us
 
 
@@ -96,13 +103,15 @@ def _cluster(dev: Device, sched: Mapping[str, Any], *, shape: Mapping[str, Any],
     ]  # fmt: skip
     devices = pool_devices(pools)
     fabric, bw0, lat0 = kv_link_default(dev, devices)
+    if kv_link_latency_us is not None and fabric == "scale-up-nccl":
+        fabric = "scale-up"  # the latency given, not the measured collective's
     bw = bw0 if kv_link_gbs is None else _checks.number("kv_link_gbs", kv_link_gbs, positive=True)
     lat = lat0 if kv_link_latency_us is None else _checks.number("kv_link_latency_us", kv_link_latency_us)
     if bw is None or lat is None:
         lacking = " and ".join(w for w, v in (("bandwidth", bw), ("latency", lat)) if v is None)
         name = "kv_link_gbs" if bw is None else "kv_link_latency_us"
         where = (f"the two pools' {devices} devices fit one scale-up domain of {dev.scaleup_domain}"
-                 if fabric == "scale-up" else "the two pools do not fit one scale-up domain")  # fmt: skip
+                 if fabric.startswith("scale-up") else "the two pools do not fit one scale-up domain")  # fmt: skip
         raise PlanError(f"{name}: {dev.name} has no {fabric} {lacking} in the catalog (the link a prompt's KV crosses "
                         f"to a decode instance: {where}); give it: --kv-link-gbs and --kv-link-latency-us (CLI), "
                         "kv_link_gbs= and kv_link_latency_us= (Python)")  # fmt: skip
@@ -115,7 +124,9 @@ def _cluster(dev: Device, sched: Mapping[str, Any], *, shape: Mapping[str, Any],
 #: (``kv_link_default``) and what its hand-off rests on (``_handoff``).
 _LABELS = ("kv_fabric", "kv_handoff_basis")
 
-_FABRIC_TEXT = {"scale-up": "the scale-up link (NVLink),", "scale-out": "the scale-out NIC,", "given": "a link of"}
+_FABRIC_TEXT = {"scale-up": "the scale-up link (NVLink),", "scale-out": "the scale-out NIC,", "given": "a link of",
+                "scale-up-nccl": "the scale-up link (NVLink; its latency a 2-rank NCCL all-gather's at zero bytes, "
+                "link_collectives.csv),"}  # fmt: skip
 
 
 def _pool_text(p: Mapping[str, Any]) -> str:
