@@ -96,7 +96,7 @@ def test_a_value_with_a_newline_is_still_one_line():
         Model.from_dict({**cfg, "hidden_act": "silu\nrelu"})
     assert "\n" not in str(e.value) and "hidden_act" in str(e.value)
     code, _, err = run_main("estimate", "-m", LLAMA, "-H", "H100_SXM", "--weight-dtype", "q4\nk")
-    assert code == 2 and err.count("\n") == 1 and "weight_dtype" in err
+    assert code == 2 and err.count("\n") == 1 and "--weight-dtype" in err
 
 
 def test_a_config_with_absurd_counts_is_refused_before_the_work():

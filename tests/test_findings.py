@@ -92,9 +92,9 @@ def test_a_rate_whose_run_never_ends_is_refused(command):
 @pytest.mark.parametrize(
     "flag,value,fragment",
     [
-        ("--weight-dtype", "foo", "weight_dtype: unknown weight format 'foo'"),
+        ("--weight-dtype", "foo", "--weight-dtype: unknown weight format 'foo'"),
         ("--runtime", "nosuch", "runtime: unknown runtime 'nosuch'"),
-        ("--kv-link-gbs", "-1", "kv_link_gbs"),
+        ("--kv-link-gbs", "-1", "--kv-link-gbs"),
     ],
 )
 def test_recommend_refuses_a_name_no_plan_could_take_instead_of_finding_no_plan(flag, value, fragment):
@@ -234,7 +234,7 @@ def test_a_message_names_the_flag_that_exists():
         ),
         (
             ["recommend", "-m", MODEL8B, "-H", "H100_SXM", "--rate", "1", "--slo-tpot-ms", "50", "--weight-dtype", ","],
-            "weight_dtype: an empty name",
+            "--weight-dtype: an empty name",
         ),
     ],
 )
@@ -272,7 +272,7 @@ def test_an_overloaded_simulation_stops_in_bounded_memory():
     # VmHWM, the peak of this process's own memory: ru_maxrss also counts the parent's resident set
     # at the fork (the pytest process), so it read 545 MB on CI for a run that peaks near 170 MB
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.stderr.startswith("error: rate: the queue grew past 1048576 waiting requests"), r.stderr
+    assert r.stderr.startswith("error: --rate: the queue grew past 1048576 waiting requests"), r.stderr
     _, peak_kb, _, exit_code = r.stdout.split()
     assert exit_code == "2" and int(peak_kb) < 500 * 1024  # peak RSS under 500 MB (VmHWM in kB)
 

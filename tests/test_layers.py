@@ -20,7 +20,7 @@ LAYERS = (
     {"sweeps"},
     {"serving"},
     {"calibration"},
-    {"recommend", "snapshot", "planner"},
+    {"recommend", "snapshot", "planner", "launch"},
     {"plot"},
     {"cli"},
     {"__init__"},

@@ -128,7 +128,7 @@ class Recommendation:
             front = [r for r in self.plans if r["frontier"] and r not in shown]
             # the runtime and weight columns where the search varied them
             varied = [k for k in ("runtime", "weights") if len({r[k] for r in self.plans}) > 1]
-            head = ["", "hardware", "plan", "replicas", "devices", *varied, "$/M out", "$/hour", f"{q} TTFT",
+            head = ["", "hardware", "plan", "replicas", "devices", *varied, "$/M out", "$/M all", "$/hour", f"{q} TTFT",
                     f"{q} TPOT", "within SLO", "rejected", "unfinished", "J/token", "basis", "offer"]  # fmt: skip
             # a borrowed plan is marked with whose fit it took, as a numbered note under the table
             notes = list(dict.fromkeys(r["basis_from"] for r in (*shown, *front) if r["basis"] != MEASURED))
@@ -138,7 +138,8 @@ class Recommendation:
 
             cells = [["*" if r["frontier"] else "", r["hardware"], plan_label(r), str(r["replicas"]), str(r["devices"]),
                       *(str(r[k]) for k in varied), f"${sig(r['usd_per_million_output_tokens'])}",
-                      f"${sig(r['usd_per_hour'])}", ms(r["ttft_q_s"]), ms(r["tpot_q_s"]), f"{r['within_slo']:.0%}",
+                      f"${sig(r['usd_per_million_tokens'])}", f"${sig(r['usd_per_hour'])}", ms(r["ttft_q_s"]),
+                      ms(r["tpot_q_s"]), f"{r['within_slo']:.0%}",
                       str(r["rejected"]), str(r["unfinished"]),
                       "-" if r["j_per_output_token"] is None else sig(r["j_per_output_token"]),
                       basis_cell(r), f"{r['offer']['provider']}, {r['offer']['as_of']}"]
@@ -429,6 +430,7 @@ def _candidate(
             "runtime": s.runtime, "weights": s.plan["weights"], "speculation": s.plan.get("speculation"),
             "usd_per_device_hour": price, "usd_per_hour": price * devices, "offer": offer,
             "usd_per_million_output_tokens": usd_per_million(price * devices, s.output_tok_s),
+            "usd_per_million_tokens": usd_per_million(price * devices, s.cost_tok_s),
             "per_instance_rate": per_instance, "within_slo": s.within_slo, "rejected": s.rejected,
             "unfinished": int(s.counts["length_capped"]) + s.unfinished,
             "ttft_q_s": float(s.ttft_s[q]), "tpot_q_s": float(s.tpot_s[q]), "output_tok_s": s.output_tok_s,

@@ -26,8 +26,8 @@ def test_readme_command_prints_the_headline(tmp_path):
     for word in ("TTFT", "TPOT", "throughput", "fits", "the default runtime on data-centre parts",
                  "calibrated (H100_SXM, vllm", "verified", "held-out"):  # fmt: skip
         assert word in r.stdout
-    # the answer first: TTFT, TPOT, throughput and memory are the first four lines after the title
-    assert [ln.split()[0] for ln in r.stdout.splitlines()[1:5]] == ["TTFT", "TPOT", "throughput", "memory"]
+    # the answer first: TTFT, TPOT with the decode speed it gives, throughput and memory after the title
+    assert [ln.split()[0] for ln in r.stdout.splitlines()[1:6]] == ["TTFT", "TPOT", "decode", "throughput", "memory"]
     bound = run("estimate", "-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--uncalibrated", cwd=tmp_path)
     assert "uncalibrated" in bound.stdout and "optimistic bound" in bound.stdout and "held-out" not in bound.stdout
     tpot = [float(ln.split()[1]) for out in (r.stdout, bound.stdout) for ln in out.splitlines()
@@ -86,7 +86,7 @@ def test_routing_skew_option(tmp_path):
     tpot = {s: json.loads(run(*args, "--routing-skew", s, cwd=tmp_path).stdout)["tpot_s"] for s in ("0", "2")}
     assert tpot["2"] < tpot["0"]  # a skewed router reads fewer distinct experts
     r = run(*args, "--routing-skew", "-1", cwd=tmp_path)
-    assert r.returncode == 2 and "routing_skew" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "--routing-skew" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_json_and_breakdown(tmp_path):
@@ -111,8 +111,8 @@ def test_json_and_breakdown(tmp_path):
             2,
             "DeepSeek-V4 compressed attention (compress_ratios) is not supported yet",
         ),
-        (["-m", "openai/gpt-oss-20b", "-H", "GB10", "--routing-skew", "inf"], 2, "routing_skew"),
-        (["-m", "google/gemma-2-9b", "-H", "GB10", "--kv-pad", "0"], 2, "kv_pad"),
+        (["-m", "openai/gpt-oss-20b", "-H", "GB10", "--routing-skew", "inf"], 2, "--routing-skew"),
+        (["-m", "google/gemma-2-9b", "-H", "GB10", "--kv-pad", "0"], 2, "--kv-pad"),
         (["-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--runtime", "vlm"], 2, "llamacpp-hip, llamacpp-metal"),
     ],
 )

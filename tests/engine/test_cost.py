@@ -52,7 +52,7 @@ def test_no_price_is_missing_and_a_given_one_is_used(tmp_path):
     d = json.loads(run("estimate", "-m", LLAMA, "-H", "H100_SXM", "--json", cwd=tmp_path).stdout)
     assert d["cost"]["offer"]["as_of"] and d["cost"]["usd_per_million_output_tokens"] > 0
     r = run("estimate", "-m", LLAMA, "-H", "H100_SXM", "--price-per-hour", "-2", cwd=tmp_path)
-    assert r.returncode == 2 and "price_per_hour" in r.stderr
+    assert r.returncode == 2 and "--price-per-hour" in r.stderr
 
 
 def test_every_price_row_is_dated_sourced_and_names_a_catalog_device():

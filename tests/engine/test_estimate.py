@@ -318,5 +318,5 @@ def test_a_warm_estimate_is_the_cold_one_and_checks_what_it_is_given(tmp_path):
     after = ridgeline.estimate(str(cfg), "H100_SXM")
     assert after.params["total"] > before.params["total"] and after.tpot_s > before.tpot_s
     cfg.unlink()
-    with pytest.raises(UnknownNameError, match="nor a path to a config.json"):
+    with pytest.raises(UnknownNameError, match="file not found"):
         ridgeline.estimate(str(cfg), "H100_SXM")

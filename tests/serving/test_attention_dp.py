@@ -87,7 +87,7 @@ def test_the_cli_takes_attention_dp_for_the_instance_and_each_pool():
     assert "TP 1 EP 8 x attention DP 8" in r.stdout and "8 devices" in r.stdout
     bad = run("simulate", "-m", DSV3, "-H", "H200_SXM", "--tp", "8", "--prefill-attention-dp", "2",
               "--concurrency", "1", "--requests", "1")  # fmt: skip
-    assert bad.returncode != 0 and "prefill_attention_dp: only with prefill_instances" in bad.stderr
+    assert bad.returncode != 0 and "--prefill-attention-dp: only with prefill_instances" in bad.stderr
 
 
 def test_attention_dp_runs_are_replayed_with_their_concurrency(tmp_path):

@@ -148,11 +148,17 @@ def catalog_export(out: str, force: bool) -> None:
     click.echo(f"wrote {path}; reinstall (pip install .) to ship it" if changed else f"unchanged {path}")
 
 
-@catalog.command("sql")
-@click.argument("query")
+@catalog.command("sql", context_settings={"ignore_unknown_options": True})
+@click.argument("query", required=False, type=click.UNPROCESSED)
+@click.option("--file", "path", default=None, help="Read the query from this file instead.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-def catalog_sql(query: str, fmt: str) -> None:
-    """Run a read-only SQL query against the catalog database."""
+def catalog_sql(query: Optional[str], path: Optional[str], fmt: str) -> None:
+    """Run a read-only SQL query against the catalog database (a query may begin with a -- comment)."""
+    from .._io import read_text
     from ..catalog.store import default_catalog
+    from ..errors import PlanError
 
-    _frame_out(default_catalog().sql(query), fmt)
+    if (query is None) == (path is None):
+        raise PlanError("catalog sql: give a query, or --file with one, not both")
+    text = read_text(path, what="--file", error=PlanError) if path is not None else str(query)
+    _frame_out(default_catalog().sql(text), fmt)

@@ -69,6 +69,9 @@ def _estimate_text(e: Any, verbose: bool) -> str:
     rows = [
         ("TTFT", ranged("prefill", "ttft_s", e.ttft_s)),
         ("TPOT", ranged("decode", "tpot_s", e.tpot_s)),
+        *([("decode", f"{sig(e.decode_tok_s_per_user)} tok/s per user, {sig(e.decode_tok_s_per_gpu)} tok/s per "
+                      "device (1 / TPOT; x the requests decoding together / devices)")]
+          if e.decode_tok_s_per_user is not None and e.decode_tok_s_per_gpu is not None else []),
         ("throughput", f"{sig(e.throughput_tok_s)} output tok/s ({_throughput_basis(e)} {_ms(e.e2e_s)})"),
         ("memory", f"{used} GB per device of {usable} GB usable: {fits}" + _host_text(mem.get("host"))),
         ("power", _power_text(e.power)),
@@ -129,9 +132,10 @@ def _cost_text(c: Any) -> str:
     where = f"{o['provider']} {o['sku']}, {o['as_of']}" if o else "the price given"
     rng = c.get("on_demand_usd_per_device_hour")
     spread = f"; {rng['offers']} on-demand offers ${sig(rng['min'])}-{sig(rng['max'])}" if rng and o else ""
-    keys = ("usd_per_million_output_tokens", "usd_per_request", "usd_per_device_hour")
-    per_m, per_req, price = (sig(c[k]) for k in keys)
-    return (f"${per_m} per million output tokens, ${per_req} a request, at ${price} per device-hour x "
+    keys = ("usd_per_million_output_tokens", "usd_per_million_tokens", "usd_per_request", "usd_per_device_hour")
+    per_m, per_all, per_req, price = (sig(c[k]) for k in keys)
+    return (f"${per_m} per million output tokens (${per_all} per million tokens in and out), ${per_req} a request, "
+            f"at ${price} per device-hour x "
             f"{c['devices']} ({where}{spread})")  # fmt: skip
 
 

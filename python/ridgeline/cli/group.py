@@ -48,6 +48,7 @@ def load_all() -> Any:
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ridgeline", prog_name="ridgeline", message="%(prog)s %(version)s")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:

@@ -38,6 +38,10 @@ def _not_modelled(e: click.UsageError) -> str:
         return (f"no such option {e.option_name}: speculative decoding is `ridgeline estimate --speculative "
                 "eagle3|mtp|ngram|draft:MODEL --draft-tokens K [--acceptance FILE]` (simulate, sweep and "
                 "recommend take the same; docs/concepts.md)")  # fmt: skip
+    if e.option_name == "--max-model-len" and _command_path(e) != "simulate":
+        return ("no such option --max-model-len: estimate prices one request of --prompt + --output tokens (its KV "
+                "cache for exactly those); the longest sequence an instance admits is `ridgeline simulate "
+                "--max-model-len`")  # fmt: skip
     if e.option_name in _OFFLOAD:
         return (f"no such option {e.option_name}: weights kept in host memory are `ridgeline estimate --offload "
                 "experts:N|gpu-layers:N|stream-gb:G|auto [--host NAME]` (llama.cpp's --n-cpu-moe N is experts:N, "
@@ -49,6 +53,28 @@ def _command_path(e: click.UsageError) -> str:
     """The subcommand a usage error came from ("estimate", "catalog sql"), for its help hint."""
     path = e.ctx.command_path if e.ctx is not None else ""
     return path.split(" ", 1)[1] if " " in path else ""
+
+
+def _as_flag(message: str, args: list[str]) -> str:
+    """An error that begins with the Python name of an option of the command run
+    (``kv_link_gbs: ...``) begins with its flag instead (``--kv-link-gbs: ...``)."""
+    name, sep, rest = message.partition(": ")
+    if not sep or not name.isidentifier():
+        return message
+    from .group import cli as group
+
+    ctx = click.Context(group)
+    cmd: Optional[click.Command] = group
+    for a in args:  # the command and its subcommands, as written
+        if a.startswith("-") or not isinstance(cmd, click.Group):
+            break
+        cmd = cmd.get_command(ctx, a)
+        if cmd is None:
+            return message
+    for p in cmd.params if cmd is not None else ():
+        if isinstance(p, click.Option) and p.name == name:
+            return f"{p.opts[0]}: {rest}"
+    return message
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -79,8 +105,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     except RidgelineError as e:
         if debug:
             raise
-        # one line whatever a user's value held (a name with a newline in it)
-        click.echo(f"error: {_one_line(str(e))}", err=True)
+        # one line whatever a user's value held (a name with a newline in it), naming the flag
+        click.echo(f"error: {_as_flag(_one_line(str(e)), args)}", err=True)
         sys.exit(exit_code(e))
     except BaseException as e:  # a Rust panic arrives as PanicException (a BaseException)
         if isinstance(e, (SystemExit, KeyboardInterrupt)) or debug:

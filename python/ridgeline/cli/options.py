@@ -18,6 +18,12 @@ PLAN_FIELD = "ridgeline_plan_field"
 
 _TYPES: dict[str, Any] = {"int": int, "float": float, "str": str}
 
+#: vLLM's spellings of plan options (its engine arguments, docs.vllm.ai "Engine Arguments":
+#: --tensor-parallel-size, --pipeline-parallel-size, --data-parallel-size, --quantization,
+#: --kv-cache-dtype), taken as the same options for people coming from ``vllm serve``.
+VLLM_ALIASES = {"tp": "--tensor-parallel-size", "pp": "--pipeline-parallel-size", "dp": "--data-parallel-size",
+                "weight_dtype": "--quantization", "kv_dtype": "--kv-cache-dtype"}  # fmt: skip
+
 
 def _type_of(f: dataclasses.Field[Any]) -> Any:
     """The click type of a field from its annotation (``Optional[int]`` and ``int`` are ints)."""
@@ -54,7 +60,8 @@ def plan_option(f: dataclasses.Field[Any], command: str) -> Callable[[F], F]:
         kw = {"default": None, "help": help}
     else:
         kw = {"type": _type_of(f), "default": default, "show_default": default is not None, "help": help, **unit}
-    option = click.option(decl, f.name, **kw)
+    alias = VLLM_ALIASES.get(f.name)
+    option = click.option(decl, *((alias,) if alias and s.off_flag is None else ()), f.name, **kw)
 
     def mark(fn: F) -> F:
         out = option(fn)

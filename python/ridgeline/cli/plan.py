@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Any, Optional
 
 import click
 
@@ -35,12 +35,20 @@ from .group import cli
 @click.option("--kv-link-latency-us", type=float, default=None, help="That link's latency (us), with --kv-link-gbs.")
 @click.option("--json", "as_json", is_flag=True, help="The answer and every point as JSON.")
 @click.option("--plot", "plot_path", default=None, help="Write the frontier here (.png or .svg).")
-@click.option("--force", is_flag=True, help="Replace an existing --plot file.")
+@click.option(
+    "--emit",
+    "emit_dir",
+    default=None,
+    help="Write the launch files of the best aggregated and disaggregated plans under this folder "
+    "(DIR/aggregated, DIR/disaggregated: the runtime's serve commands, its config files, a manifest).",
+)
+@click.option("--force", is_flag=True, help="Replace an existing --plot file or launch files.")
 def plan(
     model: str, hardware: str, gpus: int, prompt: str, output: str, slo_ttft_ms: Optional[float],
     slo_tpot_ms: Optional[float], min_user_tok_s: Optional[float], percentile: float, tp: str,
     runtime: Optional[str], weight_dtype: Optional[str], disaggregate: bool, kv_link_gbs: Optional[float],
-    kv_link_latency_us: Optional[float], as_json: bool, plot_path: Optional[str], force: bool,
+    kv_link_latency_us: Optional[float], as_json: bool, plot_path: Optional[str], emit_dir: Optional[str],
+    force: bool,
 ) -> None:  # fmt: skip
     """The best aggregated and disaggregated plans for a fixed number of GPUs under TTFT, TPOT or per-user
     speed objectives, their ratio, and the frontier of output tokens/s per GPU against tokens/s per user."""
@@ -50,6 +58,10 @@ def plan(
 
     if plot_path is not None:  # before the search, not after it
         check_output(plot_path, force=force, what="plot")
+    if emit_dir is not None:  # refused before the search, as --plot
+        from ..launch import check_emit_dir
+
+        check_emit_dir(emit_dir, ("aggregated", "disaggregated"), force=force)
     if (kv_link_gbs is None) != (kv_link_latency_us is None):
         raise click.UsageError("--kv-link-gbs and --kv-link-latency-us go together")
     b = plan_budget(model, hardware, gpus, prompt=prompt, output=output, slo_ttft_ms=slo_ttft_ms,
@@ -61,3 +73,20 @@ def plan(
         from .. import plot as plots
 
         click.echo(f"frontier: {plots.save(plots.budget_frontier(b), plot_path, force=force)}", err=as_json)
+    if emit_dir is not None:
+        _emit(b, emit_dir, force=force, quiet=as_json)
+
+
+def _emit(b: Any, emit_dir: str, *, force: bool, quiet: bool) -> None:
+    """The launch files of the plan's best points, one folder each."""
+    from pathlib import Path
+
+    from ..launch import launch_config
+
+    best = [(k, p) for k in ("aggregated", "disaggregated") if (p := b.best(k)) is not None]
+    if not best:
+        raise click.UsageError("--emit: no plan meets the objectives, so there is nothing to launch")
+    for kind, p in best:
+        lc = launch_config(b.model, b.hardware, label=p.label, copies=p.copies, **p.simulate_kwargs)
+        paths = lc.write(Path(emit_dir) / kind, force=force)
+        click.echo(f"{kind}: {lc.runtime} {lc.version} launch files in {paths[0].parent}", err=quiet)

@@ -157,6 +157,23 @@ class Estimate:
         return float(self._r.throughput_tok_s)
 
     @property
+    def decode_tok_s_per_user(self) -> Optional[float]:
+        """The decode speed one request sees: 1 / TPOT (output tokens/s); None with one output token."""
+        t = self.tpot_s
+        return None if t is None or t <= 0 else 1.0 / t
+
+    @property
+    def decode_tok_s_per_gpu(self) -> Optional[float]:
+        """Output tokens/s per device while decoding: the requests a replica decodes together
+        (batch x attention DP) / TPOT over its devices; None with one output token."""
+        u = self.decode_tok_s_per_user
+        if u is None:
+            return None
+        p, par = self.plan, self.parallel
+        replica = int(par["devices"]) // int(p.get("dp", 1))
+        return u * int(p["batch"]) * int(p.get("attention_dp", 1)) / replica
+
+    @property
     def prefill_tok_s(self) -> float:
         """Prompt tokens per second during prefill."""
         return float(self._r.prefill_tok_s)
@@ -375,7 +392,8 @@ class Estimate:
 
     #: The keys of ``to_dict``, in order (documented in the README).
     KEYS = (
-        "model", "hardware", "plan", "ttft_s", "tpot_s", "e2e_s", "throughput_tok_s", "prefill_tok_s", "prefill",
+        "model", "hardware", "plan", "ttft_s", "tpot_s", "decode_tok_s_per_user", "decode_tok_s_per_gpu", "e2e_s",
+        "throughput_tok_s", "prefill_tok_s", "prefill",
         "decode", "memory", "power", "cost", "fits", "calibration", "calibration_note", "basis", "basis_from",
         "fitted", "runtime_note",
         "held_out", "verified", "estimated", "gemm_dtype", "attention_dtype", "peak_tflops", "memory_bw_gbs", "params",

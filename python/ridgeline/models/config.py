@@ -321,11 +321,17 @@ def identify(name: str, bundled: Optional[Mapping[str, str]] = None) -> tuple[st
             f"model '{name}' is ambiguous: it names {len(candidates)} bundled models: {', '.join(candidates)}; "
             f"name one (see `ridgeline model list`)"
         )
+    if name.endswith(".json") or name.startswith((".", "/", "~")) or "\\" in name:
+        # written as a path: say it is missing, not that it is an unknown name
+        raise UnknownNameError(f"model '{name}': file not found (a config.json, or a model folder holding one)")
     close = difflib.get_close_matches(name.lower(), list(low) + list(short), n=3, cutoff=0.4)
     closest = [*candidates, *(low.get(c) or short[c] for c in close)]
     hint = f"; closest: {', '.join(dict.fromkeys(closest))}" if closest else ""
+    hf = (f"; to price {name}, download its config.json from the Hugging Face Hub and give its path "
+          "(-m path/to/config.json)" if name.count("/") == 1 and " " not in name else "")  # fmt: skip
     raise UnknownNameError(
-        f"unknown model '{name}': not a bundled model nor a path to a config.json{hint} (see `ridgeline model list`)"
+        f"unknown model '{name}': not a bundled model nor a path to a config.json{hint}{hf} "
+        "(see `ridgeline model list`)"
     )
 
 

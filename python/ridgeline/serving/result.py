@@ -113,6 +113,11 @@ class Simulation:
         return pool_devices(self.cluster.get("pools", ()))
 
     @property
+    def cost_tok_s(self) -> float:
+        """Prompt and output tokens handled per second over the run (the blended price's basis)."""
+        return (self.prompt_tokens + self.output_tokens) / self.duration_s if self.duration_s > 0 else 0.0
+
+    @property
     def cost(self) -> dict[str, Any]:
         """What the fleet costs to rent over the run (spec 60): the price per device-hour (given, else
         the cheapest published on-demand offer), per hour for all devices, and per million output
@@ -125,6 +130,8 @@ class Simulation:
                                "usd_per_hour": price * self.devices, "offer": offer}  # fmt: skip
         if self.output_tok_s > 0:
             out["usd_per_million_output_tokens"] = usd_per_million(price * self.devices, self.output_tok_s)
+            # every token the fleet handled, prompts and outputs, as the providers' blended price reads
+            out["usd_per_million_tokens"] = usd_per_million(price * self.devices, self.cost_tok_s)
         return out
 
     @property
@@ -255,6 +262,12 @@ def _cost_line(c: Mapping[str, Any]) -> str:
     o = c["offer"]
     where = f"{o['provider']} {o['sku']}, {o['as_of']}" if o else "the price given"
     m = c.get("usd_per_million_output_tokens")
-    per_m = "" if m is None else f"${sig(m)} per million output tokens, "
+    t = c.get("usd_per_million_tokens")
+    per_m = (
+        ""
+        if m is None
+        else f"${sig(m)} per million output tokens"
+        + (f" (${sig(t)} per million tokens in and out), " if t is not None else ", ")
+    )
     hour, device = sig(c["usd_per_hour"]), sig(c["usd_per_device_hour"])
     return f"{per_m}${hour} an hour: {c['devices']} devices at ${device} ({where})"

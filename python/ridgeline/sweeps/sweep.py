@@ -86,6 +86,10 @@ SWEEP_COLUMNS = {
         "(data/hardware/hardware_cost.csv), or with amortise_years its cheapest purchase price spread over them "
         "(data/hardware/hardware_purchase.csv); null where none is published"
     ),
+    "usd_per_million_tokens": (
+        "USD per million tokens in and out (prompt + output) at that price: usd_per_million_output_tokens x "
+        "output / (prompt + output); null as it"
+    ),
     "calibration": (
         "calibration label: the device's own fit, the runtime's profile, or uncalibrated (an optimistic bound)"
     ),
@@ -371,12 +375,13 @@ def _frame(r: Mapping[str, Any], consts: Mapping[str, Any], *, estimated: bool, 
     usd = usd_per_million(pl.lit(price, dtype=pl.Float64) * pl.col("devices"), pl.col("throughput_tok_s")).alias(
         "usd_per_million_output_tokens"
     )
+    blended = (usd * pl.col("output") / (pl.col("prompt") + pl.col("output"))).alias("usd_per_million_tokens")
     speculation = (text("speculative"), pl.lit(consts.get("draft_tokens"), dtype=pl.Int64).alias("draft_tokens"),
                    pl.lit(consts.get("acceptance_length"), dtype=pl.Float64).alias("acceptance_length"),
                    text("acceptance"))  # fmt: skip
     return df.select(
         *(text(k) for k in _STRINGS), *speculation, *NUMERIC_AXES, "devices", *_FLOATS, "memory_gb", "fits",
-        "mfu_prefill", "mbu_decode", *_POWER, usd, text("calibration"), text("basis"),
+        "mfu_prefill", "mbu_decode", *_POWER, usd, blended, text("calibration"), text("basis"),
         pl.lit(estimated).alias("estimated"), "error",
     ).with_columns(pl.col(pl.Float64).fill_nan(None))  # fmt: skip
 

@@ -1,0 +1,114 @@
+"""Launch files (issue 46): each runtime's serve command realises the simulated plan, and every flag
+and configuration key it writes is one that runtime's CLI reference lists for the version the
+calibration names (data/runtimes/launch_flags.csv, read from vllm 0.24.0's and sglang 0.5.14's
+wheels and TensorRT-LLM's serve.py, llm_args.py and disagg_utils.py)."""
+
+import dataclasses
+import json
+
+import pytest
+import yaml
+from conftest import run
+from ridgeline.errors import PlanError
+from ridgeline.launch import SERVE, check_flags, known, launch_config, version
+
+LLAMA = "meta-llama/Llama-3.1-70B"
+MOE = "Qwen/Qwen3-30B-A3B"
+SMALL = {"concurrency": 2, "requests": 8, "prompt": 512, "output": 32}
+DISAGG = {"prefill_instances": 2, "decode_instances": 1, "prefill_tp": 2, "decode_tp": 4, "tp": 4}
+
+
+def _flag(argv, name):
+    return argv[argv.index(name) + 1]
+
+
+@pytest.mark.parametrize("runtime", sorted(SERVE))
+def test_every_emitted_flag_is_in_the_runtime_reference(runtime):
+    plans = [
+        (LLAMA, {"tp": 8, "kv_dtype": "fp8"}),
+        (LLAMA, DISAGG),
+        (MOE, {"tp": 1, "ep": 4, "attention_dp": 4}),
+        ("deepseek-ai/DeepSeek-V3", {"tp": 8, "ep": 8, "weight_dtype": "fp8", "speculative": "mtp", "draft_tokens": 2}),
+    ]
+    for model, kw in plans:
+        lc = launch_config(model, "H200_SXM", runtime=runtime, **SMALL, **kw)
+        assert lc.runtime == runtime and check_flags(lc) == [], (model, kw)
+        # each flag the manifest explains is one it uses, with the reference's help text
+        used = {a for i in (*lc.instances, *((lc.front,) if lc.front else ())) for a in i.argv}
+        assert set(lc.manifest["flags"]) <= used and all(lc.manifest["flags"].values())
+
+
+def test_the_check_catches_a_flag_the_reference_lacks():
+    lc = launch_config(LLAMA, "H200_SXM", runtime="vllm", tp=8, **SMALL)
+    i = lc.instances[0]
+    bad = dataclasses.replace(lc, instances=(dataclasses.replace(i, argv=(*i.argv, "--tp-size", "8")),))
+    assert check_flags(bad) == ["vllm serve: --tp-size"]  # SGLang's spelling, not vLLM's
+
+
+def test_the_reference_is_the_calibrated_version():
+    # the versions the runtime profiles were fitted at (each calibration label names it)
+    for rt in SERVE:
+        lc = launch_config(LLAMA, "H100_SXM", runtime=rt, tp=8, **SMALL)
+        assert f"{rt} {version(rt)}" in lc.manifest["calibration"] or lc.manifest["calibration"].startswith(
+            ("runtime-profile", "borrowed", "uncalibrated")
+        )
+    assert version("vllm") == "0.24.0" and version("sglang") == "0.5.14" and version("trtllm") == "1.3.0rc20"
+    # the reference is whole, not only the flags ridgeline writes
+    assert len(known("vllm", "vllm serve")) > 200 and len(known("sglang", SERVE["sglang"])) > 300
+
+
+def test_commands_realise_the_plan():
+    v = launch_config(MOE, "H200_SXM", runtime="vllm", tp=1, ep=4, attention_dp=4, **SMALL)
+    (a,) = [i.argv for i in v.instances]
+    sim_sched = v.manifest["scheduler"]
+    assert _flag(a, "--tensor-parallel-size") == "1" and _flag(a, "--data-parallel-size") == "4"
+    assert "--enable-expert-parallel" in a and v.instances[0].devices == (0, 1, 2, 3)
+    assert int(_flag(a, "--max-num-seqs")) == sim_sched["max_num_seqs"]
+    assert int(_flag(a, "--max-num-batched-tokens")) == sim_sched["max_num_batched_tokens"]
+    s = launch_config(MOE, "H200_SXM", runtime="sglang", tp=1, ep=4, attention_dp=4, **SMALL).instances[0].argv
+    assert _flag(s, "--tp-size") == "4" and _flag(s, "--dp-size") == "4" and "--enable-dp-attention" in s
+    t = launch_config(MOE, "H200_SXM", runtime="trtllm", tp=1, ep=4, attention_dp=4, **SMALL).instances[0]
+    assert _flag(t.argv, "--tp_size") == "4" and _flag(t.argv, "--ep_size") == "4"
+    assert yaml.safe_load(t.files["serve.yaml"])["enable_attention_dp"] is True
+
+
+def test_disaggregated_units_place_pools_and_route():
+    v = launch_config(LLAMA, "H200_SXM", runtime="vllm", **SMALL, **DISAGG)
+    assert [(i.role, i.devices) for i in v.instances] == [
+        ("prefill", (0, 1)), ("prefill", (2, 3)), ("decode", (4, 5, 6, 7))]  # fmt: skip
+    assert all(json.loads(_flag(i.argv, "--kv-transfer-config"))["kv_connector"] == "NixlConnector"
+               for i in v.instances)  # fmt: skip
+    assert v.manifest["kv_transfer"]["fabric"] == "scale-up-nccl" and v.manifest["devices_per_unit"] == 8
+    s = launch_config(LLAMA, "H200_SXM", runtime="sglang", **SMALL, **DISAGG)
+    assert [_flag(i.argv, "--disaggregation-mode") for i in s.instances] == ["prefill", "prefill", "decode"]
+    t = launch_config(LLAMA, "H200_SXM", runtime="trtllm", **SMALL, **DISAGG)
+    cfg = yaml.safe_load(t.front.files["disagg.yaml"])
+    assert cfg["context_servers"]["urls"] == ["localhost:8001", "localhost:8002"]
+    assert cfg["generation_servers"] == {"num_instances": 1, "urls": ["localhost:8003"]}
+
+
+def test_refusals_name_the_way_out(tmp_path):
+    with pytest.raises(PlanError, match="--runtime chooses"):
+        launch_config("meta-llama/Llama-3.1-8B", "RTX_4090", runtime="llamacpp-cuda", max_num_batched_tokens=512,
+                      max_num_seqs=4, block_size=16, max_model_len=4096, **SMALL)  # fmt: skip
+    lc = launch_config("meta-llama/Llama-3.1-8B", "H100_SXM", **SMALL)
+    lc.write(tmp_path / "x")
+    with pytest.raises(PlanError, match="--force"):
+        lc.write(tmp_path / "x")
+    assert (tmp_path / "x" / "launch.sh").read_text().count("vllm serve") == 1
+    (tmp_path / "f").write_text("")
+    with pytest.raises(PlanError, match="is a file"):
+        lc.write(tmp_path / "f" / "sub")
+
+
+def test_plan_emit_writes_both_plans(tmp_path):
+    args = ("plan", "-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--gpus", "2", "--prompt", "512",
+            "--output", "64", "--slo-tpot-ms", "50", "--tp", "1", "--emit", str(tmp_path / "out"))  # fmt: skip
+    r = run(*args)
+    assert r.returncode == 0, r.stderr
+    for kind in ("aggregated", "disaggregated"):
+        m = yaml.safe_load((tmp_path / "out" / kind / "manifest.yaml").read_text())
+        assert m["copies"] * m["devices_per_unit"] == 2 and m["runtime"] == "vllm 0.24.0"
+        assert (tmp_path / "out" / kind / "launch.sh").read_text().startswith("#!/usr/bin/env bash")
+    again = run(*args)
+    assert again.returncode == 2 and "--force" in again.stderr
