@@ -36,17 +36,28 @@ from .options import plan_options
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (stable keys).")
 @click.option("--allow-no-fit", is_flag=True, help="Report a plan that does not fit instead of failing (exit 4).")
+@click.option(
+    "--max-context",
+    is_flag=True,
+    help="Also find the longest prompt that fits at this batch and output (and with an FP8 KV cache).",
+)
 def estimate(
-    model: str, hardware: str, breakdown: bool, verbose: bool, as_json: bool, allow_no_fit: bool, **plan: Any
-) -> None:
+    model: str, hardware: str, breakdown: bool, verbose: bool, as_json: bool, allow_no_fit: bool,
+    max_context: bool, **plan: Any,
+) -> None:  # fmt: skip
     """Estimate one plan: TTFT, TPOT, throughput, memory fit."""
+    from ..engine.context import context_text
+    from ..engine.context import max_context as longest
     from ..engine.estimate import estimate as run
 
     e = run(model, hardware, allow_no_fit=allow_no_fit, breakdown=breakdown, **plan)
+    ctx = longest(model, hardware, **plan) if max_context else None
     if as_json:
-        click.echo(json.dumps(e.to_dict(breakdown=breakdown), indent=2))
+        click.echo(json.dumps(e.to_dict(breakdown=breakdown) | ({"max_context": ctx} if ctx else {}), indent=2))
         return
     click.echo(_estimate_text(e, verbose))
+    if ctx is not None:
+        click.echo(f"  {'max context':12s} {context_text(ctx)}")
     if breakdown:
         click.echo("")
         click.echo(_breakdown_text(e.breakdown_rows()))
