@@ -87,3 +87,13 @@ def test_the_readme_fits_on_a_screen_and_links_every_doc():
     for doc in DOCS:
         for target in re.findall(r"\]\(([^)#:]+)\)", doc.read_text()):
             assert (doc.parent / target).exists(), f"{doc.name} links {target}, which does not exist"
+
+
+def test_the_cookbook_answers_ten_questions_each_with_a_command():
+    text = (REPO / "docs" / "cookbook.md").read_text()
+    questions = re.findall(r"^\*\*(\d+)\. (.+?)\*\*", text, re.M | re.S)
+    assert [int(n) for n, _ in questions] == list(range(1, 11))
+    # each question is followed by its one command, before the next question
+    parts = re.split(r"^\*\*\d+\. ", text, flags=re.M)[1:]
+    assert all(len(_commands(b)) == 1 for p in parts for lang, b in [BLOCK.search(p).groups()] if lang == "bash")
+    assert all(BLOCK.search(p) for p in parts)
