@@ -180,9 +180,9 @@ def recommend(
     prompt: Any = 1024, output: Any = 256, hardware: Optional[Sequence[str]] = None, tp: Sequence[int] = (1, 2, 4, 8),
     weight_dtype: Optional[str | Sequence[Optional[str]]] = None, runtime: Optional[str | Sequence[str]] = None,
     disaggregate: bool = False, kv_link_gbs: Optional[float] = None, kv_link_latency_us: Optional[float] = None,
-    kv_handoff_us: Optional[float] = None,
-    requests: int = 500, max_devices: int = 64, progress: Optional[Callable[[int, int], Any]] = None,
-    catalog: Optional[Catalog] = None, amortise_years: Optional[float] = None, backend: str = "local",
+    kv_handoff_us: Optional[float] = None, requests: int = 500, max_devices: int = 64,
+    progress: Optional[Callable[[int, int], Any]] = None, catalog: Optional[Catalog] = None,
+    amortise_years: Optional[float] = None, price_tier: Optional[str] = None, backend: str = "local",
     ray_address: Optional[str] = None, include_bound: bool = False, speculative: Optional[str] = None,
     draft_tokens: Optional[int] = None, acceptance: Optional[str] = None,
 ) -> Recommendation:  # fmt: skip
@@ -212,8 +212,8 @@ def recommend(
         requests: requests per simulated run (more: steadier percentiles, slower search).
         max_devices: the most devices a plan may take.
         progress: called with (candidates done, candidates) as the search goes.
-        amortise_years: rank by the devices' cheapest published purchase prices spread over this
-            many years, instead of their on-demand rentals (``Catalog.offers``).
+        amortise_years, price_tier: rank by the devices' cheapest published purchase prices spread
+            over this many years, or their on-demand offers of one tier (``Catalog.offers``).
         include_bound: rank plans that rest on no calibration (``basis`` bound) beside the others,
             marked; by default they are kept apart in ``Recommendation.bound``.
         speculative, draft_tokens, acceptance: also try every candidate speculating so (as
@@ -248,7 +248,8 @@ def recommend(
         _checks.whole("output", lengths["output"]["value"], 2)
     (p_mean, p_max), (o_mean, o_max) = (length_bounds(lengths[k]) for k in ("prompt", "output"))
     requests, max_devices = _sizes(requests, max_devices, rate)
-    tps, years, names, runtimes, dtypes = _search_space(m, cat, hardware, tp, weight_dtype, runtime, amortise_years)
+    tps, years, names, runtimes, dtypes = _search_space(m, cat, hardware, tp, weight_dtype, runtime, amortise_years,
+                                                        price_tier)  # fmt: skip
     link = _kv_link(disaggregate, kv_link_gbs, kv_link_latency_us, kv_handoff_us)
     moe = bool(m.is_moe)
     # the simulator streams p50, p90 and p99: the plans show the nearest at or above the percentile
@@ -257,7 +258,7 @@ def recommend(
                 "mean_lengths": (max(1, round(p_mean)), max(2, round(o_mean))),
                 "max_model_len": min(int(m.max_model_len), p_max + o_max), "percentile": pct, **slo,
                 "requests": requests,
-                "shown_quantile": shown, "amortise_years": years,
+                "shown_quantile": shown, "amortise_years": years, "price_tier": price_tier,
                 "disaggregate": _checks.flag("disaggregate", disaggregate),
                 "kv_link": link}  # fmt: skip
     # each TP degree t as TP t (experts over the TP group, or whole experts a rank: EP t) and, for a
@@ -321,7 +322,14 @@ def _kv_link(disaggregate: Any, gbs: Any, latency_us: Any, handoff_us: Any) -> d
 
 
 def _search_space(
-    m: Any, cat: Catalog, hardware: Any, tp: Any, weight_dtype: Any, runtime: Any, amortise_years: Any
+    m: Any,
+    cat: Catalog,
+    hardware: Any,
+    tp: Any,
+    weight_dtype: Any,
+    runtime: Any,
+    amortise_years: Any,
+    price_tier: Any = None,
 ) -> tuple[list[int], Optional[float], list[str], list[Any], list[Any]]:
     """The candidates' axes, each checked: TP degrees, the purchase years (or none: rentals), the
     devices, the runtimes and the weight formats (None: the default)."""
@@ -332,7 +340,8 @@ def _search_space(
     given = _listed("hardware", hardware) if hardware is not None else []
     if hardware is not None and not given:
         raise PlanError("hardware: an empty list; give devices, or leave it out to search every device with an offer")
-    names = [cat.resolve(h) for h in given] if given else [n for n in cat.names() if cat.offers(n, years)]
+    cat.offers(cat.names()[0], years, price_tier)  # the tier checked once, before the search
+    names = [cat.resolve(h) for h in given] if given else [n for n in cat.names() if cat.offers(n, years, price_tier)]
     if not names:
         raise PlanError("hardware: no device to search")
     # the runtime each device defaults to, as estimate, sweep and simulate choose it (one default
@@ -395,9 +404,10 @@ def _candidate(
     from .serving.capacity import meets as meets_share
     from .serving.simulator import simulate
 
-    offers, width = cat.offers(hw, w["amortise_years"]), tp * plan_kw.get("attention_dp", 1)
+    offers, width = cat.offers(hw, w["amortise_years"], w["price_tier"]), tp * plan_kw.get("attention_dp", 1)
     if not offers:
-        return [], [f"{missing_price(hw, w['amortise_years']).split(';')[0]}: cannot be ranked by cost"]
+        why = missing_price(hw, w["amortise_years"], w["price_tier"]).split(";")[0]
+        return [], [f"{why}: cannot be ranked by cost"]
     slo = {k: w[k] for k in ("slo_ttft_ms", "slo_tpot_ms")}
     e, why = _static_prune(model, hw, tp, ep, w, plan_kw)
     if e is None:

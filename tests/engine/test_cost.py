@@ -106,7 +106,7 @@ def test_a_purchase_price_amortised_over_the_years_given():
     assert s.cost["usd_per_device_hour"] == pytest.approx(c["usd_per_device_hour"], rel=1e-12)
     # a device without a purchase price says so; a price and years together are refused
     assert "no published purchase price for A30" in ridgeline.estimate(LLAMA, "A30", amortise_years=3).cost["missing"]
-    with pytest.raises(PlanError, match="price_per_hour and amortise_years"):
+    with pytest.raises(PlanError, match="price_per_hour: give a price per device-hour, or amortise_years"):
         ridgeline.estimate(LLAMA, "RTX_4090", amortise_years=3, price_per_hour=1.0)
     with pytest.raises(PlanError, match="amortise_years"):
         ridgeline.estimate(LLAMA, "RTX_4090", amortise_years=0)

@@ -57,6 +57,31 @@ SQL_TIMEOUT_S = 60.0
 
 #: Hours in a year (365.25 days), the unit a purchase price is amortised over.
 HOURS_PER_YEAR = 365.25 * 24
+#: The price tiers an offer falls in by who rents it (data/hardware/providers.csv): a hyperscaler's
+#: list price, a GPU cloud's (a neocloud), or a marketplace of independent hosts' asks.
+PRICE_TIERS = ("hyperscaler", "neocloud", "marketplace")
+_PROVIDERS = "data/hardware/providers.csv"
+
+
+@functools.lru_cache(maxsize=1)
+def _provider_rows() -> tuple[dict[str, str], ...]:
+    import csv
+
+    return tuple(csv.DictReader(_data.read_text(_PROVIDERS).splitlines()))
+
+
+def price_tier_of(provider: str, sku: str) -> str:
+    """The price tier of an offer (``PRICE_TIERS``): the first row of data/hardware/providers.csv
+    naming its provider whose ``sku_contains`` is empty or in the SKU. A provider the file does not
+    class is an error naming it (a new offer's provider is classed when it is added).
+
+    >>> [price_tier_of(p, s) for p, s in (("RunPod", "H100 (Community Cloud)"), ("RunPod", "H100 pod"), ("GCP", "a3"))]
+    ['marketplace', 'neocloud', 'hyperscaler']
+    """
+    for r in _provider_rows():
+        if r["provider"] == provider and (not r["sku_contains"] or r["sku_contains"] in sku):
+            return r["class"]
+    raise CatalogError(f"provider {provider!r} has no price tier in {_PROVIDERS}; add a row for it")
 
 
 # Temp files of a build carry the builder's pid and host (`.catalog-<pid>-<host>-XXXX.duckdb`,
@@ -358,7 +383,8 @@ class Catalog:
         """
         prices = self._export.get("prices", {})
         rows: list[dict[str, Any]] = prices.get(self.find(name) or name, [])  # a device of one's own has none
-        return [r for r in rows if tier is None or r["tier"] == tier]
+        return [{**r, "price_tier": price_tier_of(r["provider"], r["sku"])} for r in rows
+                if tier is None or r["tier"] == tier]  # fmt: skip
 
     def purchases(self, name: str) -> list[dict[str, Any]]:
         """A device's published purchase prices (``hardware_purchase``), cheapest first: vendor,
@@ -367,12 +393,20 @@ class Catalog:
         rows: list[dict[str, Any]] = self._export.get("purchases", {}).get(self.find(name) or name, [])
         return rows
 
-    def offers(self, name: str, amortise_years: Optional[float] = None) -> list[dict[str, Any]]:
-        """The offers a cost is reckoned from, cheapest first: the published on-demand rentals, or
-        with ``amortise_years`` the published purchase prices spread evenly over that many years
-        of hours (tier ``purchase``, the price per device-hour ``usd_per_device / (years x 8766)``)."""
+    def offers(
+        self, name: str, amortise_years: Optional[float] = None, price_tier: Optional[str] = None
+    ) -> list[dict[str, Any]]:
+        """The offers a cost is reckoned from, cheapest first: the published on-demand rentals (of
+        one ``price_tier`` where given: hyperscaler, neocloud or marketplace), or with
+        ``amortise_years`` the published purchase prices spread evenly over that many years of
+        hours (tier ``purchase``, the price per device-hour ``usd_per_device / (years x 8766)``)."""
+        if price_tier is not None:
+            if price_tier not in PRICE_TIERS:
+                raise PlanError(f"price_tier: one of {', '.join(PRICE_TIERS)}, got {price_tier!r}")
+            if amortise_years is not None:
+                raise PlanError("price_tier and amortise_years: a price tier chooses among rentals; give one")
         if amortise_years is None:
-            return self.prices(name, "on-demand")
+            return [r for r in self.prices(name, "on-demand") if price_tier in (None, r["price_tier"])]
         hours = amortise_years * HOURS_PER_YEAR
         return [{"provider": r["vendor"],
                  "sku": f"{r['kind']} ${r['usd_per_device']:,.0f} over {amortise_years:g} years", "tier": "purchase",

@@ -140,7 +140,8 @@ def _cost_text(c: Any) -> str:
     if "missing" in c:
         return f"missing: {c['missing']}"
     o = c.get("offer")
-    where = f"{o['provider']} {o['sku']}, {o['as_of']}" if o else "the price given"
+    tier = f", {o['price_tier']}" if o and o.get("price_tier") else ""
+    where = f"{o['provider']} {o['sku']}{tier}, {o['as_of']}" if o else "the price given"
     rng = c.get("on_demand_usd_per_device_hour")
     spread = f"; {rng['offers']} on-demand offers ${sig(rng['min'])}-{sig(rng['max'])}" if rng and o else ""
     keys = ("usd_per_million_output_tokens", "usd_per_million_tokens", "usd_per_request", "usd_per_device_hour")

@@ -77,7 +77,7 @@ from .options import INCLUDE_BOUND, RAY, plan_options
 @click.option("--plot", "plot_path", default=None, help="Write the cost-TTFT frontier here (.png or .svg).")
 @click.option("--force", is_flag=True, help="Replace an existing --plot file.")
 @INCLUDE_BOUND
-@plan_options("recommend", only=("amortise_years",))
+@plan_options("recommend", only=("price_tier", "amortise_years"))
 @RAY
 def recommend(
     model: str, rate: Optional[float], concurrency: Optional[int], slo_ttft_ms: Optional[float],
@@ -86,6 +86,7 @@ def recommend(
     runtime: Optional[str], disaggregate: bool, kv_link_gbs: Optional[float], kv_link_latency_us: Optional[float],
     kv_handoff_us: Optional[float], requests: int, max_devices: int, top: int, verbose: bool,
     as_json: bool, plot_path: Optional[str], force: bool, include_bound: bool, amortise_years: Optional[float],
+    price_tier: Optional[str],
     ray_address: Optional[str], speculative: Optional[str], draft_tokens: Optional[int], acceptance: Optional[str],
 ) -> None:  # fmt: skip
     """The cheapest plans (device, runtime, weights, TP/EP, replicas, prefill/decode split) that serve a rate
@@ -108,7 +109,7 @@ def recommend(
             tp=parse_axis("tp", tp), weight_dtype=weight_dtype, runtime=runtime, disaggregate=disaggregate,
             kv_link_gbs=kv_link_gbs, kv_link_latency_us=kv_link_latency_us, kv_handoff_us=kv_handoff_us,
             requests=requests,
-            max_devices=max_devices, progress=progress, amortise_years=amortise_years,
+            max_devices=max_devices, progress=progress, amortise_years=amortise_years, price_tier=price_tier,
             backend=_ray_backend(ray_address), ray_address=ray_address, include_bound=include_bound,
             speculative=speculative, draft_tokens=draft_tokens, acceptance=acceptance)  # fmt: skip
     if bar is not None:

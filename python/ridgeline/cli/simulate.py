@@ -23,7 +23,7 @@ _SIM_KEYS = (
     "declare_output", "prefix_groups", "prefix_tokens", "prefix_caching", "seed", "max_model_len", "kv_blocks",
     "slo_ttft_ms", "slo_tpot_ms", "horizon_s", "max_num_batched_tokens", "max_num_seqs", "block_size",
     "chunked_prefill", "mixed", "reserve_full", "memory_fraction", "fraction_of_free", "price_per_hour",
-    "amortise_years",
+    "amortise_years", "price_tier",
 )  # fmt: skip
 
 

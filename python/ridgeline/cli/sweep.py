@@ -41,6 +41,7 @@ def sweep(
     ray_address: Optional[str],
     calibrated: bool,
     amortise_years: Optional[float],
+    price_tier: Optional[str],
     **axes: tuple[str, ...],
 ) -> None:
     """Evaluate a grid of plans in the Rust core across all cores, or across a Ray cluster (--ray).
@@ -86,7 +87,8 @@ def sweep(
         bar.__enter__()
     report = None
     kw: dict[str, Any] = {"chunk_size": chunk_size, "progress": bar.update if bar else None,
-                          "calibrated": calibrated, "amortise_years": amortise_years}  # fmt: skip
+                          "calibrated": calibrated, "amortise_years": amortise_years,
+                          "price_tier": price_tier}  # fmt: skip
     try:
         df = None
         if folder:

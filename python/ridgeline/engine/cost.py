@@ -32,15 +32,17 @@ def cost_of(
     price_per_hour: Optional[float],
     device: str,
     amortise_years: Optional[float] = None,
+    price_tier: Optional[str] = None,
 ) -> dict[str, Any]:
     """A plan's cost from its round (``parallel.round_s``: a replica serves ``batch x attention_dp``
     requests in it) at a price per device-hour: the one given, else the cheapest offer (on-demand,
     or a purchase price amortised over ``amortise_years``)."""
     priced = price_of(price_per_hour, offers)
     if priced is None:
-        return {"missing": missing_price(device, amortise_years)}
+        return {"missing": missing_price(device, amortise_years, price_tier)}
     price, offer = priced
-    basis = ("given (price_per_hour)" if offer is None else "the cheapest published on-demand offer"
+    tier = f" {price_tier}" if price_tier else ""
+    basis = ("given (price_per_hour)" if offer is None else f"the cheapest published on-demand{tier} offer"
              if amortise_years is None
              else f"the cheapest published purchase price over {amortise_years:g} years")  # fmt: skip
     devices = int(parallel["devices"])
@@ -62,8 +64,11 @@ def cost_of(
     return out
 
 
-def missing_price(device: str, amortise_years: Optional[float]) -> str:
+def missing_price(device: str, amortise_years: Optional[float], price_tier: Optional[str] = None) -> str:
     """Why a cost is missing: no published price of the kind asked for."""
+    if price_tier is not None:
+        return (f"no published {price_tier} price for {device} (data/hardware/hardware_cost.csv, tiers by "
+                "data/hardware/providers.csv); another --price-tier, none, or --price-per-hour gives one")  # fmt: skip
     if amortise_years is None:
         return (f"no published price for {device} (data/hardware/hardware_cost.csv); --price-per-hour (CLI) or "
                 "price_per_hour= (Python) gives one")  # fmt: skip

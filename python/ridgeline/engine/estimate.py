@@ -93,6 +93,7 @@ def estimate(
     offload: Optional[str] = None, host: Optional[str | Mapping[str, Any]] = None, allow_no_fit: bool = False,
     calibrated: bool = True, breakdown: bool = True, catalog: Optional[Catalog] = None,
     price_per_hour: Optional[float] = None, amortise_years: Optional[float] = None,
+    price_tier: Optional[str] = None,
 ) -> Estimate:  # fmt: skip
     """Estimates TTFT, TPOT, throughput and memory of one plan.
 
@@ -105,7 +106,7 @@ def estimate(
         swa_cache_extra, kv_pad, kv_skip_masked_tail, decode_graphs, tp, ep, attention_dp, pp, dp,
         microbatches, devices_per_node, scaleout_gbs, scaleout_latency_us, dtype, weight_dtype,
         kv_dtype, chunk, runtime, speculative, draft_tokens, acceptance, offload, host, calibrated,
-        price_per_hour, amortise_years: the plan's settings,
+        price_per_hour, price_tier, amortise_years: the plan's settings,
             each a field of ``Plan`` whose help (``help(ridgeline.Plan)``, or ``ridgeline
             estimate --help``) says what it means, its unit and its default. Where swa_cache_extra,
             kv_pad, kv_skip_masked_tail, decode_graphs and chunk are left unset they are how
@@ -187,7 +188,7 @@ def estimate(
         _flag("breakdown", breakdown)
     n: tuple[Any, ...] = (batch, prompt, output, prefix, tp, ep, pp, dp, microbatches)
     r, n = _run(p, n, allow_no_fit=allow_no_fit, breakdown=breakdown)
-    p, price = pricing(p, price_per_hour, amortise_years, catalog)
+    p, price = pricing(p, price_per_hour, amortise_years, catalog, price_tier)
     return Estimate(p, r, n, price)
 
 
@@ -457,20 +458,25 @@ def bound_with_attention(model: Any, hardware: Any, attention_row: Mapping[str, 
 
 
 def pricing(
-    p: _Prepared, price_per_hour: Optional[float], amortise_years: Optional[float], catalog: Optional[Catalog]
+    p: _Prepared,
+    price_per_hour: Optional[float],
+    amortise_years: Optional[float],
+    catalog: Optional[Catalog],
+    price_tier: Optional[str] = None,
 ) -> tuple[_Prepared, Optional[float]]:
     """The price per device-hour given (checked), and the prepared plan with the offers its cost
-    is reckoned from: the published on-demand rentals, or with ``amortise_years`` the published
-    purchase prices spread over that many years (``Catalog.offers``)."""
-    if price_per_hour is not None and amortise_years is not None:
-        raise PlanError("price_per_hour and amortise_years: give one (a price per device-hour, or the years a "
-                        "published purchase price is spread over)")  # fmt: skip
+    is reckoned from: the published on-demand rentals (of ``price_tier`` where given), or with
+    ``amortise_years`` the published purchase prices spread over that many years (``Catalog.offers``)."""
+    if price_per_hour is not None and (amortise_years is not None or price_tier is not None):
+        raise PlanError("price_per_hour: give a price per device-hour, or amortise_years (the years a published "
+                        "purchase price is spread over) or price_tier (a tier of published rentals), "
+                        "not both")  # fmt: skip
     price = None if price_per_hour is None else _number("price_per_hour", price_per_hour, positive=True)
-    if amortise_years is None:
+    if amortise_years is None and price_tier is None:
         return p, price
-    years = _number("amortise_years", amortise_years, positive=True)
-    offers = (catalog or default_catalog()).offers(p.dev.name, years)
-    return p._replace(offers=tuple(offers), amortise_years=years), price
+    years = None if amortise_years is None else _number("amortise_years", amortise_years, positive=True)
+    offers = (catalog or default_catalog()).offers(p.dev.name, years, price_tier)
+    return p._replace(offers=tuple(offers), amortise_years=years, price_tier=price_tier), price
 
 
 def _fitted(fit_row: Optional[Mapping[str, Any]], step: Optional[tuple[float, str]]) -> tuple[tuple[str, str], ...]:

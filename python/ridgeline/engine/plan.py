@@ -44,6 +44,14 @@ def _positive(name: str, v: Any) -> float:
     return _checks.number(name, v, positive=True)
 
 
+def _tier(name: str, v: Any) -> str:
+    from ..catalog.store import PRICE_TIERS
+
+    if v not in PRICE_TIERS:
+        raise PlanError(f"{name}: one of {', '.join(PRICE_TIERS)}, got {v!r}")
+    return str(v)
+
+
 @dataclasses.dataclass(frozen=True)
 class Setting:
     """What a plan's field says of itself: its help (the CLI's and the API's), its unit ('' for a
@@ -217,6 +225,12 @@ class Plan:
         None, "Price per device-hour for the cost. Default: the cheapest published on-demand offer for the "
         "device.", "USD", _optional(_positive), frozenset({"estimate", "simulate"}),
     )  # fmt: skip
+    price_tier: Optional[str] = _setting(
+        None, "Reckon the cost from the cheapest on-demand offer of one price tier: hyperscaler (AWS, Azure, "
+        "Google Cloud list prices), neocloud (GPU clouds) or marketplace (independent hosts' asks), as "
+        "data/hardware/providers.csv classes each provider. Default: the cheapest offer of any.", "",
+        _optional(_tier), ALL,
+    )  # fmt: skip
     amortise_years: Optional[float] = _setting(
         None, "Reckon the cost from the device's cheapest published purchase price spread over these years "
         "(data/hardware/hardware_purchase.csv), instead of a rental.", "years", _optional(_positive), ALL,
@@ -270,7 +284,7 @@ def check_plan(plan: Any) -> Plan:
 #: scheduler's settings and its instances, not by a static plan's).
 SIMULATE = frozenset(
     {"prompt", "output", "tp", "ep", "attention_dp", "pp", "runtime", "dtype", "weight_dtype", "kv_dtype", "calibrated",
-     "price_per_hour", "amortise_years", "speculative", "draft_tokens", "acceptance"}
+     "price_per_hour", "price_tier", "amortise_years", "speculative", "draft_tokens", "acceptance"}
 )  # fmt: skip
 
 

@@ -85,6 +85,8 @@ class _Prepared(NamedTuple):
     #: timestamp can miss a rewrite within its tick).
     stamp: Optional[bytes]
     amortise_years: Optional[float] = None
+    #: The price tier the offers were taken from (hyperscaler, neocloud, marketplace; None: any).
+    price_tier: Optional[str] = None
     #: Whose fit priced the plan, in words (``_fits.basis_from``).
     basis_from: str = ""
     #: A request's front-end time (s) the plan's TTFT takes, as the core's efficiency holds it: the
@@ -217,7 +219,8 @@ class Estimate:
         date and source, and the range of all on-demand offers), per hour for the plan's devices,
         per request, per million output tokens and per million tokens (prompt and output); or
         ``{"missing": why}`` where no price is given or published."""
-        return cost_of(self.plan, self.parallel, self._p.offers, self._price, self._p.dev.name, self._p.amortise_years)
+        return cost_of(self.plan, self.parallel, self._p.offers, self._price, self._p.dev.name, self._p.amortise_years,
+                       self._p.price_tier)  # fmt: skip
 
     @property
     def parallel(self) -> Mapping[str, Any]:

@@ -77,6 +77,7 @@ class Simulation:
     offers: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
     price_per_hour: Optional[float] = None
     amortise_years: Optional[float] = None
+    price_tier: Optional[str] = None
     #: The engine's energy over the run (joules, mean watts, per pool), or why there is none.
     energy_run: Any = field(default=None, repr=False)
     #: Whose fit priced the run, in words (``Estimate.basis_from``).
@@ -124,7 +125,7 @@ class Simulation:
         tokens at the run's output rate; ``{"missing": why}`` without a price."""
         priced = price_of(self.price_per_hour, self.offers)
         if priced is None:
-            return {"missing": missing_price(self.hardware, self.amortise_years)}
+            return {"missing": missing_price(self.hardware, self.amortise_years, self.price_tier)}
         price, offer = priced
         out: dict[str, Any] = {"usd_per_device_hour": price, "devices": self.devices,
                                "usd_per_hour": price * self.devices, "offer": offer}  # fmt: skip
@@ -260,7 +261,8 @@ def _cost_line(c: Mapping[str, Any]) -> str:
     if "missing" in c:
         return f"missing: {c['missing']}"
     o = c["offer"]
-    where = f"{o['provider']} {o['sku']}, {o['as_of']}" if o else "the price given"
+    tier = f", {o['price_tier']}" if o and o.get("price_tier") else ""
+    where = f"{o['provider']} {o['sku']}{tier}, {o['as_of']}" if o else "the price given"
     m = c.get("usd_per_million_output_tokens")
     t = c.get("usd_per_million_tokens")
     per_m = (

@@ -175,14 +175,15 @@ def simulate(
     keep_requests: bool = False, sample_s: Optional[float] = None, step_overhead_us: Optional[float] = None,
     request_overhead_us: Optional[float] = None, progress: Optional[Callable[[int, int], Any]] = None,
     calibrated: bool = True, catalog: Optional[Catalog] = None, price_per_hour: Optional[float] = None,
-    amortise_years: Optional[float] = None, pp: int = 1, speculative: Optional[str] = None,
-    draft_tokens: Optional[int] = None, acceptance: Optional[str] = None, **scheduler: Any,
+    amortise_years: Optional[float] = None, price_tier: Optional[str] = None, pp: int = 1,
+    speculative: Optional[str] = None, draft_tokens: Optional[int] = None, acceptance: Optional[str] = None,
+    **scheduler: Any,
 ) -> Simulation:  # fmt: skip
     """Simulates one serving instance under a workload.
 
     Args:
         model, hardware, tp, ep, attention_dp, pp, runtime, dtype, weight_dtype, kv_dtype, speculative,
-            draft_tokens, acceptance, calibrated, catalog, price_per_hour, amortise_years: as ``estimate``
+            draft_tokens, acceptance, calibrated, catalog, price_per_hour, price_tier, amortise_years: as ``estimate``
             (the fields of ``Plan``; a speculating decode keeps drafts drawn per step from its curve); the
             runtime also gives the scheduler's defaults. An instance is ``attention_dp`` ranks of
             ``tp`` devices stepping together over their experts, each rank with its own scheduler
@@ -247,12 +248,11 @@ def simulate(
     # a calibrated run takes the step overhead fitted on replayed serving runs where there is one
     p = prepare(model, hardware, catalog, runtime=runtime, dtype=dtype, weight_dtype=weight_dtype,
                  kv_dtype=kv_dtype, calibrated=calibrated, speculative=speculative, draft_tokens=draft_tokens,
-                 acceptance=acceptance,
-                 t_step_us=None if step_overhead_us is None else _checks.number("step_overhead_us",
-                                                                                  step_overhead_us),
+                 acceptance=acceptance, t_step_us=None if step_overhead_us is None
+                 else _checks.number("step_overhead_us", step_overhead_us),
                  t_request_us=None if request_overhead_us is None else _checks.number("request_overhead_us",
                                                                                      request_overhead_us))  # fmt: skip
-    p, price = pricing(p, price_per_hour, amortise_years, catalog)
+    p, price = pricing(p, price_per_hour, amortise_years, catalog, price_tier)
     runtime_name = p.plan_labels["runtime"]
     sched = _scheduler(runtime_name, p.dev, scheduler, catalog)
     mml = p.m.max_model_len if max_model_len is None else _checks.whole("max_model_len", max_model_len, 1)
@@ -337,7 +337,7 @@ def _simulation(
         slo=slo, cluster=_cluster_labels(cluster), transfers=int(r["transfers"]), transfer_s=float(r["transfer_s"]),
         cached_tokens=int(r["cached_tokens"]),
         warnings=tuple(dict.fromkeys(warnings)), requests=requests_df, series=series_df, itl_hist=itl_df,
-        offers=p.offers, price_per_hour=price, amortise_years=p.amortise_years,
+        offers=p.offers, price_per_hour=price, amortise_years=p.amortise_years, price_tier=p.price_tier,
         energy_run=r["energy"] if isinstance(r["energy"], str)
         else {**r["energy"], "duration_s": float(r["duration_s"])},
     )  # fmt: skip

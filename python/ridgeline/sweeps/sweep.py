@@ -242,6 +242,7 @@ def iter_sweep(
     progress: Optional[Callable[[int], None]] = None,
     calibrated: bool = True,
     amortise_years: Optional[float] = None,
+    price_tier: Optional[str] = None,
     parts: Optional[Sequence[tuple[int, int, int]]] = None,
 ) -> Iterator[Any]:
     """Yields the sweep as Polars DataFrames of at most ``chunk_size`` rows, in grid order.
@@ -294,7 +295,7 @@ def iter_sweep(
                      acceptance=None if spec is None else acc)  # fmt: skip
         sp = p.plan_labels.get("speculation") or {}
         rt = p.plan_labels["runtime"]
-        p, _ = pricing(p, None, amortise_years, cat)
+        p, _ = pricing(p, None, amortise_years, cat, price_tier)
         priced = price_of(None, p.offers)
         price = None if priced is None else priced[0]
         # the runtime's own prompt step where the grid does not sweep one
@@ -409,12 +410,13 @@ def _lazy(frames: Callable[[], Iterator[Any]], schema: Any) -> Any:
 
 
 def _part(grid: Mapping[str, Any], part: tuple[int, int, int], threads: int, calibrated: bool,
-          amortise_years: Optional[float]) -> tuple[int, bytes]:  # fmt: skip
+          amortise_years: Optional[float], price_tier: Optional[str] = None) -> tuple[int, bytes]:  # fmt: skip
     """One part of a sweep as Parquet bytes, with its rows: a task of the backend (``cluster``),
     on a worker or here."""
     import io
 
-    df = next(iter_sweep(grid, threads=threads, parts=[part], calibrated=calibrated, amortise_years=amortise_years))
+    df = next(iter_sweep(grid, threads=threads, parts=[part], calibrated=calibrated, amortise_years=amortise_years,
+                         price_tier=price_tier))  # fmt: skip
     buf = io.BytesIO()
     # zstd at its fastest level, as the local sink writes
     df.write_parquet(buf, compression="zstd", compression_level=1)
@@ -455,6 +457,7 @@ def write_folder(
     chunk_size: int = 1 << 18,
     calibrated: bool = True,
     amortise_years: Optional[float] = None,
+    price_tier: Optional[str] = None,
     progress: Optional[Callable[[int], None]] = None,
 ) -> Dataset:
     """Evaluates a grid into a dataset folder of Parquet parts (``ridgeline.parts``), one per
@@ -482,7 +485,8 @@ def write_folder(
     # the axes the grid names, beside their values: without a chunk axis each runtime takes its own
     spec = {"what": "sweep", "grid": g, "axes": sorted(k for k, v in grid.items() if v is not None),
             "chunk_size": chunk_size, "calibrated": calibrated,
-            "amortise_years": amortise_years, "ridgeline": __version__, **{f"fingerprint_{k}": v
+            "amortise_years": amortise_years, "price_tier": price_tier, "ridgeline": __version__,
+            **{f"fingerprint_{k}": v
             for k, v in fingerprint().items()}}  # fmt: skip
     out = Folder.open(folder, run_key(spec), len(pieces), spec, force=force)
     if progress:
@@ -497,7 +501,8 @@ def write_folder(
         if progress:
             progress(rows)
 
-    _, report = run_tasks(_part, [(dict(grid), pieces[i], n_threads, calibrated, amortise_years) for i in todo],
+    _, report = run_tasks(_part, [(dict(grid), pieces[i], n_threads, calibrated, amortise_years, price_tier)
+                                 for i in todo],
                           backend=backend, ray_address=ray_address, on_result=landed, keep=False,
                           skipped=len(pieces) - len(todo))  # fmt: skip
     rows = out.finish()
@@ -512,6 +517,7 @@ def gather(
     chunk_size: int = 1 << 18,
     calibrated: bool = True,
     amortise_years: Optional[float] = None,
+    price_tier: Optional[str] = None,
     progress: Optional[Callable[[int], None]] = None,
 ) -> tuple[Any, RunReport]:
     """The sweep's parts computed as tasks (``backend``, as ``write_folder``) and gathered here
@@ -528,7 +534,7 @@ def gather(
         if progress:
             progress(value[0])
 
-    tasks = [(dict(grid), p, threads, calibrated, amortise_years) for p in sweep_parts(grid, chunk_size)]
+    tasks = [(dict(grid), p, threads, calibrated, amortise_years, price_tier) for p in sweep_parts(grid, chunk_size)]
     values, report = run_tasks(_part, tasks, backend=backend, ray_address=ray_address, on_result=landed)
     frames = [pl.read_parquet(io.BytesIO(b)) for _, b in values]
     return (pl.concat(frames) if frames else pl.DataFrame()), report
@@ -546,8 +552,12 @@ def is_folder(out: str) -> bool:
 
 
 def with_plan(
-    grid: Mapping[str, Any], plan: Plan, calibrated: bool, amortise_years: Optional[float]
-) -> tuple[dict[str, Any], bool, Optional[float]]:
+    grid: Mapping[str, Any],
+    plan: Plan,
+    calibrated: bool,
+    amortise_years: Optional[float],
+    price_tier: Optional[str] = None,
+) -> tuple[dict[str, Any], bool, Optional[float], Optional[str]]:
     """A grid with a plan's settings: its axes set by the plan (each one value; an axis the grid
     has too is refused), and the sweep's ``calibrated`` and ``amortise_years``."""
     if not isinstance(grid, Mapping):
@@ -555,13 +565,13 @@ def with_plan(
     axes = frozenset(NUMERIC_AXES + CATEGORICAL_AXES)
     from ..engine.plan import merged
 
-    kw = merged(plan, {"calibrated": calibrated, "amortise_years": amortise_years}, "sweep",
-                axes | {"calibrated", "amortise_years"})  # fmt: skip
+    kw = merged(plan, {"calibrated": calibrated, "amortise_years": amortise_years, "price_tier": price_tier}, "sweep",
+                axes | {"calibrated", "amortise_years", "price_tier"})  # fmt: skip
     both = sorted(k for k in plan.changed() if k in axes and k in grid)
     if both:
         raise PlanError(f"plan: {', '.join(both)} is set by both the grid and plan=; give each in one place")
     out = {**grid, **{k: [v] for k, v in plan.changed().items() if k in axes}}
-    return out, kw["calibrated"], kw["amortise_years"]
+    return out, kw["calibrated"], kw["amortise_years"], kw["price_tier"]
 
 
 def sweep(
@@ -572,6 +582,7 @@ def sweep(
     calibrated: bool = True,
     lazy: bool = False,
     amortise_years: Optional[float] = None,
+    price_tier: Optional[str] = None,
     backend: str = "local",
     ray_address: Optional[str] = None,
     plan: Optional[Plan] = None,
@@ -589,7 +600,8 @@ def sweep(
     instead, computed in parts as it is consumed: ``sweep(g, lazy=True).sink_parquet(path)``
     streams a grid of any size to a file in bounded memory (the grid is checked first; a
     ``collect()`` computes the plans again each time). ``amortise_years`` prices the cost
-    column from each device's cheapest published purchase price spread over that many years.
+    column from each device's cheapest published purchase price spread over that many years, and
+    ``price_tier`` from its cheapest on-demand offer of that tier (hyperscaler, neocloud, marketplace).
     ``backend="ray"`` computes the grid's parts as tasks on a Ray cluster (``ray_address``:
     none or ``"local"`` starts one on this machine, ``"auto"`` joins the running one, or
     host:port); the frame is the same, row for row. A grid too big to hold goes to a dataset
@@ -602,9 +614,9 @@ def sweep(
     import polars as pl
 
     if plan is not None:
-        grid, calibrated, amortise_years = with_plan(grid, plan, calibrated, amortise_years)
+        grid, calibrated, amortise_years, price_tier = with_plan(grid, plan, calibrated, amortise_years, price_tier)
     kw: dict[str, Any] = {"threads": threads, "catalog": catalog, "calibrated": calibrated,
-                          "amortise_years": amortise_years}  # fmt: skip
+                          "amortise_years": amortise_years, "price_tier": price_tier}  # fmt: skip
     if check_backend(backend, ray_address) == "ray":
         if flag("lazy", lazy):
             raise PlanError("lazy: a lazy sweep is computed here as it is read; with backend='ray' write the grid "
