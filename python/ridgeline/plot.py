@@ -11,7 +11,8 @@ throughput-latency curve of a rate sweep (``simulation``, ``rate_curve``: writte
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -36,59 +37,102 @@ def _pyplot(fmt: str) -> Any:
 def simulation(sim: Any, directory: str, fmt: str = "png") -> list[str]:
     """The CDFs of TTFT (per request; needs ``keep_requests``) and ITL (per token), and the
     queue and KV use over time (needs ``sample_s``) of one ``Simulation``. Returns the paths."""
-    import numpy as np
-
     plt = _pyplot(fmt)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    if sim.requests is not None:
-        ttft = np.sort(sim.requests["ttft_s"].drop_nans().drop_nulls().to_numpy()) * 1e3
-        if ttft.size:
-            axes[0].plot(ttft, np.arange(1, ttft.size + 1) / ttft.size)
-    axes[0].set_xlabel("TTFT (ms)")
-    axes[0].set_ylabel("share of requests")
-    h = sim.itl_hist
-    if h is not None and h.height:
-        axes[1].plot(h["itl_s"].to_numpy() * 1e3, np.cumsum(h["tokens"].to_numpy()) / h["tokens"].sum())
-    axes[1].set_xscale("log")
-    axes[1].set_xlabel("inter-token latency (ms)")
-    axes[1].set_ylabel("share of tokens")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-    fig.suptitle(f"{sim.model} on {sim.hardware}: {sim.workload['describe']}", fontsize=8)
-    fig.tight_layout()
-    p = out / f"latency_cdf.{fmt}"
-    fig.savefig(p)
-    plt.close(fig)
-    paths.append(str(p))
-    if sim.series is not None and sim.series.height:
-        s = sim.series
-        fig, ax = plt.subplots(figsize=(10, 4))
-        t = s["t_s"].to_numpy()
-        ax.plot(t, s["waiting"].to_numpy(), label="waiting")
-        ax.plot(t, s["running"].to_numpy(), label="running")
-        ax.set_xlabel("time (s)")
-        ax.set_ylabel("requests")
-        kv = ax.twinx()
-        kv.plot(t, s["kv_used"].to_numpy() * 100, color="grey", lw=0.8, label="KV in use")
-        kv.set_ylabel("KV blocks in use (%)")
-        kv.set_ylim(0, 100)
-        ax.legend(loc="upper left")
-        fig.tight_layout()
-        p = out / f"queue_kv.{fmt}"
+    for name, fig in (("latency_cdf", latency_cdf(sim)), ("queue_kv", queue_kv(sim))):
+        if fig is None:
+            continue
+        p = out / f"{name}.{fmt}"
         fig.savefig(p)
         plt.close(fig)
         paths.append(str(p))
     return paths
 
 
+def latency_cdf(sim: Any) -> Any:
+    """The CDFs of TTFT (per request; needs ``keep_requests``) and inter-token latency (per token)
+    of one ``Simulation``, with its TTFT and TPOT objectives where it has them. Returns the Figure."""
+    import numpy as np
+
+    plt = _pyplot("png")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    if sim.requests is not None:
+        ttft = np.sort(sim.requests["ttft_s"].drop_nans().drop_nulls().to_numpy()) * 1e3
+        if ttft.size:
+            axes[0].plot(ttft, np.arange(1, ttft.size + 1) / ttft.size, label="TTFT, each request")
+    axes[0].set_xlabel("TTFT (ms)")
+    axes[0].set_ylabel("share of requests")
+    h = sim.itl_hist
+    if h is not None and h.height:
+        axes[1].plot(h["itl_s"].to_numpy() * 1e3, np.cumsum(h["tokens"].to_numpy()) / h["tokens"].sum(),
+                     label="inter-token latency, each token")  # fmt: skip
+    axes[1].set_xscale("log")
+    axes[1].set_xlabel("inter-token latency (ms)")
+    axes[1].set_ylabel("share of tokens")
+    _slo_lines(axes, sim.slo, vertical=True)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"{sim.model} on {sim.hardware}: {sim.workload['describe']}", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def queue_kv(sim: Any) -> Any:
+    """Requests waiting and running and the KV blocks in use over time (needs ``sample_s``), one
+    legend for both axes; None where the run kept no series."""
+    if sim.series is None or not sim.series.height:
+        return None
+    plt = _pyplot("png")
+    s = sim.series
+    fig, ax = plt.subplots(figsize=(10, 4))
+    t = s["t_s"].to_numpy()
+    ax.plot(t, s["waiting"].to_numpy(), label="waiting")
+    ax.plot(t, s["running"].to_numpy(), label="running")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("requests")
+    kv = ax.twinx()
+    kv.plot(t, s["kv_used"].to_numpy() * 100, color="grey", lw=0.8, label="KV in use")
+    kv.set_ylabel("KV blocks in use (%)")
+    kv.set_ylim(0, 100)
+    # one legend for both axes: the KV line is on the right-hand axis
+    handles = [h for a in (ax, kv) for h in a.get_legend_handles_labels()[0]]
+    ax.legend(handles, [str(h.get_label()) for h in handles], loc="upper left")
+    fig.suptitle(f"{sim.model} on {sim.hardware}: {sim.workload['describe']}", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _slo_lines(axes: Any, slo: Any, *, vertical: bool) -> None:
+    """The run's TTFT objective on the first panel and its TPOT objective on the second (a line
+    across the axis the latency is on), each in the legend; none where the run set none."""
+    slo = slo or {}
+    for ax, key, name in ((axes[0], "ttft", "TTFT"), (axes[1], "tpot", "TPOT")):
+        v = slo.get(key) if isinstance(slo, Mapping) else None
+        if v is not None:
+            line = ax.axvline if vertical else ax.axhline
+            line(float(v), color="red", ls="--", lw=1, label=f"{name} objective {v:g} ms")
+
+
 def rate_curve(sims: Sequence[Any], directory: str, fmt: str = "png") -> str:
-    """Output throughput against TTFT and TPOT (p50 and p99) over a rate sweep's simulations."""
+    """Output throughput against TTFT and TPOT (p50 and p99) over a rate sweep's simulations,
+    written to ``directory``. Returns the path."""
     plt = _pyplot(fmt)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
+    fig = rate_curve_figure(sims)
+    p = out / f"rate_curve.{fmt}"
+    fig.savefig(p)
+    plt.close(fig)
+    return str(p)
+
+
+def rate_curve_figure(sims: Sequence[Any]) -> Any:
+    """Output throughput against TTFT and TPOT (p50 and p99), with the objectives. Returns the Figure."""
+    plt = _pyplot("png")
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     x = [s.output_tok_s for s in sims]
     for ax, key, label in ((axes[0], "ttft_s", "TTFT (ms)"), (axes[1], "tpot_s", "TPOT (ms)")):
@@ -97,16 +141,15 @@ def rate_curve(sims: Sequence[Any], directory: str, fmt: str = "png") -> str:
         ax.set_xlabel("output tokens/s")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-        ax.legend()
+    _slo_lines(axes, sims[0].slo, vertical=False)
+    for ax in axes:
+        ax.legend(fontsize=7)
     axes[0].set_yscale("log")
     for s, xi in zip(sims, x):
         axes[0].annotate(f"{s.workload['arrivals'].get('rate', 0):g}/s", (xi, s.ttft_s["p99"] * 1e3), fontsize=7)
     fig.suptitle(f"{sims[0].model} on {sims[0].hardware}: {sims[0].cluster['describe']}", fontsize=8)
     fig.tight_layout()
-    p = out / f"rate_curve.{fmt}"
-    fig.savefig(p)
-    plt.close(fig)
-    return str(p)
+    return fig
 
 
 #: Operator classes of the decode waterfall, by the engine's operator names (rust/src/graph/mod.rs
@@ -314,17 +357,16 @@ def compare(estimates: Sequence[Any], labels: Optional[Sequence[str]] = None) ->
         for i, v in enumerate(vals):
             ax.annotate(f"{v:,.3g}", (i, v), ha="center", va="bottom", fontsize=7)
         ax.set_xticks(range(len(vals)))
-        ax.set_xticklabels([f"plan {chr(65 + i)}" for i in range(len(vals))], fontsize=8)
+        ax.set_xticklabels([textwrap.fill(n, 16) for n in names], fontsize=6)
         ax.set_ylabel(name)
         ax.set_ylim(0, max(vals) * 1.15 or 1)
         ax.grid(alpha=0.3, axis="y")
     budget = [e.memory["budget_bytes"] / 1e9 for e in estimates]
     for i, b in enumerate(budget):
-        axes[3].hlines(b, i - 0.4, i + 0.4, color="black", lw=1)
-    axes[3].set_ylim(0, max(*budget, *metrics[3][1]) * 1.15)
-    fig.text(0.01, 0.01, "   ".join(f"plan {chr(65 + i)}: {n}" for i, n in enumerate(names))
-             + "   (black line: usable memory)", fontsize=7)  # fmt: skip
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+        axes[3].hlines(b, i - 0.4, i + 0.4, color="black", lw=1, label="usable memory" if i == 0 else None)
+    axes[3].set_ylim(0, max(*budget, *metrics[3][1]) * 1.25)
+    axes[3].legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
     return fig
 
 
@@ -448,20 +490,70 @@ def validation(records: Sequence[dict[str, Any]], directory: str) -> list[str]:
     fig.savefig(p1, dpi=120)
     plt.close(fig)
     paths.append(str(p1))
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig = residuals(records)
+    p2 = out / "validation_residuals.png"
+    fig.savefig(p2, dpi=120)
+    plt.close(fig)
+    paths.append(str(p2))
+    return paths
+
+
+def rows(records: Sequence[dict[str, Any]], directory: str) -> list[str]:
+    """Observed against predicted for priced rows (``validate --rows`` and ``--serving``): one
+    log-log panel per metric, each runtime its colour, the 1.5x band dashed. Returns the path."""
+    plt = _pyplot("png")
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    priced = [r for r in records if r.get("predicted") is not None and r.get("observed") is not None]
+    if not priced:
+        raise PlanError("plot: no row was priced, so there is nothing to draw")
+    metrics = sorted({str(r["metric"]) for r in priced})
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 5), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        rs = [r for r in priced if r["metric"] == metric]
+        for rt in sorted({str(r.get("runtime")) for r in rs}):
+            mine = [r for r in rs if str(r.get("runtime")) == rt]
+            ax.scatter([float(r["predicted"]) for r in mine], [float(r["observed"]) for r in mine], s=10, alpha=0.6,
+                       label=f"{rt} ({len(mine)} rows)")  # fmt: skip
+        vals = [float(r[k]) for r in rs for k in ("predicted", "observed") if float(r[k]) > 0]
+        lo, hi = min(vals), max(vals)
+        ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, label="observed = predicted")
+        ax.plot([lo, hi], [lo * 1.5, hi * 1.5], color="grey", lw=0.6, ls="--", label="1.5x either way")
+        ax.plot([lo, hi], [lo / 1.5, hi / 1.5], color="grey", lw=0.6, ls="--")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        unit = rs[0].get("unit", "")
+        ax.set_xlabel(f"predicted {metric} ({unit})" if unit else f"predicted {metric}")
+        ax.set_ylabel(f"observed {metric} ({unit})" if unit else f"observed {metric}")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    p = out / "validation_rows.png"
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    return [str(p)]
+
+
+def residuals(records: Sequence[dict[str, Any]]) -> Any:
+    """Observed / predicted (each device predicted by a fit without it) by device, each phase its
+    marker and colour in the legend, wide enough that every device's name reads. Returns the Figure."""
+    plt = _pyplot("png")
     devices = sorted({r["hardware"] for r in records})
-    for i, dev in enumerate(devices):
-        ratios = [float(r["lodo"]) for r in records if r["hardware"] == dev and not math.isnan(r["lodo"])]
-        ax.scatter([i] * len(ratios), ratios, s=8, alpha=0.6)
+    # a label's room a device (0.22 in), so 50 devices' names do not overlap
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.22 * len(devices) + 1.5), 4.5))
+    at = {d: i for i, d in enumerate(devices)}
+    for phase, marker in (("decode", "o"), ("prefill", "s"), ("e2e", "^")):
+        rs = [r for r in records if r["phase"] == phase and not math.isnan(r["lodo"])]
+        if rs:
+            ax.scatter([at[r["hardware"]] for r in rs], [float(r["lodo"]) for r in rs], s=8, alpha=0.6,
+                       marker=marker, label=f"{phase} ({len(rs)} rows)")  # fmt: skip
     ax.set_yscale("log")
     for y in (1 / 1.5, 1.0, 1.5):
         ax.axhline(y, color="grey", lw=0.8, ls="-" if y == 1.0 else "--")
     ax.set_xticks(range(len(devices)))
     ax.set_xticklabels(devices, rotation=70, fontsize=7)
     ax.set_ylabel("observed / predicted (LODO)")
+    ax.set_xlabel("device (each predicted by a fit without it); dashed: 1.5x either way")
+    ax.legend(fontsize=7)
     fig.tight_layout()
-    p2 = out / "validation_residuals.png"
-    fig.savefig(p2, dpi=120)
-    plt.close(fig)
-    paths.append(str(p2))
-    return paths
+    return fig

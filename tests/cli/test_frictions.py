@@ -56,3 +56,13 @@ def test_errors_name_the_flag_not_the_python_argument():
     r = run("simulate", "-m", "meta-llama/Llama-3.1-8B", "-H", "H100_SXM", "--prefill-instances", "1",
             "--decode-instances", "1", "--kv-link-gbs", "-5", "--rate", "1", "--requests", "10")  # fmt: skip
     assert r.returncode == 2 and "--kv-link-gbs" in r.stderr and "kv_link_gbs" not in r.stderr
+
+
+def test_validate_plot_draws_where_it_can_and_says_where_it_cannot(tmp_path):
+    r = run("validate", "--serving", "--limit", "5", "--plot", str(tmp_path / "v"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "v" / "validation_rows.png").stat().st_size > 1000 and "validation_rows.png" in r.stderr
+    for mode in ("--power", "--comm", "--speculation", "--offload"):
+        bad = run("validate", mode, "--plot", str(tmp_path / "w"))
+        assert bad.returncode == 2 and f"{mode} prints its report only" in bad.stderr
+        assert not (tmp_path / "w").exists()

@@ -293,12 +293,24 @@ def _calibrate_comm(out: str, force: bool, kernels: str) -> None:
                    "why not.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="The summary as JSON.")
 @click.option("--per-row", is_flag=True, help="With --json: every row with observed and predicted values.")
-@click.option("--plot", "plot_dir", default=None, help="Write a log-log scatter and a residual plot (PNG) here.")
+@click.option("--plot", "plot_dir", default=None,
+              help="Write the figures (PNG) in this folder: observed against predicted, and for the llama.cpp rows "
+                   "a residual plot by device (the default validation, --serving and --rows).")  # fmt: skip
 def validate(
     comm: bool, kernels: Optional[str], rows_file: Optional[str], serving: bool, limit: Optional[int], power: bool,
     speculation: bool, offload: bool, as_json: bool, per_row: bool, plot_dir: Optional[str],
 ) -> None:  # fmt: skip
     """Predict measured rows and report the agreement (exit 1 on an unexplained bound violation)."""
+    if plot_dir is not None:
+        from .._io import check_folder
+        from ..errors import PlanError
+
+        other = [f for f, on in (("--comm", comm), ("--power", power), ("--speculation", speculation),
+                                 ("--offload", offload)) if on]  # fmt: skip
+        if other:
+            raise PlanError(f"--plot: draws the default validation, --serving and --rows; {other[0]} prints its "
+                            "report only (--json for its numbers)")  # fmt: skip
+        check_folder(plot_dir, what="plot")  # before the validation runs, not after it
     if offload:
         from ..calibration import offload as off
 
@@ -322,9 +334,9 @@ def validate(
     if comm:
         _validate_comm(as_json, per_row, kernels)
     elif serving:
-        _validate_serving(rows_file, limit, as_json)
+        _validate_serving(rows_file, limit, as_json, plot_dir)
     elif rows_file:
-        _validate_rows(rows_file, as_json)
+        _validate_rows(rows_file, as_json, plot_dir)
     else:
         _validate_models(as_json, per_row, plot_dir)
 
@@ -401,8 +413,12 @@ def _validate_kernel_tables(path: str, as_json: bool) -> None:
         click.echo(f"  left out x{x['rows']:,}: {x['file']}: {x['reason']}")
 
 
-def _validate_rows(path: str, as_json: bool) -> None:
+def _validate_rows(path: str, as_json: bool, plot_dir: Optional[str] = None) -> None:
     if Path(path).is_dir() or path.endswith(".parquet"):
+        if plot_dir is not None:
+            from ..errors import PlanError
+
+            raise PlanError("--plot: kernel tables print their report only (per device, table and dtype)")
         _validate_kernel_tables(path, as_json)
         return
     from .._io import read_text
@@ -433,11 +449,19 @@ def _validate_rows(path: str, as_json: bool) -> None:
     # every row of the file, in its order: priced ones with the calibration, the others with why not
     order = {r["id"]: i for i, r in enumerate(rows)}
     out = sorted(predict_shipped(dec, cat) + out, key=lambda o: order[o["id"]])
-    _rows_report(out, as_json)
+    _rows_report(out, as_json, plot_dir=plot_dir)
 
 
-def _rows_report(out: list[dict[str, Any]], as_json: bool, per_row: bool = True) -> None:
-    """Predicted rows (every one, or only the summary) and their agreement per runtime, device, metric."""
+def _rows_report(
+    out: list[dict[str, Any]], as_json: bool, per_row: bool = True, plot_dir: Optional[str] = None
+) -> None:
+    """Predicted rows (every one, or only the summary) and their agreement per runtime, device, metric;
+    with ``plot_dir`` the observed-against-predicted figure there too."""
+    if plot_dir is not None:
+        from ..plot import rows as plot_rows
+
+        for p in plot_rows(out, plot_dir):
+            click.echo(f"wrote {p}", err=True)
     if as_json:
         click.echo(json.dumps(out, indent=2, default=str))
         return
@@ -457,7 +481,7 @@ def _rows_report(out: list[dict[str, Any]], as_json: bool, per_row: bool = True)
         click.echo(f"  not priced: {n:>5} rows: {reason}")
 
 
-def _validate_serving(rows_file: Optional[str], limit: Optional[int], as_json: bool) -> None:
+def _validate_serving(rows_file: Optional[str], limit: Optional[int], as_json: bool, plot_dir: Optional[str]) -> None:
     from ..calibration.kernels import KERNEL_DIR
     from ..calibration.validate import max_throughput_rows, serving_runs
     from ..errors import PlanError
@@ -470,7 +494,8 @@ def _validate_serving(rows_file: Optional[str], limit: Optional[int], as_json: b
     if limit is not None and limit < 1:
         raise PlanError(f"limit: must be a whole number >= 1, got {limit}")
     if rows_file is None:  # the shipped runs: the serving runs and the offline max-throughput rows
-        _rows_report([*serving_runs(path, limit=limit), *max_throughput_rows(limit=limit)], as_json, per_row=False)
+        _rows_report([*serving_runs(path, limit=limit), *max_throughput_rows(limit=limit)], as_json, per_row=False,
+                     plot_dir=plot_dir)  # fmt: skip
         return
     from .._io import read_text
     from ..errors import CatalogError
@@ -482,9 +507,9 @@ def _validate_serving(rows_file: Optional[str], limit: Optional[int], as_json: b
             click.echo(f"{path}: not in the serving-runs layout (silicon_calibration.csv's mode, isl, osl, "
                        "batch_size, silicon_ttft_ms, silicon_tpot_ms): each row priced as validate --rows "
                        "prices it, or why not", err=True)  # fmt: skip
-        _validate_rows(path, as_json)
+        _validate_rows(path, as_json, plot_dir)
         return
-    _rows_report(serving_runs(path, limit=limit), as_json, per_row=False)
+    _rows_report(serving_runs(path, limit=limit), as_json, per_row=False, plot_dir=plot_dir)
 
 
 def _validate_comm(as_json: bool, per_row: bool, kernels: Optional[str]) -> None:
