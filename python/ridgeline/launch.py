@@ -199,9 +199,14 @@ def launch_config(model: Any, hardware: str, *, label: Optional[str] = None, cop
     """
     from .serving.simulator import simulate
 
-    copies = _checks.whole("copies", copies, 1)
     kw = {k: v for k, v in simulate_kwargs.items() if v is not None}
-    sim = simulate(model, hardware, catalog=catalog, **kw)
+    return launch_for(simulate(model, hardware, catalog=catalog, **kw), kw, label=label, copies=copies)
+
+
+def launch_for(sim: Any, kw: Mapping[str, Any], *, label: Optional[str] = None, copies: int = 1) -> Launch:
+    """The launch files of ``sim``, a ``Simulation`` run with the ``simulate`` keywords ``kw`` (its
+    KV format and speculation are read from them)."""
+    copies = _checks.whole("copies", copies, 1)
     rt = sim.runtime or ""
     if rt not in SERVE:
         raise PlanError(f"emit: ridgeline writes launch files for {', '.join(SERVE)}; this plan runs on "
@@ -234,6 +239,10 @@ def launch_config(model: Any, hardware: str, *, label: Optional[str] = None, cop
             instances.append(_instance(rt, name, role, pool, sched, ids, port, kv, quant, spec, len(instances)))
             dev, port = dev + size, port + 1
     front = _trtllm_front(instances, pools) if rt == "trtllm" and disagg else None
+    if not disagg and len(instances) > 1:
+        router = sim.cluster.get("router", "round_robin")
+        notes.append(f"spread requests over the {len(instances)} instances (ports {instances[0].port}-"
+                     f"{instances[-1].port}) as the simulated router did: {router}")  # fmt: skip
     if disagg and front is None:
         urls = ", ".join(f"{i.role} localhost:{i.port}" for i in instances)
         notes.append(f"route each request to a prefill instance and then to a decode instance ({urls}): "

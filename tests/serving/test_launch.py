@@ -112,3 +112,20 @@ def test_plan_emit_writes_both_plans(tmp_path):
         assert (tmp_path / "out" / kind / "launch.sh").read_text().startswith("#!/usr/bin/env bash")
     again = run(*args)
     assert again.returncode == 2 and "--force" in again.stderr
+
+
+def test_simulate_emit_writes_the_run_it_simulated(tmp_path):
+    out = tmp_path / "sim"
+    args = ("simulate", "-m", MOE, "-H", "H200_SXM", "--tp", "1", "--ep", "4", "--attention-dp", "4", "--rate", "4",
+            "--requests", "40", "--runtime", "sglang", "--instances", "2", "--emit", str(out))  # fmt: skip
+    r = run(*args)
+    assert r.returncode == 0, r.stderr
+    m = yaml.safe_load((out / "manifest.yaml").read_text())
+    assert m["runtime"] == "sglang 0.5.14" and m["devices_per_unit"] == 8 and len(m["pools"]) == 2
+    assert [p["devices"] for p in m["pools"]] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert "round_robin" in (out / "launch.sh").read_text()
+    again = run(*args)
+    assert again.returncode == 2 and "--force" in again.stderr
+    many = run("simulate", "-m", LLAMA, "-H", "H200_SXM", "--tp", "8", "--rate", "1,2", "--requests", "10", "--emit",
+               str(tmp_path / "x"))  # fmt: skip
+    assert many.returncode == 2 and "--emit: one run at a time" in many.stderr

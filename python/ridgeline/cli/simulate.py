@@ -165,9 +165,12 @@ def _scenario(path: Optional[str]) -> dict[str, Any]:
     "rejected, length-capped or unfinished.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--emit", "emit_dir", default=None,
+              help="Write the run's launch files here: the runtime's serve command for each instance, its config "
+                   "files and a manifest (as plan --emit).")  # fmt: skip
 @RAY
 def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, force: bool, plot_dir: Optional[str],
-             fmt: str, max_share: Optional[float], as_json: bool, ray_address: Optional[str],
+             fmt: str, max_share: Optional[float], as_json: bool, emit_dir: Optional[str], ray_address: Optional[str],
              **flags: Any) -> None:  # fmt: skip
     """Simulate a serving instance under load: TTFT, TPOT, ITL, throughput, goodput.
 
@@ -204,10 +207,15 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
             raise PlanError(f"plot: {', '.join(there)} already exist(s); pass --force to overwrite")
     model, hardware = args.pop("model", None), args.pop("hardware", None)
     rates = _rates(args.pop("rate", None))
-    if grid or len(rates) > 1:
-        if out is not None or max_share is not None:
-            raise PlanError(f"{'out' if out is not None else '--max-rate'}: one run at a time (a grid or a list of "
-                            "rates runs several)")  # fmt: skip
+    if emit_dir is not None:
+        from ..launch import check_emit_dir
+
+        check_emit_dir(emit_dir, force=force)
+    if grid or len(rates) > 1 or (emit_dir is not None and max_share is not None):
+        if out is not None or max_share is not None or emit_dir is not None:
+            what = "out" if out is not None else "--emit" if emit_dir is not None else "--max-rate"
+            raise PlanError(f"{what}: one run at a time (a grid, a list of rates or a rate search runs "
+                            "several)")  # fmt: skip
         # the grid's entries, each at every rate given (a rate of the entry's own is kept)
         at: list[Optional[float]] = [*rates] or [None]
         runs = [{**({"rate": r} if r is not None else {}), **g} for g in (grid or [{}]) for r in at]
@@ -247,6 +255,10 @@ def simulate(scenario: Optional[str], out: Optional[str], sample_ms: float, forc
         Path(out).mkdir(parents=True, exist_ok=True)
         s.requests.write_parquet(files[0])
         s.series.write_parquet(files[1])
+    if emit_dir is not None:
+        from ..launch import launch_for
+
+        files += launch_for(s, {**args, "calibrated": calibrated}).write(emit_dir, force=force)
     if as_json:
         click.echo(json.dumps(s.to_dict(), indent=2))
         return
