@@ -448,6 +448,11 @@ def _candidate(
             "basis_from": e.basis_from, "frontier": False,
             # a disaggregated plan whose runtime has no fitted KV hand-off counts none: said under the table
             "kv_handoff_basis": s.cluster.get("kv_handoff_basis"),
+            # the simulate keywords of one unit (an instance, or the prefill/decode split): launch files
+            "launch": {k: v for k, v in {**plan_kw, "tp": tp, "ep": ep, "runtime": s.runtime,
+                       "max_model_len": w["max_model_len"],
+                       "prefill_instances": split and split[0], "decode_instances": split and split[1]}.items()
+                       if k != "catalog" and v is not None},
         }  # fmt: skip
 
     def too_many(n: int) -> Optional[str]:

@@ -129,3 +129,45 @@ def test_simulate_emit_writes_the_run_it_simulated(tmp_path):
     many = run("simulate", "-m", LLAMA, "-H", "H200_SXM", "--tp", "8", "--rate", "1,2", "--requests", "10", "--emit",
                str(tmp_path / "x"))  # fmt: skip
     assert many.returncode == 2 and "--emit: one run at a time" in many.stderr
+
+
+def test_recommend_emit_writes_the_cheapest_plan(tmp_path):
+    r = run("recommend", "-m", "meta-llama/Llama-3.1-8B", "--rate", "5", "--slo-ttft-ms", "1000", "--slo-tpot-ms",
+            "50", "-H", "L40S", "--requests", "100", "--json", "--emit", str(tmp_path / "rec"))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    best = json.loads(r.stdout)["plans"][0]
+    m = yaml.safe_load((tmp_path / "rec" / "manifest.yaml").read_text())
+    assert m["copies"] == best["replicas"] and m["hardware"] == "L40S" and m["runtime"].startswith(best["runtime"])
+    (pool,) = m["pools"]
+    # the context length the search sized the fleet for, not the model's maximum
+    assert pool["command"][pool["command"].index("--max-model-len") + 1] == str(best["launch"]["max_model_len"])
+    assert m["scheduler"]["max_model_len"] == 1280
+
+
+def test_the_issue_example_emits_both_plans(tmp_path):
+    # issue 46's done-when example, as a planner runs it
+    r = run("plan", "-m", LLAMA, "-H", "H200_SXM", "--gpus", "16", "--prompt", "8192", "--output", "1024",
+            "--slo-tpot-ms", "30", "--emit", str(tmp_path / "x"))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "best aggregated" in r.stdout and "best disaggregated" in r.stdout and "frontier" in r.stdout
+    for kind in ("aggregated", "disaggregated"):
+        m = yaml.safe_load((tmp_path / "x" / kind / "manifest.yaml").read_text())
+        assert m["copies"] * m["devices_per_unit"] == 16
+        assert m["predicted"]["tpot_p90_ms"] <= 30
+        label = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith(f"best {kind}"))
+        assert m["plan"] in label
+
+
+def test_estimate_emit_writes_the_plan_it_priced(tmp_path):
+    out = tmp_path / "est"
+    r = run("estimate", "-m", "deepseek-ai/DeepSeek-V3", "-H", "H200_SXM", "--tp", "8", "--ep", "8", "--batch", "16",
+            "--runtime", "trtllm", "--speculative", "mtp", "--draft-tokens", "2", "--emit", str(out))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    cfg = yaml.safe_load((out / "serve.yaml").read_text())
+    assert cfg["speculative_config"] == {"decoding_type": "MTP", "num_nextn_predict_layers": 2}
+    argv = yaml.safe_load((out / "manifest.yaml").read_text())["pools"][0]["command"]
+    assert _flag(argv, "--tp_size") == "8" and _flag(argv, "--ep_size") == "8"
+    off = run(
+        "estimate", "-m", "openai/gpt-oss-120b", "-H", "RTX_4090", "--offload", "auto", "--emit", str(tmp_path / "o")
+    )
+    assert off.returncode == 2 and "offloading plan" in off.stderr

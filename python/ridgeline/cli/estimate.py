@@ -41,17 +41,28 @@ from .options import plan_options
     is_flag=True,
     help="Also find the longest prompt that fits at this batch and output (and with an FP8 KV cache).",
 )
+@click.option("--emit", "emit_dir", default=None,
+              help="Write this plan's launch files here: the runtime's serve command with the plan's TP, EP, "
+                   "attention DP, formats and speculation, its batch as the clients, and a manifest "
+                   "(as plan --emit).")  # fmt: skip
+@click.option("--force", is_flag=True, help="Replace existing --emit files.")
 def estimate(
     model: str, hardware: str, breakdown: bool, verbose: bool, as_json: bool, allow_no_fit: bool,
-    max_context: bool, **plan: Any,
+    max_context: bool, emit_dir: Optional[str], force: bool, **plan: Any,
 ) -> None:  # fmt: skip
     """Estimate one plan: TTFT, TPOT, throughput, memory fit."""
     from ..engine.context import context_text
     from ..engine.context import max_context as longest
     from ..engine.estimate import estimate as run
 
+    if emit_dir is not None:
+        from ..launch import check_emit_dir
+
+        check_emit_dir(emit_dir, force=force)
     e = run(model, hardware, allow_no_fit=allow_no_fit, breakdown=breakdown, **plan)
     ctx = longest(model, hardware, **plan) if max_context else None
+    if emit_dir is not None:
+        _emit(model, hardware, e, plan, emit_dir, force=force, quiet=as_json)
     if as_json:
         click.echo(json.dumps(e.to_dict(breakdown=breakdown) | ({"max_context": ctx} if ctx else {}), indent=2))
         return
@@ -216,3 +227,21 @@ def _breakdown_text(rows: list[dict[str, Any]]) -> str:
             f"{r['bytes'] / 1e6:>12,.2f} {r['time_s'] * 1e3:>10.4f} {r['bound']:<8} {inten:>8}"
         )
     return "\n".join(lines)
+
+
+def _emit(model: str, hardware: str, e: Any, plan: dict[str, Any], emit_dir: str, *, force: bool, quiet: bool) -> None:
+    """The plan's launch files: one replica serving ``batch`` clients (its copies: ``dp``), through
+    the simulator so the scheduler's settings are the runtime's."""
+    from ..engine.plan import SIMULATE
+    from ..errors import PlanError
+    from ..launch import launch_config
+
+    if plan.get("offload") is not None:
+        raise PlanError("--emit: an offloading plan's launch files are not written (the host placement has no "
+                        "serve flags here); drop --offload or --emit")  # fmt: skip
+    kw = {k: v for k, v in plan.items() if k in SIMULATE and v is not None}
+    batch = int(e.plan["batch"])
+    lc = launch_config(model, hardware, copies=int(e.plan.get("dp", 1)), concurrency=batch,
+                       requests=max(32, 3 * batch), **kw)  # fmt: skip
+    paths = lc.write(emit_dir, force=force)
+    click.echo(f"{lc.runtime} {lc.version} launch files in {paths[0].parent}", err=quiet)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 import click
 
@@ -78,6 +78,9 @@ from .options import INCLUDE_BOUND, RAY, plan_options
 @click.option("--force", is_flag=True, help="Replace an existing --plot file.")
 @INCLUDE_BOUND
 @plan_options("recommend", only=("price_tier", "amortise_years"))
+@click.option("--emit", "emit_dir", default=None,
+              help="Write the cheapest plan's launch files here (the runtime's serve command for one unit, its "
+                   "config files and a manifest, as plan --emit).")  # fmt: skip
 @RAY
 def recommend(
     model: str, rate: Optional[float], concurrency: Optional[int], slo_ttft_ms: Optional[float],
@@ -86,7 +89,7 @@ def recommend(
     runtime: Optional[str], disaggregate: bool, kv_link_gbs: Optional[float], kv_link_latency_us: Optional[float],
     kv_handoff_us: Optional[float], requests: int, max_devices: int, top: int, verbose: bool,
     as_json: bool, plot_path: Optional[str], force: bool, include_bound: bool, amortise_years: Optional[float],
-    price_tier: Optional[str],
+    price_tier: Optional[str], emit_dir: Optional[str],
     ray_address: Optional[str], speculative: Optional[str], draft_tokens: Optional[int], acceptance: Optional[str],
 ) -> None:  # fmt: skip
     """The cheapest plans (device, runtime, weights, TP/EP, replicas, prefill/decode split) that serve a rate
@@ -97,6 +100,10 @@ def recommend(
 
     if plot_path is not None:  # before the search, not after it
         check_output(plot_path, force=force, what="plot")
+    if emit_dir is not None:
+        from ..launch import check_emit_dir
+
+        check_emit_dir(emit_dir, force=force)
     bar = click.progressbar(length=1, label="candidates", file=sys.stderr) if sys.stderr.isatty() else None
 
     def progress(done: int, total: int) -> None:
@@ -121,3 +128,27 @@ def recommend(
         from .. import plot
 
         click.echo(f"frontier: {plot.save(plot.frontier(r), plot_path, force=force)}", err=as_json)
+    if emit_dir is not None:
+        _emit(model, r, emit_dir, force=force, quiet=as_json)
+
+
+def _emit(model: str, r: Any, emit_dir: str, *, force: bool, quiet: bool) -> None:
+    """The cheapest plan's launch files: one unit (an instance, copied ``replicas`` times, or the
+    prefill/decode split), at the plan's own load."""
+    from ..errors import PlanError
+    from ..launch import launch_config
+    from ..recommend import plan_label
+
+    if not r.plans:
+        raise PlanError("--emit: no plan meets the SLOs, so there is nothing to launch")
+    p, w = r.plans[0], r.workload
+    disagg = p["prefill_instances"] is not None
+    # the unit's share of the load, as the search simulated it: the fleet's, or one replica's
+    share = 1 if disagg else p["replicas"]
+    load = ({"rate": p["per_instance_rate"] or w["rate"] / share} if w["rate"] is not None
+            else {"concurrency": max(1, -(-int(w["concurrency"]) // share))})  # fmt: skip
+    lc = launch_config(model, p["hardware"], label=plan_label(p), copies=share, requests=w["requests"],
+                       prompt=w["prompt"], output=w["output"], **load, **p["launch"])  # fmt: skip
+    paths = lc.write(emit_dir, force=force)
+    click.echo(f"{plan_label(p)} on {p['hardware']}: {lc.runtime} {lc.version} launch files in {paths[0].parent}",
+               err=quiet)  # fmt: skip
