@@ -143,12 +143,16 @@ def plan_budget(
     model: str, hardware: str, gpus: int, *, prompt: Any = 1024, output: Any = 256,
     slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None,
     min_user_tok_s: Optional[float] = None, percentile: float = 90, tp: Sequence[int] = (1, 2, 4, 8),
-    runtime: Optional[str] = None, weight_dtype: Optional[str] = None, disaggregate: bool = True,
+    runtime: Any = None, weight_dtype: Any = None, disaggregate: bool = True,
     kv_link_gbs: Optional[float] = None, kv_link_latency_us: Optional[float] = None, catalog: Any = None,
+    speculative: Optional[str] = None, draft_tokens: Optional[int] = None, acceptance: Optional[str] = None,
 ) -> BudgetPlan:  # fmt: skip
     """The best aggregated and disaggregated plans on ``gpus`` devices ``hardware`` for ``prompt`` +
     ``output`` tokens under the objectives (``slo_ttft_ms``, ``slo_tpot_ms``, ``min_user_tok_s``: a
     decode speed per user, 1000 / TPOT ms; held by ``percentile`` % of requests), and the frontier.
+    ``runtime`` and ``weight_dtype`` may each name several (a list, or comma-separated): every
+    layout is tried with each; with ``speculative`` (and ``draft_tokens``, ``acceptance``, as
+    ``simulate`` takes them) every layout is tried with and without it.
 
     >>> b = plan_budget("meta-llama/Llama-3.1-8B", "H100_SXM", 2, prompt=512, output=64, slo_tpot_ms=50, tp=(1,),
     ...                 disaggregate=False)
@@ -172,8 +176,9 @@ def plan_budget(
     if share > 1:
         raise PlanError(f"percentile: the share of requests within the objectives, in (0, 100], got {percentile}")
     tps = sorted({_checks.whole("tp", t, 1) for t in tp})
-    common = {"prompt": prompt, "output": output, "runtime": runtime, "weight_dtype": weight_dtype,
-              "slo_ttft_ms": slo_ttft_ms, "slo_tpot_ms": slo_tpot_ms, "catalog": catalog}  # fmt: skip
+    common = {"prompt": prompt, "output": output, "slo_ttft_ms": slo_ttft_ms, "slo_tpot_ms": slo_tpot_ms,
+              "catalog": catalog}  # fmt: skip
+    variants = _variants(runtime, weight_dtype, speculative, draft_tokens, acceptance)
     domain = dev.scaleup_domain or 1
     workload = {"prompt": prompt, "output": output, "slo_ttft_ms": slo_ttft_ms, "slo_tpot_ms": slo_tpot_ms,
                 "percentile": percentile, "quantile": quantile_for(share),
@@ -182,17 +187,46 @@ def plan_budget(
                 + f" for {percentile:g}% of requests"}  # fmt: skip
     points: list[PlanPoint] = []
     refused: list[tuple[str, str]] = []
-    for label, kw, unit in _aggregated(m, gpus, tps, domain):
-        _ladder("aggregated", label, {**common, **kw}, unit, gpus, m, dev.name, share, workload, points, refused)
-    if _checks.flag("disaggregate", disaggregate):
-        link = {} if kv_link_gbs is None else {"kv_link_gbs": kv_link_gbs, "kv_link_latency_us": kv_link_latency_us}
-        # a TP whose instance holds no KV cache serves in neither pool: said once, above
-        no_kv = {int(lab.split("TP")[1].split()[0]) for lab, why in refused if why.startswith("kv_blocks")}
-        for label, kw, unit in _disaggregated(gpus, [t for t in tps if t not in no_kv], domain if not link else gpus):
-            _ladder("disaggregated", label, {**common, **link, **kw}, unit, gpus, m, dev.name, share, workload,
-                    points, refused)  # fmt: skip
+    disagg = _checks.flag("disaggregate", disaggregate)
+    link = {} if kv_link_gbs is None else {"kv_link_gbs": kv_link_gbs, "kv_link_latency_us": kv_link_latency_us}
+    for suffix, var in variants:
+        base = {**common, **var}
+        for label, kw, unit in _aggregated(m, gpus, tps, domain):
+            _ladder("aggregated", label + suffix, {**base, **kw}, unit, gpus, m, dev.name, share, workload, points,
+                    refused)  # fmt: skip
+        if disagg:
+            # a TP whose instance holds no KV cache serves in neither pool: said once, above
+            no_room = {lab for lab, why in refused if why.startswith("kv_blocks")}
+            no_kv = {kw["tp"] for label, kw, _ in _aggregated(m, gpus, tps, domain)
+                     if kw["ep"] == 1 and label + suffix in no_room}  # fmt: skip
+            for label, kw, unit in _disaggregated(gpus, [t for t in tps if t not in no_kv],
+                                                  domain if not link else gpus):  # fmt: skip
+                _ladder("disaggregated", label + suffix, {**base, **link, **kw}, unit, gpus, m, dev.name, share,
+                        workload, points, refused)  # fmt: skip
     return BudgetPlan(model=m.name, hardware=dev.name, gpus=gpus, workload=workload, points=tuple(points),
                       refused=tuple(refused))  # fmt: skip
+
+
+def _variants(runtime: Any, weight_dtype: Any, speculative: Optional[str], draft_tokens: Optional[int],
+              acceptance: Optional[str]) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip
+    """(label suffix, simulate keywords) of each runtime, weight format and speculation tried; a
+    setting tried in one form only adds nothing to the labels."""
+    from .recommend import listed
+
+    runtimes = listed("runtime", runtime) or [None]
+    dtypes = listed("weight_dtype", weight_dtype) or [None]
+    specs: list[dict[str, Any]] = [{}]
+    if speculative is not None:
+        specs.append({"speculative": speculative, "draft_tokens": draft_tokens, "acceptance": acceptance})
+    out = []
+    for rt in runtimes:
+        for wd in dtypes:
+            for sp in specs:
+                suffix = ((f" {rt}" if len(runtimes) > 1 else "") + (f" {wd or 'default'}" if len(dtypes) > 1 else "")
+                          + (f" {speculative} k={draft_tokens}" if sp else ""))  # fmt: skip
+                kw = {"runtime": rt, "weight_dtype": wd, **{k: v for k, v in sp.items() if v is not None}}
+                out.append((suffix, kw))
+    return out
 
 
 def _aggregated(m: Any, gpus: int, tps: Sequence[int], domain: int) -> list[tuple[str, dict[str, Any], int]]:

@@ -337,7 +337,7 @@ def _search_space(
     degrees: list[Any] = [tp] if isinstance(tp, (str, bytes)) or not isinstance(tp, (Sequence, set)) else list(tp)
     tps = sorted({_checks.whole("tp", t, 1) for t in degrees})
     years = None if amortise_years is None else _checks.number("amortise_years", amortise_years, positive=True)
-    given = _listed("hardware", hardware) if hardware is not None else []
+    given = listed("hardware", hardware) if hardware is not None else []
     if hardware is not None and not given:
         raise PlanError("hardware: an empty list; give devices, or leave it out to search every device with an offer")
     cat.offers(cat.names()[0], years, price_tier)  # the tier checked once, before the search
@@ -346,8 +346,8 @@ def _search_space(
         raise PlanError("hardware: no device to search")
     # the runtime each device defaults to, as estimate, sweep and simulate choose it (one default
     # a device through every door), unless runtimes are named
-    runtimes = _listed("runtime", runtime) or [None]
-    dtypes = _listed("weight_dtype", weight_dtype) or [None]
+    runtimes = listed("runtime", runtime) or [None]
+    dtypes = listed("weight_dtype", weight_dtype) or [None]
     # a name no plan could take is the caller's mistake, not a refused candidate: said up front
     from .engine.runtimes import check_runtime
     from .models import quant
@@ -361,7 +361,7 @@ def _search_space(
     return tps, years, names, runtimes, dtypes
 
 
-def _listed(name: str, v: Any) -> list[Any]:
+def listed(name: str, v: Any) -> list[Any]:
     """One value or several (a list, or comma-separated text) as a list; none: empty."""
     if v is None:
         return []

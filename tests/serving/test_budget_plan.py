@@ -92,3 +92,24 @@ def test_the_cli_prints_both_best_plans_and_the_frontier(tmp_path):
     assert "disaggregated / aggregated" in r.stdout and (tmp_path / "f.png").stat().st_size > 10_000
     d = json.loads(run(*args, "--json").stdout)
     assert d["aggregated"]["meets"] and d["frontier"] and d["gpus"] == 4
+
+
+def test_runtimes_weights_and_speculation_are_searched_too():
+    b = plan_budget("meta-llama/Llama-3.1-70B", "H200_SXM", 8, prompt=4096, output=512, slo_tpot_ms=30, tp=(4, 8),
+                    runtime="vllm,sglang", weight_dtype=["bf16", "fp8"])  # fmt: skip
+    kinds = {(p.simulate_kwargs["runtime"], p.simulate_kwargs["weight_dtype"]) for p in b.points}
+    assert kinds == {(r, w) for r in ("vllm", "sglang") for w in ("bf16", "fp8")}
+    # each variant is labelled with what it tried, and each point is still simulate on its unit
+    p = max((q for q in b.points if q.meets), key=lambda q: q.tok_s_per_gpu)
+    assert p is b.aggregated or p is b.disaggregated
+    rt, wd = p.simulate_kwargs["runtime"], p.simulate_kwargs["weight_dtype"]
+    assert p.label.endswith(f" {rt} {wd}")
+    s = ridgeline.simulate("meta-llama/Llama-3.1-70B", "H200_SXM", **p.simulate_kwargs)
+    assert s.output_tokens / s.duration_s / _devices(p.simulate_kwargs) == pytest.approx(p.tok_s_per_gpu, rel=1e-12)
+    # speculation: every layout with and without MTP where the model has MTP layers
+    q = plan_budget("Qwen/Qwen3.5-397B-A17B", "B200", 8, prompt=2048, output=256, slo_tpot_ms=40, tp=(8,),
+                    weight_dtype="fp8", speculative="mtp", draft_tokens=2, disaggregate=False)  # fmt: skip
+    labels = {pt.label for pt in q.points}
+    assert "1 x TP8" in labels and "1 x TP8 mtp k=2" in labels
+    spec = [pt for pt in q.points if pt.label == "1 x TP8 mtp k=2"]
+    assert all(pt.simulate_kwargs["speculative"] == "mtp" for pt in spec)

@@ -25,8 +25,19 @@ from .group import cli
 @click.option("--percentile", type=float, default=90, show_default=True,
               help="The share of requests (%) that must meet the objectives.")  # fmt: skip
 @click.option("--tp", default="1,2,4,8", show_default=True, help="Tensor-parallel degrees to try.")
-@click.option("--runtime", default=None, help="vllm, sglang or trtllm (default: the device's own, as estimate).")
-@click.option("--weight-dtype", default=None, help="Weight format (as estimate).")
+@click.option(
+    "--runtime",
+    default=None,
+    help="vllm, sglang or trtllm, or several comma-separated, each tried (default: the device's own).",
+)
+@click.option("--weight-dtype", default=None, help="Weight format(s) to try, comma-separated (as estimate).")
+@click.option(
+    "--speculative",
+    default=None,
+    help="Also try every plan speculating so: eagle3, mtp, ngram or draft:MODEL (as simulate).",
+)
+@click.option("--draft-tokens", type=int, default=None, help="With --speculative: the draft depth.")
+@click.option("--acceptance", default=None, help="With --speculative: an acceptance curve file (as simulate).")
 @click.option("--no-disaggregate", "disaggregate", flag_value=False, default=True,
               help="Search aggregated plans only.")  # fmt: skip
 @click.option("--kv-link-gbs", type=float, default=None,
@@ -46,7 +57,8 @@ from .group import cli
 def plan(
     model: str, hardware: str, gpus: int, prompt: str, output: str, slo_ttft_ms: Optional[float],
     slo_tpot_ms: Optional[float], min_user_tok_s: Optional[float], percentile: float, tp: str,
-    runtime: Optional[str], weight_dtype: Optional[str], disaggregate: bool, kv_link_gbs: Optional[float],
+    runtime: Optional[str], weight_dtype: Optional[str], speculative: Optional[str], draft_tokens: Optional[int],
+    acceptance: Optional[str], disaggregate: bool, kv_link_gbs: Optional[float],
     kv_link_latency_us: Optional[float], as_json: bool, plot_path: Optional[str], emit_dir: Optional[str],
     force: bool,
 ) -> None:  # fmt: skip
@@ -67,6 +79,7 @@ def plan(
     b = plan_budget(model, hardware, gpus, prompt=prompt, output=output, slo_ttft_ms=slo_ttft_ms,
                     slo_tpot_ms=slo_tpot_ms, min_user_tok_s=min_user_tok_s, percentile=percentile,
                     tp=parse_axis("tp", tp), runtime=runtime, weight_dtype=weight_dtype, disaggregate=disaggregate,
+                    speculative=speculative, draft_tokens=draft_tokens, acceptance=acceptance,
                     kv_link_gbs=kv_link_gbs, kv_link_latency_us=kv_link_latency_us)  # fmt: skip
     click.echo(json.dumps(b.to_dict(), indent=2) if as_json else b.text())
     if plot_path is not None:
