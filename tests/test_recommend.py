@@ -257,8 +257,13 @@ def test_every_candidate_is_also_tried_speculating_and_the_acceptance_it_rests_o
     assert "MTP2: mtp, 2 draft tokens a step, acceptance length 2.58 (borrowed from deepseek-ai/DeepSeek-R1" in (
         r.summary()
     )
-    # a model without MTP layers: the speculating candidates are refused saying why
-    r = ridgeline.recommend(LLAMA8, hardware=["H100_SXM"], concurrency=4, slo_tpot_ms=50, tp=[1], speculative="mtp",
-                            draft_tokens=2, requests=20)  # fmt: skip
-    assert [p["speculation"] for p in r.plans] == [None]
-    assert any("has no MTP layers" in x["reason"] for x in r.refused)
+    # a model without MTP layers: refused before the search (test_a_speculation_no_candidate_could_take_...)
+
+
+def test_a_speculation_no_candidate_could_take_is_refused_before_the_search():
+    # where every candidate would be refused alike, the search does not run and answer exit 0
+    kw = {"rate": 1, "slo_tpot_ms": 50, "hardware": ["H100_SXM"], "requests": 50}
+    with pytest.raises(PlanError, match="draft depth"):
+        ridgeline.recommend(LLAMA8, speculative="mtp", **kw)
+    with pytest.raises(PlanError, match="no MTP layers"):
+        ridgeline.recommend(LLAMA8, speculative="mtp", draft_tokens=2, **kw)

@@ -179,6 +179,11 @@ def plan_budget(
     common = {"prompt": prompt, "output": output, "slo_ttft_ms": slo_ttft_ms, "slo_tpot_ms": slo_tpot_ms,
               "catalog": catalog}  # fmt: skip
     variants = _variants(runtime, weight_dtype, speculative, draft_tokens, acceptance)
+    if speculative is not None:  # the speculation itself checked once, up front, not refused per candidate
+        from .engine.estimate import estimate
+
+        spec = {k: v for k, v in variants[-1][1].items() if k in ("speculative", "draft_tokens", "acceptance")}
+        estimate(m, dev.name, tp=tps[-1], allow_no_fit=True, catalog=catalog, **spec)
     domain = dev.scaleup_domain or 1
     workload = {"prompt": prompt, "output": output, "slo_ttft_ms": slo_ttft_ms, "slo_tpot_ms": slo_tpot_ms,
                 "percentile": percentile, "quantile": quantile_for(share),

@@ -257,10 +257,8 @@ def recommend(
     workload = {"rate": rate, "concurrency": concurrency, "prompt": lengths["prompt"], "output": lengths["output"],
                 "mean_lengths": (max(1, round(p_mean)), max(2, round(o_mean))),
                 "max_model_len": min(int(m.max_model_len), p_max + o_max), "percentile": pct, **slo,
-                "requests": requests,
-                "shown_quantile": shown, "amortise_years": years, "price_tier": price_tier,
-                "disaggregate": _checks.flag("disaggregate", disaggregate),
-                "kv_link": link}  # fmt: skip
+                "requests": requests, "shown_quantile": shown, "amortise_years": years, "price_tier": price_tier,
+                "disaggregate": _checks.flag("disaggregate", disaggregate), "kv_link": link}  # fmt: skip
     # each TP degree t as TP t (experts over the TP group, or whole experts a rank: EP t) and, for a
     # MoE model, as t attention-DP ranks of TP 1 over experts split t ways (wide EP: DeepSeek's and
     # Kimi's decode layout), on the same t devices
@@ -268,6 +266,8 @@ def recommend(
     layouts += [(1, t, t) for t in tps if moe and t > 1]
     specs: list[dict[str, Any]] = [{}] + ([] if speculative is None else [
         {"speculative": speculative, "draft_tokens": draft_tokens, "acceptance": acceptance}])  # fmt: skip
+    if speculative is not None:  # a speculation no candidate could take is the caller's mistake: said up front
+        _check_speculation(m, names[0], tps[-1], cat, specs[1])
     candidates = [(h, t, e, a, rt, wd, sp) for h in names for rt in runtimes for wd in dtypes for t, e, a in layouts
                   for sp in range(len(specs))]  # fmt: skip
     plans, refused = [], []
@@ -359,6 +359,14 @@ def _search_space(
         if d is not None:
             quant.resolve(m, "bf16", d)
     return tps, years, names, runtimes, dtypes
+
+
+def _check_speculation(m: Any, hw: str, tp: int, cat: Catalog, spec: dict[str, Any]) -> None:
+    """The speculation asked for, checked once on one candidate: an error that every candidate
+    would meet (no draft depth, no MTP layers, no curve) is said before the search."""
+    from .engine.estimate import estimate
+
+    estimate(m, hw, tp=tp, allow_no_fit=True, catalog=cat, **spec)
 
 
 def listed(name: str, v: Any) -> list[Any]:

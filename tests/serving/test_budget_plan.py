@@ -113,3 +113,10 @@ def test_runtimes_weights_and_speculation_are_searched_too():
     assert "1 x TP8" in labels and "1 x TP8 mtp k=2" in labels
     spec = [pt for pt in q.points if pt.label == "1 x TP8 mtp k=2"]
     assert all(pt.simulate_kwargs["speculative"] == "mtp" for pt in spec)
+
+
+def test_a_speculation_no_plan_could_take_is_refused_up_front():
+    with pytest.raises(PlanError, match="draft_tokens"):
+        plan_budget(LLAMA, "H100_SXM", 2, slo_tpot_ms=50, tp=(1,), speculative="mtp")
+    with pytest.raises(PlanError, match="no MTP layers"):  # Llama-3.1-8B has none
+        plan_budget(LLAMA, "H100_SXM", 2, slo_tpot_ms=50, tp=(1,), speculative="mtp", draft_tokens=2)
