@@ -38,3 +38,12 @@ def test_the_cli_prints_and_gives_it_as_json():
     d = json.loads(run("estimate", "-m", BIG, "-H", "H100_SXM", "--tp", "2", "--batch", "16", "--max-context",
                        "--json").stdout)  # fmt: skip
     assert d["max_context"] == max_context(BIG, "H100_SXM", tp=2, batch=16)
+
+
+def test_bad_input_is_a_typed_error_naming_it():
+    import pytest
+    from ridgeline.errors import PlanError
+
+    for kw, match in (({"output": "x"}, "output"), ({"output": 0}, "output"), ({"foo": 1}, "foo: not a plan setting")):
+        with pytest.raises(PlanError, match=match):
+            max_context("meta-llama/Llama-3.1-8B", "H100_SXM", **kw)

@@ -24,10 +24,15 @@ def max_context(model: Any, hardware: Any, **plan: Any) -> dict[str, Any]:
     >>> c["limit"], c["prompt_tokens"] + 256 == c["max_model_len"]
     ('model', True)
     """
+    from .. import _checks
     from .estimate import estimate
+    from .plan import NAMES
 
+    unknown = sorted(set(plan) - set(NAMES) - {"catalog"})
+    if unknown:
+        raise PlanError(f"{unknown[0]}: not a plan setting (estimate's plan keywords: see ridgeline.Plan)")
     m = model if isinstance(model, Model) else Model.from_config(model)
-    out_tokens = int(plan.get("output") or 256)
+    out_tokens = _checks.whole("output", plan.get("output", 256), 1)
     cap = int(m.max_model_len) - out_tokens
     if cap < 1:
         raise PlanError(f"output: {out_tokens} tokens leave no prompt within max_model_len {m.max_model_len}")
