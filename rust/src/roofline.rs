@@ -273,27 +273,7 @@ mod tests {
     }
 
     fn keyed(f0: f64, f1: f64, b0: f64, b1: f64, keys: DecodeKeys) -> Op {
-        Op {
-            kind: OpKind::Attention,
-            group: MODEL_LEVEL,
-            repeat: 3.0,
-            launches: 1.0,
-            peak: 1e12,
-            f0,
-            f1,
-            b0,
-            b1,
-            act_bytes: 0.0,
-            keys,
-            comm_s: 0.0,
-            quantized: false,
-            role: None,
-            grouped: false,
-            routed: false,
-            attention: None,
-            items: 0.0,
-            host: None,
-        }
+        Op::compute(OpKind::Attention, MODEL_LEVEL, 3.0, 1e12, (f0, f1), (b0, b1), 0.0, keys)
     }
 
     #[test]

@@ -17,27 +17,8 @@ pub(super) struct Builder<'a, 'b> {
 impl Builder<'_, '_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn push(&mut self, kind: OpKind, peak: f64, f: (f64, f64), b: (f64, f64), act: f64, keys: DecodeKeys) {
-        self.out.push(Op {
-            kind,
-            group: self.group,
-            repeat: self.repeat,
-            launches: 1.0,
-            peak,
-            f0: f.0,
-            f1: f.1,
-            b0: b.0,
-            b1: b.1,
-            act_bytes: act,
-            keys,
-            comm_s: 0.0,
-            quantized: false,
-            role: None,
-            grouped: false,
-            routed: false,
-            attention: None,
-            items: 0.0,
-            host: None,
-        });
+        self.out
+            .push(Op::compute(kind, self.group, self.repeat, peak, f, b, act, keys));
     }
 
     /// GEMM [m x k] x [k x n] whose n columns are made of parts stored in

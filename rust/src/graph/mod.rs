@@ -514,22 +514,34 @@ impl BuildCtx<'_> {
 }
 
 impl Op {
-    /// A communication operator: `repeat` invocations of `launches` transfers, each taking
-    /// `comm_s` and moving `msg` bytes; no FLOPs, no device-memory bytes.
-    pub fn comm(kind: OpKind, group: u16, repeat: f64, launches: f64, peak: f64, msg: f64, comm_s: f64) -> Op {
+    /// A compute operator: `repeat` invocations of one launch doing `f` = (f0, f1) FLOPs and
+    /// moving `b` = (b0, b1) bytes (`act` of b0 activations), reading `keys` at context `L`; the
+    /// kernel flags (quantized, role, grouped, routed, attention, items, host) unset, for the
+    /// builder to set.
+    #[allow(clippy::too_many_arguments)]
+    pub fn compute(
+        kind: OpKind,
+        group: u16,
+        repeat: f64,
+        peak: f64,
+        f: (f64, f64),
+        b: (f64, f64),
+        act: f64,
+        keys: DecodeKeys,
+    ) -> Op {
         Op {
             kind,
             group,
             repeat,
-            launches,
+            launches: 1.0,
             peak,
-            f0: 0.0,
-            f1: 0.0,
-            b0: 0.0,
-            b1: 0.0,
-            act_bytes: msg,
-            keys: NO_KEYS,
-            comm_s,
+            f0: f.0,
+            f1: f.1,
+            b0: b.0,
+            b1: b.1,
+            act_bytes: act,
+            keys,
+            comm_s: 0.0,
             quantized: false,
             role: None,
             grouped: false,
@@ -537,6 +549,16 @@ impl Op {
             attention: None,
             items: 0.0,
             host: None,
+        }
+    }
+
+    /// A communication operator: `repeat` invocations of `launches` transfers, each taking
+    /// `comm_s` and moving `msg` bytes; no FLOPs, no device-memory bytes.
+    pub fn comm(kind: OpKind, group: u16, repeat: f64, launches: f64, peak: f64, msg: f64, comm_s: f64) -> Op {
+        Op {
+            launches,
+            comm_s,
+            ..Op::compute(kind, group, repeat, peak, (0.0, 0.0), (0.0, 0.0), msg, NO_KEYS)
         }
     }
 
