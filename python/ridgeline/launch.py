@@ -79,15 +79,22 @@ class Instance:
     files: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def line(self) -> str:
-        env = f"CUDA_VISIBLE_DEVICES={','.join(map(str, self.devices))} "
+        env = f"CUDA_VISIBLE_DEVICES={','.join(map(str, self.devices))} " if self.devices else ""
         return env + " ".join(shlex.quote(a) for a in self.argv)
+
+    def command(self, runtime: str) -> str:
+        """The command this server runs, as the runtime's reference names it."""
+        return "trtllm-serve disaggregated" if self.role == "front" else SERVE[runtime]
+
+    def options(self, runtime: str) -> list[str]:
+        """The flags of its command line (the words after the command's own: ``python -m ...``)."""
+        return [a for a in self.argv[len(self.command(runtime).split()) :] if a.startswith("-")]
 
 
 @dataclasses.dataclass(frozen=True)
 class Launch:
     """A plan's launch files: the instances of one unit, the unit's copies, and the manifest."""
 
-    label: str
     runtime: str
     version: str
     copies: int
@@ -96,11 +103,23 @@ class Launch:
     #: with its configuration file; None where the runtime leaves routing to the user's router.
     front: Optional[Instance]
     manifest: Mapping[str, Any]
-    notes: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return str(self.manifest["plan"])
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return tuple(self.manifest["notes"])
+
+    @property
+    def servers(self) -> tuple[Instance, ...]:
+        """The instances, then the front server where there is one."""
+        return (*self.instances, *((self.front,) if self.front else ()))
 
     def files(self) -> dict[str, str]:
         out = {"launch.sh": self.script(), "manifest.yaml": yaml.safe_dump(dict(self.manifest), sort_keys=False)}
-        for i in (*self.instances, *((self.front,) if self.front else ())):
+        for i in self.servers:
             out.update(i.files)
         return out
 
@@ -113,9 +132,7 @@ class Launch:
             *(f"# {n}" for n in self.notes),
             "set -euo pipefail",
         ]  # fmt: skip
-        body = [i.line() + " &" for i in self.instances]
-        if self.front is not None:
-            body.append(" ".join(shlex.quote(a) for a in self.front.argv) + " &")
+        body = [i.line() + " &" for i in self.servers]
         return "\n".join([*head, *body, "wait", ""])
 
     def write(self, out_dir: Any, *, force: bool = False) -> list[Path]:
@@ -156,11 +173,10 @@ def check_flags(launch: Launch) -> list[str]:
     list, as ``command: flag`` (empty when all are listed)."""
     rt = launch.runtime
     bad = []
-    for i in (*launch.instances, *((launch.front,) if launch.front else ())):
-        command = "trtllm-serve disaggregated" if i.role == "front" else SERVE[rt]
+    for i in launch.servers:
+        command = i.command(rt)
         ok = known(rt, command)
-        # the flags after the command's own words (``python -m sglang.launch_server``)
-        bad += [f"{command}: {a}" for a in i.argv[len(command.split()) :] if a.startswith("-") and a not in ok]
+        bad += [f"{command}: {a}" for a in i.options(rt) if a not in ok]
         for j, a in enumerate(i.argv[:-1]):
             if a in ("--speculative-config", "--kv-transfer-config"):
                 keys = known(rt, f"{command} {a}")
@@ -238,7 +254,7 @@ def launch_for(sim: Any, kw: Mapping[str, Any], *, label: Optional[str] = None, 
             ids = tuple(range(dev, dev + size))
             instances.append(_instance(rt, name, role, pool, sched, ids, port, kv, quant, spec, len(instances)))
             dev, port = dev + size, port + 1
-    front = _trtllm_front(instances, pools) if rt == "trtllm" and disagg else None
+    front = _trtllm_front(instances) if rt == "trtllm" and disagg else None
     if not disagg and len(instances) > 1:
         router = sim.cluster.get("router", "round_robin")
         notes.append(f"spread requests over the {len(instances)} instances (ports {instances[0].port}-"
@@ -265,8 +281,8 @@ def launch_for(sim: Any, kw: Mapping[str, Any], *, label: Optional[str] = None, 
         manifest["kv_transfer"] = {"fabric": sim.cluster.get("kv_fabric"), **dict(sim.cluster.get("kv_link", {}))}
     if front is not None:
         manifest["front"] = {"port": BASE_PORT, "command": list(front.argv)}
-    return Launch(label=str(manifest["plan"]), runtime=rt, version=ver, copies=copies, instances=tuple(instances),
-                  front=front, manifest=manifest, notes=tuple(notes))  # fmt: skip
+    return Launch(runtime=rt, version=ver, copies=copies, instances=tuple(instances), front=front,
+                  manifest=manifest)  # fmt: skip
 
 
 def _sig(x: float) -> float:
@@ -364,7 +380,7 @@ def _instance(rt: str, model: str, role: str, pool: Mapping[str, Any], sched: Ma
     return Instance(role, devices, port, tuple(a), {cfg_name: yaml.safe_dump(cfg, sort_keys=False)})
 
 
-def _trtllm_front(instances: Sequence[Instance], pools: Sequence[Mapping[str, Any]]) -> Instance:
+def _trtllm_front(instances: Sequence[Instance]) -> Instance:
     """TensorRT-LLM's disaggregated front server and its configuration: the context (prefill)
     and generation (decode) workers by URL."""
     cfg: dict[str, Any] = {"hostname": "localhost", "port": BASE_PORT, "backend": "pytorch"}
@@ -380,8 +396,7 @@ def _meanings(rt: str, instances: Sequence[Instance], front: Optional[Instance])
     rows = {(r["command"], r["flag"]): r["help"] for r in flag_rows() if r["runtime"] == rt}
     out: dict[str, str] = {}
     for i in (*instances, *((front,) if front else ())):
-        command = "trtllm-serve disaggregated" if i.role == "front" else SERVE[rt]
-        for a in i.argv[len(command.split()) :]:
-            if a.startswith("-") and (command, a) in rows:
-                out.setdefault(a, rows[(command, a)])
+        for a in i.options(rt):
+            if (i.command(rt), a) in rows:
+                out.setdefault(a, rows[(i.command(rt), a)])
     return out

@@ -180,10 +180,10 @@ def plan_budget(
               "catalog": catalog}  # fmt: skip
     variants = _variants(runtime, weight_dtype, speculative, draft_tokens, acceptance)
     if speculative is not None:  # the speculation itself checked once, up front, not refused per candidate
-        from .engine.estimate import estimate
+        from .recommend import check_speculation
 
         spec = {k: v for k, v in variants[-1][1].items() if k in ("speculative", "draft_tokens", "acceptance")}
-        estimate(m, dev.name, tp=tps[-1], allow_no_fit=True, catalog=catalog, **spec)
+        check_speculation(m, dev.name, tps[-1], catalog, spec)
     domain = dev.scaleup_domain or 1
     workload = {"prompt": prompt, "output": output, "slo_ttft_ms": slo_ttft_ms, "slo_tpot_ms": slo_tpot_ms,
                 "percentile": percentile, "quantile": quantile_for(share),
@@ -194,16 +194,16 @@ def plan_budget(
     refused: list[tuple[str, str]] = []
     disagg = _checks.flag("disaggregate", disaggregate)
     link = {} if kv_link_gbs is None else {"kv_link_gbs": kv_link_gbs, "kv_link_latency_us": kv_link_latency_us}
+    layouts = _aggregated(m, gpus, tps, domain)
     for suffix, var in variants:
         base = {**common, **var}
-        for label, kw, unit in _aggregated(m, gpus, tps, domain):
+        for label, kw, unit in layouts:
             _ladder("aggregated", label + suffix, {**base, **kw}, unit, gpus, m, dev.name, share, workload, points,
                     refused)  # fmt: skip
         if disagg:
             # a TP whose instance holds no KV cache serves in neither pool: said once, above
             no_room = {lab for lab, why in refused if why.startswith("kv_blocks")}
-            no_kv = {kw["tp"] for label, kw, _ in _aggregated(m, gpus, tps, domain)
-                     if kw["ep"] == 1 and label + suffix in no_room}  # fmt: skip
+            no_kv = {kw["tp"] for label, kw, _ in layouts if kw["ep"] == 1 and label + suffix in no_room}
             for label, kw, unit in _disaggregated(gpus, [t for t in tps if t not in no_kv],
                                                   domain if not link else gpus):  # fmt: skip
                 _ladder("disaggregated", label + suffix, {**base, **link, **kw}, unit, gpus, m, dev.name, share,

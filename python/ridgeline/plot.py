@@ -456,15 +456,7 @@ def save(fig: Any, path: str, *, force: bool = False) -> str:
 def validation(records: Sequence[dict[str, Any]], directory: str) -> list[str]:
     """A log-log scatter of observed against predicted speed and a residual plot per phase
     (needs the `plot` extra: matplotlib). Returns the PNG paths."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise PlanError("plots need matplotlib: pip install 'ridgeline[plot]'") from None
-    from pathlib import Path
-
+    plt = _pyplot("png")
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     paths = []

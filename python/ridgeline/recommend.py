@@ -267,7 +267,7 @@ def recommend(
     specs: list[dict[str, Any]] = [{}] + ([] if speculative is None else [
         {"speculative": speculative, "draft_tokens": draft_tokens, "acceptance": acceptance}])  # fmt: skip
     if speculative is not None:  # a speculation no candidate could take is the caller's mistake: said up front
-        _check_speculation(m, names[0], tps[-1], cat, specs[1])
+        check_speculation(m, names[0], tps[-1], cat, specs[1])
     candidates = [(h, t, e, a, rt, wd, sp) for h in names for rt in runtimes for wd in dtypes for t, e, a in layouts
                   for sp in range(len(specs))]  # fmt: skip
     plans, refused = [], []
@@ -361,7 +361,7 @@ def _search_space(
     return tps, years, names, runtimes, dtypes
 
 
-def _check_speculation(m: Any, hw: str, tp: int, cat: Catalog, spec: dict[str, Any]) -> None:
+def check_speculation(m: Any, hw: str, tp: int, cat: Optional[Catalog], spec: Mapping[str, Any]) -> None:
     """The speculation asked for, checked once on one candidate: an error that every candidate
     would meet (no draft depth, no MTP layers, no curve) is said before the search."""
     from .engine.estimate import estimate

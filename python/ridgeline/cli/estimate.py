@@ -150,9 +150,10 @@ def _cost_text(c: Any) -> str:
     """Cost per million output tokens and per request at the price used, and where it came from."""
     if "missing" in c:
         return f"missing: {c['missing']}"
+    from ..engine.cost import offer_text
+
     o = c.get("offer")
-    tier = f", {o['price_tier']}" if o and o.get("price_tier") else ""
-    where = f"{o['provider']} {o['sku']}{tier}, {o['as_of']}" if o else "the price given"
+    where = offer_text(o)
     rng = c.get("on_demand_usd_per_device_hour")
     spread = f"; {rng['offers']} on-demand offers ${sig(rng['min'])}-{sig(rng['max'])}" if rng and o else ""
     keys = ("usd_per_million_output_tokens", "usd_per_million_tokens", "usd_per_request", "usd_per_device_hour")

@@ -64,6 +64,18 @@ def cost_of(
     return out
 
 
+def offer_text(offer: Optional[Mapping[str, Any]]) -> str:
+    """Where a price came from, in words: the offer's provider, SKU, tier and date, or the price given.
+
+    >>> offer_text({"provider": "Lambda", "sku": "1x GH200", "price_tier": "neocloud", "as_of": "2026-09-20"})
+    'Lambda 1x GH200, neocloud, 2026-09-20'
+    """
+    if not offer:
+        return "the price given"
+    tier = f", {offer['price_tier']}" if offer.get("price_tier") else ""
+    return f"{offer['provider']} {offer['sku']}{tier}, {offer['as_of']}"
+
+
 def missing_price(device: str, amortise_years: Optional[float], price_tier: Optional[str] = None) -> str:
     """Why a cost is missing: no published price of the kind asked for."""
     if price_tier is not None:

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from .._fmt import sig
 from .._fmt import table as _table
-from ..engine.cost import missing_price, price_of, usd_per_million
+from ..engine.cost import missing_price, offer_text, price_of, usd_per_million
 from ..engine.result import POWER_SOURCE
 
 _METRICS = ("ttft", "tpot", "itl", "e2e")
@@ -260,9 +260,7 @@ def _energy_line(e: Mapping[str, Any]) -> str:
 def _cost_line(c: Mapping[str, Any]) -> str:
     if "missing" in c:
         return f"missing: {c['missing']}"
-    o = c["offer"]
-    tier = f", {o['price_tier']}" if o and o.get("price_tier") else ""
-    where = f"{o['provider']} {o['sku']}{tier}, {o['as_of']}" if o else "the price given"
+    where = offer_text(c["offer"])
     m = c.get("usd_per_million_output_tokens")
     t = c.get("usd_per_million_tokens")
     per_m = (
