@@ -7,7 +7,16 @@ import io
 import pytest
 from conftest import run
 from ridgeline import _data
-from ridgeline.calibration.speculation import PAIRS, priced_pairs, summary
+from ridgeline.calibration.speculation import (
+    FITS,
+    PAIRS,
+    fit_host,
+    host_parts,
+    host_summary,
+    predict_host,
+    priced_pairs,
+    summary,
+)
 
 
 @pytest.fixture(scope="module")
@@ -72,16 +81,48 @@ def test_the_eagle3_ladder_on_an_rtx_3090_under_vllm_holds_to_batch_32(recs):
     assert preds == sorted(preds, reverse=True)
 
 
-def test_the_eagle3_ladder_on_an_h100_under_sglang_falls_less_than_published(recs):
+def test_the_eagle3_ladder_on_an_h100_under_sglang_holds_with_the_host_time_its_overlap_no_longer_hides(recs):
     # EAGLE-3 paper Table 3 (rows eagle3_t3_sglang_h100_bs{2..64}_eagle3): x1.81 at batch 2, x1.38 at
-    # 64. The physics gives x1.65 at 64 (19% over: within the 20% asked) but falls less between:
-    # 22-30% over at batch 24-56. SGLang 0.4.4 turns its overlap scheduler off under EAGLE, so the
-    # host's step time, which grows with the batch, is paid in series; the static engine prices
-    # none of it (issue 45's note)
+    # 64. SGLang 0.4.4 turns its overlap scheduler off under EAGLE (pair_rigs.csv quotes its
+    # server_args), so the speculating arm pays the host's per-sequence step time (83 us, fitted by
+    # calibrate --speculation): within 20% at every batch; at 48-64 the published gain stops falling
+    # (1.32 at 32, 1.38 at 64) where the prediction goes on falling: 10-17% under there
     ladder = _ladder(recs, "t3_sglang_h100", "eagle3")
-    (b64, pub64, pred64) = ladder[-1]
-    assert b64 == 64 and pub64 == pytest.approx(1.38, abs=0.005)
-    assert 1.0 < pred64 / pub64 <= 1.20
-    assert all(0.95 <= pred / pub <= 1.35 for _, pub, pred in ladder)
+    assert [b for b, _, _ in ladder] == [2, 4, 8, 16, 24, 32, 48, 56, 64]
+    (_, pub64, pred64) = ladder[-1]
+    assert pub64 == pytest.approx(1.38, abs=0.005)
+    assert 0.80 <= pred64 / pub64 < 0.90
+    assert all(abs(pred / pub - 1) <= 0.20 for _, pub, pred in ladder)
+    # the fall from the ladder's first point to batch 64, within 25% (published 1.81 -> 1.38)
+    (_, pub2, pred2) = ladder[0]
+    assert abs((pred64 / pred2) / (pub64 / pub2) - 1) <= 0.25
     preds = [pred for _, _, pred in ladder]
     assert preds == sorted(preds, reverse=True)
+    # without the host term the ladder falls far less: x1.65 at batch 64
+    bare = _ladder(priced_pairs(host_seq_us={"sglang": 0.0}), "t3_sglang_h100", "eagle3")
+    assert bare[-1][2] == pytest.approx(1.65, abs=0.02)
+
+
+def test_the_fit_takes_the_affine_parts_estimate_prices_and_finds_a_planted_host_time(recs):
+    parts = host_parts()
+    assert {p["method"] for p in parts} == {"eagle3", "eagle"} and len(parts) == 18
+    shipped = float(next(csv.DictReader(io.StringIO(_data.read_text(FITS))))["host_seq_us"])
+    by = {r["id"]: r for r in recs}
+    # the parts at the shipped term give validate's predictions (estimate at that step overhead)
+    for p in predict_host(parts, shipped):
+        assert p["predicted"] == pytest.approx(by[p["id"]]["predicted"], rel=1e-6)
+    # published speed-ups made at a known term: the fit finds it
+    planted = {p["id"]: p["predicted"] for p in predict_host(parts, 40.0)}
+    made = [{**p, "published": planted[p["id"]] if p["id"] != p["head"] else p["published"]} for p in parts]
+    assert fit_host(made) == 40.0
+    s = host_summary(parts)
+    assert s["host_seq_us"] == shipped and s["held_out"]["within_1_5x"] == 1.0
+    assert set(s["held_out_by_method"]) == {"eagle3", "eagle"}
+
+
+def test_calibrate_speculation_writes_the_shipped_fit(tmp_path):
+    out = tmp_path / "speculation_fits.csv"
+    r = run("calibrate", "--speculation", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert out.read_text() == _data.read_text(FITS)
+    assert "a running sequence a step" in r.stdout

@@ -36,6 +36,11 @@ from .group import cli
     "trip per offloaded layer) to the published --n-cpu-moe runs (data/calibration/offload_fits.csv).",
 )  # fmt: skip
 @click.option(
+    "--speculation", is_flag=True,
+    help="Fit the host's time a running sequence a speculating step where a rig turns its overlap off under "
+    "speculation (SGLang 0.4.4) to the published batch ladders (data/calibration/speculation_fits.csv).",
+)  # fmt: skip
+@click.option(
     "--kernels", default="data/benchmarks/aic", show_default=True,
     help="With --comm: the folder of measured kernel tables (AIConfigurator layout).",
 )  # fmt: skip
@@ -54,6 +59,7 @@ def calibrate(
     serving: bool,
     power: bool,
     offload: bool,
+    speculation: bool,
     kernels: str,
 ) -> None:
     """Fit efficiencies per runtime profile and per device to the measured rows (deterministic).
@@ -79,6 +85,9 @@ def calibrate(
         return
     if offload:
         _calibrate_offload(out, force)
+        return
+    if speculation:
+        _calibrate_speculation(out, force)
         return
     out = out or "data/calibration/fits.csv"
     from .._io import changed_files, check_output, write_files
@@ -120,18 +129,34 @@ def calibrate(
     click.echo("; ".join(f"{'wrote' if p in changed else 'unchanged'} {said[p]} in {p}" for p in texts))
 
 
+def _calibrate_speculation(out: Optional[str], force: bool) -> None:
+    """The host term of a rig that turns its overlap off under speculation, written as
+    speculation_fits.csv."""
+    from ..calibration import speculation as spec
+
+    s = spec.host_summary(spec.host_parts())
+    _write_fit(out or spec.FITS, spec.fits_csv(s), spec.host_report(s), force, "--speculation",
+               "the speculating host term")  # fmt: skip
+
+
 def _calibrate_offload(out: Optional[str], force: bool) -> None:
     """llama.cpp's host terms fitted to the offload rows, written as offload_fits.csv."""
-    from .._io import changed_files, check_output, write_files
     from ..calibration import offload as off
 
-    path = check_output(out or off.FITS, force=True, what="--out", hint="run from the repository root, or pass --out")
     s = off.summary(off.parts())
-    changed = changed_files({path: off.fits_csv(s)}, force=force, what="calibrate --offload")
-    write_files(changed, what="calibrate --offload")
-    click.echo(off.report(s))
-    click.echo(f"{'wrote' if path in changed else 'unchanged'} llama.cpp's host terms in {path}"
-               + ("; reinstall (maturin develop) to ship them" if path in changed else ""))  # fmt: skip
+    _write_fit(out or off.FITS, off.fits_csv(s), off.report(s), force, "--offload", "llama.cpp's host terms")
+
+
+def _write_fit(out: str, text: str, report: str, force: bool, flag: str, what: str) -> None:
+    """A fit's table written to ``out`` (replaced only with --force where it differs) and its report."""
+    from .._io import changed_files, check_output, write_files
+
+    path = check_output(out, force=True, what="--out", hint="run from the repository root, or pass --out")
+    changed = changed_files({path: text}, force=force, what=f"calibrate {flag}")
+    write_files(changed, what=f"calibrate {flag}")
+    click.echo(report)
+    click.echo(f"{'wrote' if path in changed else 'unchanged'} {what} in {path}"
+               + ("; reinstall (maturin develop) to ship it" if path in changed else ""))  # fmt: skip
 
 
 def _calibrate_power(out: str, force: bool) -> None:

@@ -93,7 +93,8 @@ def estimate(
     offload: Optional[str] = None, host: Optional[str | Mapping[str, Any]] = None, allow_no_fit: bool = False,
     calibrated: bool = True, breakdown: bool = True, catalog: Optional[Catalog] = None,
     price_per_hour: Optional[float] = None, amortise_years: Optional[float] = None,
-    price_tier: Optional[str] = None,
+    price_tier: Optional[str] = None, step_overhead_us: Optional[float] = None,
+    request_overhead_us: Optional[float] = None,
 ) -> Estimate:  # fmt: skip
     """Estimates TTFT, TPOT, throughput and memory of one plan.
 
@@ -119,6 +120,8 @@ def estimate(
         allow_no_fit: return a result with ``fits = False`` instead of raising.
         breakdown: keep per-operator rows.
         catalog: a ``Catalog`` other than the default one.
+        step_overhead_us, request_overhead_us: each step's host overhead and each request's front-end
+            time in us, for the calibration's t_step and t_request (as simulate takes them; said).
 
     Raises:
         PlanError, ModelConfigError, UnknownNameError, DoesNotFitError.
@@ -134,7 +137,9 @@ def estimate(
         from .plan import NAMES, merged  # a Plan's module is read when a plan is given (the cold start)
 
         settings = merged(plan, {k: v for k, v in locals().items() if k in NAMES}, "estimate")
-        return estimate(model, hardware, allow_no_fit=allow_no_fit, breakdown=breakdown, catalog=catalog, **settings)
+        over: dict[str, Any] = {"step_overhead_us": step_overhead_us, "request_overhead_us": request_overhead_us}
+        return estimate(model, hardware, allow_no_fit=allow_no_fit, breakdown=breakdown, catalog=catalog, **over,
+                        **settings)  # fmt: skip
     # What the plan's numbers do not change (model, device, precisions, runtime, calibration,
     # links) is resolved once and kept: a warm call checks the numbers and prices them. Each
     # value is keyed with its exact type (a True is not the 1 a cached chunk was given as), an
@@ -144,6 +149,7 @@ def estimate(
         runtime, dtype, weight_dtype, kv_dtype, chunk, routing_skew, identical_sequences, flash_attention,
         swa_cache_extra, kv_pad, kv_skip_masked_tail, decode_graphs, devices_per_node, scaleout_gbs,
         scaleout_latency_us, calibrated, catalog, attention_dp, speculative, draft_tokens, acceptance, offload, host,
+        step_overhead_us, request_overhead_us,
     )  # fmt: skip
     exact = (
         identical_sequences.__class__ is bool and flash_attention.__class__ is bool and calibrated.__class__ is bool
@@ -154,6 +160,7 @@ def estimate(
         and (devices_per_node is None or devices_per_node.__class__ is int) and attention_dp.__class__ is int
         and routing_skew.__class__ is not bool and scaleout_gbs.__class__ is not bool
         and scaleout_latency_us.__class__ is not bool
+        and step_overhead_us.__class__ is not bool and request_overhead_us.__class__ is not bool
         # a file the plan reads (an acceptance curve, a head's config) is read again on every call
         and acceptance is None and (speculative is None or (speculative.__class__ is str and ":" not in speculative))
         # an automatic placement is searched per plan (it depends on the numbers); a host given as
@@ -177,7 +184,10 @@ def estimate(
                      decode_graphs=decode_graphs, devices_per_node=devices_per_node, scaleout_gbs=scaleout_gbs,
                      scaleout_latency_us=scaleout_latency_us, calibrated=calibrated,
                      attention_dp=attention_dp, speculative=speculative, draft_tokens=draft_tokens,
-                     acceptance=acceptance, offload=offload, host=host)  # fmt: skip
+                     acceptance=acceptance, offload=offload, host=host,
+                     t_step_us=None if step_overhead_us is None else _number("step_overhead_us", step_overhead_us),
+                     t_request_us=None if request_overhead_us is None
+                     else _number("request_overhead_us", request_overhead_us))  # fmt: skip
         if exact:
             if len(_PREPARED) >= _PREPARED_MAX:
                 _PREPARED.clear()
