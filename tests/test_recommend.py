@@ -78,7 +78,7 @@ def test_cli_recommend_prints_the_ranked_plans_and_json(tmp_path):
 def test_runtimes_weights_and_disaggregation_are_searched_and_each_plan_holds_in_simulation():
     search = {"rate": 10, "slo_ttft_ms": 500, "slo_tpot_ms": 40, "hardware": ["H100_SXM"], "tp": (1,),
               "requests": 150}  # fmt: skip
-    # the KV link a disaggregated prompt crosses is given (test values): the catalog has no H100 scale-out latency
+    # the KV link a disaggregated prompt crosses is given (test values)
     link = {"kv_link_gbs": 50, "kv_link_latency_us": 10}
     r = ridgeline.recommend(LLAMA8, runtime="vllm,sglang", weight_dtype=["bf16", "fp8"], disaggregate=True, **link,
                             **search)  # fmt: skip

@@ -11,9 +11,11 @@ runs it on every runtime. The scheduler's figures are the ones the simulator ran
 (data/calibration/runtime_schedulers.csv: the runtime's defaults on the device), so the launched
 server and the priced one admit the same batches.
 
-A unit's instances share one node (the planner keeps a unit within one scale-up domain): each is
-given its devices with ``CUDA_VISIBLE_DEVICES`` and its own port. The plan's copies repeat the unit
-on other nodes.
+A unit's instances fill nodes of the device's scale-up domain in turn (a unit that crosses a NIC,
+as the planner allows where the catalog holds one, takes several): each is given its node, its
+devices on that node with ``CUDA_VISIBLE_DEVICES`` and its own port, and the script groups the
+lines by node (``nodeK`` names a node's address where there are several). An instance larger than
+a node is refused: it needs the runtime's multi-node launch. The plan's copies repeat the unit.
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ class Instance:
     argv: tuple[str, ...]
     #: Files the command reads (TensorRT-LLM's --config YAML), by name.
     files: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: The node of the unit it runs on (0 ..); its devices are that node's.
+    node: int = 0
 
     def line(self) -> str:
         env = f"CUDA_VISIBLE_DEVICES={','.join(map(str, self.devices))} " if self.devices else ""
@@ -124,15 +128,20 @@ class Launch:
         return out
 
     def script(self) -> str:
+        nodes = 1 + max(i.node for i in self.servers)
+        where = ("One unit on one node" if nodes == 1 else
+                 f"One unit on {nodes} nodes: run each node's lines on that node (nodeK: its address)")  # fmt: skip
         head = [
             "#!/usr/bin/env bash",
             f"# {self.label}: {self.runtime} {self.version}, written by ridgeline (manifest.yaml holds the plan,",
-            "# its predicted figures and each flag's meaning). One unit on one node; the plan runs "
+            f"# its predicted figures and each flag's meaning). {where}; the plan runs "
             f"{self.copies} such unit{'s' if self.copies > 1 else ''}.",
             *(f"# {n}" for n in self.notes),
             "set -euo pipefail",
         ]  # fmt: skip
-        body = [i.line() + " &" for i in self.servers]
+        body = []
+        for k in range(nodes):
+            body += ([f"# node{k}"] if nodes > 1 else []) + [i.line() + " &" for i in self.servers if i.node == k]
         return "\n".join([*head, *body, "wait", ""])
 
     def write(self, out_dir: Any, *, force: bool = False) -> list[Path]:
@@ -247,20 +256,30 @@ def launch_for(sim: Any, kw: Mapping[str, Any], *, label: Optional[str] = None, 
                      "checkpoint")  # fmt: skip
     name = sim.model
     instances: list[Instance] = []
-    dev, port = 0, BASE_PORT + (1 if rt == "trtllm" and disagg else 0)
-    for role, pool in zip(roles, pools):
+    width = _node_size(sim.hardware)
+    sizes = [int(p["tp"]) * int(p["attention_dp"]) * int(p["pp"]) for p in pools]
+    hosts = "nodeK" if sum(int(p["instances"]) * n for p, n in zip(pools, sizes)) > width else "localhost"
+    dev, node, used, port = 0, 0, 0, BASE_PORT + (1 if rt == "trtllm" and disagg else 0)
+    for role, pool, size in zip(roles, pools, sizes):
+        if size > width:
+            raise PlanError(
+                f"emit: an instance of {size} devices spans nodes of {width} {sim.hardware}; ridgeline "
+                "writes instances that fit one node (a larger one needs the runtime's multi-node launch)"
+            )
         for _ in range(int(pool["instances"])):
-            size = int(pool["tp"]) * int(pool["attention_dp"]) * int(pool["pp"])
-            ids = tuple(range(dev, dev + size))
-            instances.append(_instance(rt, name, role, pool, sched, ids, port, kv, quant, spec, len(instances)))
-            dev, port = dev + size, port + 1
+            if used + size > width:
+                node, used = node + 1, 0
+            ids = tuple(range(used, used + size))
+            made = _instance(rt, name, role, pool, sched, ids, port, kv, quant, spec, len(instances), hosts)
+            instances.append(dataclasses.replace(made, node=node))
+            dev, used, port = dev + size, used + size, port + 1
     front = _trtllm_front(instances) if rt == "trtllm" and disagg else None
     if not disagg and len(instances) > 1:
         router = sim.cluster.get("router", "round_robin")
         notes.append(f"spread requests over the {len(instances)} instances (ports {instances[0].port}-"
                      f"{instances[-1].port}) as the simulated router did: {router}")  # fmt: skip
     if disagg and front is None:
-        urls = ", ".join(f"{i.role} localhost:{i.port}" for i in instances)
+        urls = ", ".join(f"{i.role} {_host(i, instances)}:{i.port}" for i in instances)
         notes.append(f"route each request to a prefill instance and then to a decode instance ({urls}): "
                      f"{rt} {ver} leaves prefill/decode routing to a router in front of the pools")  # fmt: skip
     q = sim.workload.get("describe", "")
@@ -272,8 +291,8 @@ def launch_for(sim: Any, kw: Mapping[str, Any], *, label: Optional[str] = None, 
                       "output_tok_s_per_gpu": _sig(sim.output_tokens / sim.duration_s / dev)},
         "scheduler": {k: sched[k] for k in ("max_num_batched_tokens", "max_num_seqs", "memory_fraction",
                                             "max_model_len")} | {"source": sched["source"]},
-        "pools": [{"role": i.role, "devices": list(i.devices), "port": i.port, "command": list(i.argv)}
-                  for i in instances],
+        "pools": [{"role": i.role, "node": i.node, "devices": list(i.devices), "port": i.port,
+                   "command": list(i.argv)} for i in instances],
         "flags": _meanings(rt, instances, front),
         "notes": notes,
     }  # fmt: skip
@@ -322,10 +341,23 @@ def _speculation(rt: str, kw: Mapping[str, Any]) -> dict[str, Any]:
     return {"trtllm": yc, "draft": draft and model == "DRAFT_MODEL"}
 
 
+def _node_size(hardware: str) -> int:
+    """The devices a node of ``hardware`` holds: its scale-up domain (1 where none is known)."""
+    from .catalog.store import default_catalog
+
+    return int(default_catalog().get(hardware).scaleup_domain or 1)
+
+
+def _host(i: Instance, instances: Sequence[Instance]) -> str:
+    """Where ``i`` is reached: localhost in a unit of one node, else its node's name (nodeK)."""
+    return "localhost" if all(j.node == 0 for j in instances) else f"node{i.node}"
+
+
 def _instance(rt: str, model: str, role: str, pool: Mapping[str, Any], sched: Mapping[str, Any],
               devices: tuple[int, ...], port: int, kv: Optional[str], quant: Optional[str],
-              spec: Mapping[str, Any], index: int) -> Instance:  # fmt: skip
-    """One instance's command on ``rt``, realising ``pool``'s shape and the scheduler ``sched``."""
+              spec: Mapping[str, Any], index: int, hosts: str = "localhost") -> Instance:  # fmt: skip
+    """One instance's command on ``rt``, realising ``pool``'s shape and the scheduler ``sched``
+    (``hosts``: nodeK where the unit spans nodes, so a server listens beyond its own node)."""
     tp, ep, adp, pp = (int(pool[k]) for k in ("tp", "ep", "attention_dp", "pp"))
     if ep > 1 and ep != tp * adp:
         raise PlanError(f"emit: EP {ep} over TP {tp} x attention DP {adp}: {rt} spreads the experts over all "
@@ -358,6 +390,7 @@ def _instance(rt: str, model: str, role: str, pool: Mapping[str, Any], sched: Ma
         a += ["--kv-cache-dtype", kvd] if kvd else []
         a += list(spec.get("sglang", []))
         a += ["--disaggregation-mode", role] if role != "serve" else []
+        a += ["--host", "0.0.0.0"] if hosts != "localhost" else []  # it listens on 127.0.0.1 unless told
         return Instance(role, devices, port, tuple(a))
     cfg_name = f"{role}-{index}.yaml" if role != "serve" else "serve.yaml"
     cfg: dict[str, Any] = {}
@@ -371,7 +404,8 @@ def _instance(rt: str, model: str, role: str, pool: Mapping[str, Any], sched: Ma
         cfg["speculative_config"] = dict(spec["trtllm"])
     if role != "serve":
         cfg["cache_transceiver_config"] = {"backend": "DEFAULT"}
-    a = ["trtllm-serve", model, "--host", "localhost", "--port", str(port), "--backend", "pytorch",
+    a = ["trtllm-serve", model, "--host", "localhost" if hosts == "localhost" else "0.0.0.0", "--port", str(port),
+         "--backend", "pytorch",
          "--tp_size", str(tp * adp)]  # fmt: skip
     a += ["--pp_size", str(pp)] if pp > 1 else []
     a += ["--ep_size", str(ep)] if ep > 1 else []
@@ -386,7 +420,7 @@ def _trtllm_front(instances: Sequence[Instance]) -> Instance:
     cfg: dict[str, Any] = {"hostname": "localhost", "port": BASE_PORT, "backend": "pytorch"}
     for section, role in (("context_servers", "prefill"), ("generation_servers", "decode")):
         mine = [i for i in instances if i.role == role]
-        cfg[section] = {"num_instances": len(mine), "urls": [f"localhost:{i.port}" for i in mine]}
+        cfg[section] = {"num_instances": len(mine), "urls": [f"{_host(i, instances)}:{i.port}" for i in mine]}
     argv = ("trtllm-serve", "disaggregated", "-c", "disagg.yaml")
     return Instance("front", (), BASE_PORT, argv, {"disagg.yaml": yaml.safe_dump(cfg, sort_keys=False)})
 

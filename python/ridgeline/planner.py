@@ -7,8 +7,9 @@ interactivity view the public serving benchmarks draw).
 Aggregated plans are replicas of one instance layout (TP, and for a MoE model EP = TP or attention
 DP over the experts) filling the budget. Disaggregated plans are units of a prefill pool and a
 decode pool, each pool of its own TP and instance count, replicated to fill the budget. A unit is
-kept within one scale-up domain (its prompts' KV moves over NVLink) unless a KV link is given
-(``kv_link_gbs`` and ``kv_link_latency_us``), since the catalog has no sourced scale-out latency.
+kept within one scale-up domain (its prompts' KV moves over NVLink) unless it may cross a NIC: the
+device's scale-out link in the catalog (bandwidth and latency), or a KV link given (``kv_link_gbs``
+and ``kv_link_latency_us``).
 
 A plan is copies of one unit (an aggregated instance, or a disaggregated prefill and decode pool
 pair), each copy serving its own clients alike. Every point is the simulator's run of one unit
@@ -204,8 +205,8 @@ def plan_budget(
             # a TP whose instance holds no KV cache serves in neither pool: said once, above
             no_room = {lab for lab, why in refused if why.startswith("kv_blocks")}
             no_kv = {kw["tp"] for label, kw, _ in layouts if kw["ep"] == 1 and label + suffix in no_room}
-            for label, kw, unit in _disaggregated(gpus, [t for t in tps if t not in no_kv],
-                                                  domain if not link else gpus):  # fmt: skip
+            nic = link or (dev.scaleout_bw_gbs is not None and dev.scaleout_latency_us is not None)
+            for label, kw, unit in _disaggregated(gpus, [t for t in tps if t not in no_kv], gpus if nic else domain):
                 _ladder("disaggregated", label + suffix, {**base, **link, **kw}, unit, gpus, m, dev.name, share,
                         workload, points, refused)  # fmt: skip
     return BudgetPlan(model=m.name, hardware=dev.name, gpus=gpus, workload=workload, points=tuple(points),

@@ -34,13 +34,31 @@ def test_hierarchical_allreduce_joint_case_by_hand():
         f = _fit("H100_SXM", op, 8)
         return (f["floor_us"] + 7 * f["latency_us"]) * 1e-6 + 7 / 8 * 4 * MIB / (450e9 * 0.85 * f["bw_efficiency"])
 
-    ar = 2 * (1 / 2) * (4 * MIB / 8) / (50e9 * 0.65)  # 16.131 us on the NIC (LL128 at 512 KiB, nothing measured)
-    hand = intra("reduce_scatter") + ar + intra("all_gather")
+    # 16.131 us on the NIC (LL128 at 512 KiB, nothing measured) and the catalog's NIC latency, NCCL's
+    # 2.7 us an inter-node ring step, on each of the 2 (nodes - 1) steps
+    ar = 2 * (1 / 2) * (4 * MIB / 8) / (50e9 * 0.65)
+    hand = intra("reduce_scatter") + 2 * 1 * 2.7e-6 + ar + intra("all_gather")
     assert r.time_s[0] == pytest.approx(hand, rel=1e-9)
-    # spec 40's joint case on a fabric with no measurement: the bare closed form, within 1%
+    # spec 40's joint case on a fabric with no measurement and no NIC latency: the bare closed form, within 1%
     bare = collective("allreduce", 12, 4 * MIB, "MI300X", devices_per_node=8, scaleout_gbs=50)
     rs = 7 / 8 * 4 * MIB / (448e9 * 0.85)  # MI300X: 896 GB/s Infinity Fabric aggregate, Simple protocol
     assert bare.time_s[0] == pytest.approx(rs + ar + rs, rel=0.01)
+
+
+def test_every_device_with_a_nic_has_its_sourced_latency_and_a_node_spanning_plan_pays_it():
+    cat = default_catalog()
+    rows = cat.sql("select name, scaleout_latency_us from hardware where scaleout_bw_gbs is not null").to_dicts()
+    assert len(rows) >= 7 and all(r["scaleout_latency_us"] == 2.7 for r in rows)
+    query = """select name from hardware_sources where "column" = 'scaleout_latency_us'"""
+    sourced = {r["name"] for r in cat.sql(query).to_dicts()}
+    assert {r["name"] for r in rows} <= sourced
+    # a 16-rank all-reduce of 64 bytes on two 8-GPU H100 nodes: the two inter-node ring steps pay it
+    paid = collective("allreduce", 16, 64, "H100_SXM").time_s[0]
+    free = collective("allreduce", 16, 64, "H100_SXM", scaleout_latency_us=0).time_s[0]
+    assert paid - free == pytest.approx(2 * 2.7e-6, rel=1e-9)
+    # and an estimate across nodes no longer warns that it leaves the term out
+    e = ridgeline.estimate("meta-llama/Llama-3.1-70B", "H100_SXM", tp=16)
+    assert not any("scale-out latency unknown" in w for w in e.warnings)
 
 
 def test_measured_collectives_closed_form_per_rank_count():

@@ -87,6 +87,27 @@ def test_disaggregated_units_place_pools_and_route():
     assert cfg["generation_servers"] == {"num_instances": 1, "urls": ["localhost:8003"]}
 
 
+def test_a_unit_across_nodes_places_each_instance_on_a_node_and_routes_by_node():
+    # 2P TP 8 + 1D TP 8 on H200 (nodes of 8): three nodes, each instance the devices 0-7 of its own,
+    # its KV over the NIC; servers reached by node name and listening beyond their node
+    span = {"prefill_instances": 2, "decode_instances": 1, "tp": 8}
+    t = launch_config(LLAMA, "H200_SXM", runtime="trtllm", **SMALL, **span)
+    assert [(i.role, i.node, i.devices) for i in t.instances] == [
+        ("prefill", 0, tuple(range(8))), ("prefill", 1, tuple(range(8))), ("decode", 2, tuple(range(8)))]  # fmt: skip
+    assert t.manifest["devices_per_unit"] == 24 and t.manifest["kv_transfer"]["fabric"] == "scale-out"
+    cfg = yaml.safe_load(t.front.files["disagg.yaml"])
+    assert cfg["context_servers"]["urls"] == ["node0:8001", "node1:8002"]
+    assert all(_flag(i.argv, "--host") == "0.0.0.0" for i in t.instances)
+    script = t.files()["launch.sh"]
+    assert "One unit on 3 nodes" in script and script.index("# node1") < script.index("--port 8002")
+    s = launch_config(LLAMA, "H200_SXM", runtime="sglang", **SMALL, **span)
+    assert all(_flag(i.argv, "--host") == "0.0.0.0" for i in s.instances)
+    assert "node2:8002" in " ".join(s.notes)
+    # an instance wider than a node is refused, naming what would be needed
+    with pytest.raises(PlanError, match="an instance of 16 devices spans nodes of 8"):
+        launch_config(LLAMA, "H200_SXM", runtime="vllm", tp=16, **SMALL)
+
+
 def test_refusals_name_the_way_out(tmp_path):
     with pytest.raises(PlanError, match="--runtime chooses"):
         launch_config("meta-llama/Llama-3.1-8B", "RTX_4090", runtime="llamacpp-cuda", max_num_batched_tokens=512,

@@ -199,6 +199,12 @@ def test_replicas_and_disaggregation_through_the_doors():
     want = float((nv.requests["prompt_tokens"] * 131072 / 450e9 + 6.2372e-6).sum())
     assert nv.transfer_s == pytest.approx(want, rel=1e-9)
     assert "2-rank NCCL all-gather" in nv.cluster["describe"] and nv.cluster["kv_fabric"] == "scale-up-nccl"
+    # pools that span nodes (TP 8 + TP 8: two HGX boards) cross the NIC without flags (issue 42's
+    # finding): each of the 8 ranks sends its eighth of the KV over its own NIC, 50 GB/s (DGX H100's
+    # ConnectX-7 a GPU), with NCCL's 2.7 us an inter-node step
+    nic = ridgeline.simulate(LLAMA, "H100_SXM", prefill_instances=1, decode_instances=1, tp=8, **kw)
+    want = float((nic.requests["prompt_tokens"] * 131072 / 8 / 50e9 + 2.7e-6).sum())
+    assert nic.transfer_s == pytest.approx(want, rel=1e-9) and nic.cluster["kv_fabric"] == "scale-out"
     with pytest.raises(PlanError, match="prefill_tp: only with"):
         ridgeline.simulate(LLAMA, "H100_SXM", prefill_tp=2, **kw)
     with pytest.raises(PlanError, match="router"):
@@ -480,12 +486,15 @@ def test_a_kv_transfer_takes_the_fastest_link_the_two_pools_share():
     assert out.cluster["kv_fabric"] == "scale-out"
     kw["kv_link_latency_us"] = None
     # without a latency, NVLink's is a 2-rank NCCL all-gather's at zero bytes: GB300 has none
-    # measured, so the median of the measured NVIDIA devices (floor 8.669 + hop 1.006 us); the NIC
-    # has none at all, and the error says which link lacks it
+    # measured, so the median of the measured NVIDIA devices (floor 8.669 + hop 1.006 us); the NIC's
+    # is the catalog's, NCCL's 2.7 us an inter-node step (tuning.cc hwLat NET, ring LL)
     rack = ridgeline.simulate(LLAMA, "GB300", prefill_instances=1, decode_instances=1, **kw)
     assert rack.transfer_s == pytest.approx(2 * (4000 * 32768 / 900e9 + 9.675e-6), rel=1e-12)
-    with pytest.raises(PlanError, match="no scale-out latency in the catalog .* do not fit one scale-up domain"):
-        ridgeline.simulate(LLAMA, "GB300", prefill_instances=10, decode_instances=10, **kw)
+    out = ridgeline.simulate(LLAMA, "GB300", prefill_instances=10, decode_instances=10, **kw)
+    assert out.transfer_s == pytest.approx(2 * (4000 * 32768 / 100e9 + 2.7e-6), rel=1e-12)
+    # a rack whose NIC the catalog does not hold (GB200: no scale-out bandwidth): the error says which link lacks what
+    with pytest.raises(PlanError, match="no scale-out bandwidth and latency in the catalog .* do not fit one scale-up"):
+        ridgeline.simulate(LLAMA, "GB200", prefill_instances=10, decode_instances=10, **kw)
 
 
 def test_pipeline_stages_run_as_virtual_engines_and_a_lone_request_takes_the_static_estimate():

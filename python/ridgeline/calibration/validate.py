@@ -326,7 +326,7 @@ def serving_runs(
     ``handoff_us``: every disaggregated run's KV hand-off, or one per runtime (default: the
     shipped fit)."""
     from .._io import read_text
-    from ..catalog.benchmarks import import_file
+    from ..catalog.benchmarks import exclusions, import_file
     from ..errors import CatalogError, RidgelineError
     from ..models.config import Model
     from ..serving.scheduler import scheduler_defaults
@@ -341,6 +341,7 @@ def serving_runs(
     runs: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         runs.setdefault(r["id"].rsplit(":", 1)[0], []).append(r)
+    excluded = exclusions()  # a metric of a run kept out with its reason (data/benchmarks/exclusions.csv)
     per_client = int(cat.constant("serving_run_requests_per_client"))
     warmup = int(cat.constant("serving_run_warmup_per_client"))
     out: list[dict[str, Any]] = []
@@ -405,11 +406,11 @@ def serving_runs(
                 # never fitted to: a fit must not absorb a missing term
                 omitted = any(w.startswith(OMITTED_LATENCY) for w in s.warnings)
                 for b in base:
-                    if why is None:
+                    if why is None and b["id"] not in excluded:
                         b.update(predicted=got[b["metric"]], calibration=s.calibration, omitted_term=omitted)
         for b in base:
-            if why is not None:
-                b["reason"] = why
+            if why is not None or b["id"] in excluded:
+                b["reason"] = why or f"excluded: {excluded[b['id']]}"
             out.append(b)
     return out
 

@@ -41,8 +41,9 @@ from .group import cli
 @click.option("--no-disaggregate", "disaggregate", flag_value=False, default=True,
               help="Search aggregated plans only.")  # fmt: skip
 @click.option("--kv-link-gbs", type=float, default=None,
-              help="A disaggregated unit's KV link, GB/s per rank: with it units may span scale-up domains "
-                   "(default: each unit within one, its KV over the scale-up link).")  # fmt: skip
+              help="A disaggregated unit's KV link, GB/s per rank, where units span scale-up domains (default: "
+                   "the device's NIC in the catalog, else each unit within one domain, its KV over the scale-up "
+                   "link).")  # fmt: skip
 @click.option("--kv-link-latency-us", type=float, default=None, help="That link's latency (us), with --kv-link-gbs.")
 @click.option("--json", "as_json", is_flag=True, help="The answer and every point as JSON.")
 @click.option("--plot", "plot_path", default=None, help="Write the frontier here (.png or .svg).")
