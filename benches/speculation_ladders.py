@@ -15,7 +15,10 @@ states the acceptance length nor the prompt and output lengths:
   you ran with.
 
 The H100 is priced as the catalog's H100_SXM (the paper says H100), with each runtime's
-shipped calibration; a point whose batch does not fit the device is listed as such.
+shipped calibration; a point whose batch does not fit the device is listed as such. A rig whose
+runtime turns its overlap off under speculation (data/speculation/pair_rigs.csv: SGLang 0.4.4)
+pays the host time a running sequence a speculating step of data/calibration/speculation_fits.csv
+in its speculating arm, as ``ridgeline validate --speculation`` prices it.
 """
 
 import argparse
@@ -27,7 +30,8 @@ import ridgeline
 from ridgeline.errors import DoesNotFitError
 from scipy.optimize import brentq
 
-PAIRS = Path(__file__).resolve().parents[1] / "data" / "speculation" / "speculative_pairs.csv"
+DATA = Path(__file__).resolve().parents[1] / "data"
+PAIRS = DATA / "speculation" / "speculative_pairs.csv"
 MODEL = "meta-llama/Llama-3.1-8B"
 #: (runtime in the file, hardware in the file) -> (ridgeline runtime, catalog device)
 RIGS = {("SGLang", "single H100"): ("sglang", "H100_SXM"), ("vLLM", "RTX3090"): ("vllm", "RTX_3090")}
@@ -44,13 +48,24 @@ def ladders() -> dict[tuple[str, str], tuple[int, dict[int, float]]]:
     return out
 
 
+def host_seq_us(runtime: str, hw: str) -> float | None:
+    """The speculating arm's host time a running sequence a step where the rig turns its overlap off."""
+    rigs = [r for r in csv.DictReader((DATA / "speculation" / "pair_rigs.csv").open())
+            if (r["ridgeline_runtime"], r["device"]) == (runtime, hw) and r["spec_overlap"] == "off"]  # fmt: skip
+    table = DATA / "calibration" / "speculation_fits.csv"
+    fits = {r["runtime"]: float(r["host_seq_us"]) for r in csv.DictReader(table.open())}
+    return fits[runtime] if rigs else None
+
+
 def speed_up(batch: int, al: float, k: int, runtime: str, hw: str, prompt: int, output: int) -> float:
+    per_seq = host_seq_us(runtime, hw)
     with tempfile.NamedTemporaryFile("w", suffix=".csv") as f:
         f.write(f"depth,acceptance_length\n{k},{al}\n")
         f.flush()
         kw = {"batch": batch, "prompt": prompt, "output": output, "runtime": runtime}
         base = ridgeline.estimate(MODEL, hw, **kw)
-        spec = ridgeline.estimate(MODEL, hw, speculative="eagle3", draft_tokens=k, acceptance=f.name, **kw)
+        spec = ridgeline.estimate(MODEL, hw, speculative="eagle3", draft_tokens=k, acceptance=f.name,
+                                  step_overhead_us=None if per_seq is None else per_seq * batch, **kw)  # fmt: skip
     return base.tpot_s / spec.tpot_s
 
 
