@@ -258,6 +258,10 @@ def test_every_candidate_is_also_tried_speculating_and_the_acceptance_it_rests_o
         r.summary()
     )
     # a model without MTP layers: refused before the search (test_a_speculation_no_candidate_could_take_...)
+    # a refused candidate is named as a listed one is (TP4 EP4 MTP2: DeepSeek-V3 does not fit 4 H200s)
+    small = ridgeline.recommend("deepseek-ai/DeepSeek-V3", hardware=["H200"], concurrency=64, slo_tpot_ms=80,
+                                tp=[4], runtime="sglang", speculative="mtp", draft_tokens=2, requests=100)  # fmt: skip
+    assert {x["candidate"] for x in small.refused} >= {"H200_SXM TP4 EP4", "H200_SXM TP4 EP4 MTP2"}
 
 
 def test_a_speculation_no_candidate_could_take_is_refused_before_the_search():

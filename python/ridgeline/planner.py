@@ -217,7 +217,7 @@ def _variants(runtime: Any, weight_dtype: Any, speculative: Optional[str], draft
               acceptance: Optional[str]) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip
     """(label suffix, simulate keywords) of each runtime, weight format and speculation tried; a
     setting tried in one form only adds nothing to the labels."""
-    from .recommend import listed
+    from .recommend import listed, spec_tag
 
     runtimes = listed("runtime", runtime) or [None]
     dtypes = listed("weight_dtype", weight_dtype) or [None]
@@ -229,7 +229,7 @@ def _variants(runtime: Any, weight_dtype: Any, speculative: Optional[str], draft
         for wd in dtypes:
             for sp in specs:
                 suffix = ((f" {rt}" if len(runtimes) > 1 else "") + (f" {wd or 'default'}" if len(dtypes) > 1 else "")
-                          + (f" {speculative} k={draft_tokens}" if sp else ""))  # fmt: skip
+                          + (f" {spec_tag(speculative, draft_tokens)}" if sp else ""))  # fmt: skip
                 kw = {"runtime": rt, "weight_dtype": wd, **{k: v for k, v in sp.items() if v is not None}}
                 out.append((suffix, kw))
     return out

@@ -65,6 +65,14 @@ def speculation_label(sp: Mapping[str, Any]) -> str:
     return f"{sp['method'].upper()}{sp['draft_tokens']}"
 
 
+def spec_tag(speculative: Any, draft_tokens: Any) -> str:
+    """``speculation_label`` of a speculation as given (``--speculative``, ``--draft-tokens``), before
+    it is resolved: how a candidate that speculates is named where it is refused or searched."""
+    from .engine.speculation import parse_method  # read only by a search that speculates (the cold start)
+
+    return speculation_label({"method": parse_method(speculative)[0], "draft_tokens": draft_tokens})
+
+
 @dataclasses.dataclass(frozen=True)
 class Recommendation:
     """The ranked plans (``plans``: a list of dicts, cheapest first, ``frontier`` marking the
@@ -281,7 +289,7 @@ def recommend(
             f"{hw} {plan_label({'tp': t, 'ep': ep, 'attention_dp': a})}"
             + (f" {rt}" if len(runtimes) > 1 else "")
             + (f" {wd}" if len(dtypes) > 1 else "")
-            + (f" {speculative} k={draft_tokens}" if sp else "")
+            + (f" {spec_tag(speculative, draft_tokens)}" if sp else "")
         )
         plans += found
         refused += [{"candidate": label, "hardware": hw, "tp": t, "ep": ep, "attention_dp": a, "runtime": rt,

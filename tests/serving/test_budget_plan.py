@@ -110,8 +110,8 @@ def test_runtimes_weights_and_speculation_are_searched_too():
     q = plan_budget("Qwen/Qwen3.5-397B-A17B", "B200", 8, prompt=2048, output=256, slo_tpot_ms=40, tp=(8,),
                     weight_dtype="fp8", speculative="mtp", draft_tokens=2, disaggregate=False)  # fmt: skip
     labels = {pt.label for pt in q.points}
-    assert "1 x TP8" in labels and "1 x TP8 mtp k=2" in labels
-    spec = [pt for pt in q.points if pt.label == "1 x TP8 mtp k=2"]
+    assert "1 x TP8" in labels and "1 x TP8 MTP2" in labels
+    spec = [pt for pt in q.points if pt.label == "1 x TP8 MTP2"]
     assert all(pt.simulate_kwargs["speculative"] == "mtp" for pt in spec)
 
 
