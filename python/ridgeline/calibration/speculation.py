@@ -343,8 +343,9 @@ def host_report(s: Mapping[str, Any]) -> str:
         ratio = "-" if p["predicted"] is None else f"{p['predicted'] / p['published']:8.2f}"
         lines.append(f"  {p['id'][:44]:44s} {p['published']:9.3g}  {pred:>9}  {ratio:>8}  {p['host_seq_us']:g}")
     ins, out = s["in_sample"], s["held_out"]
+    bound = " (at its search bound)" if s["host_seq_us"] >= _HOST_SEQ_US[-1] else ""
     lines.append(f"{', '.join(s['runtimes'])} with its overlap off under speculation: {s['host_seq_us']:g} us a "
-                 f"running sequence a step; in sample MedAPE {ins['medape']:.1%} over {ins['rows']} rows; each "
+                 f"running sequence a step{bound}; in sample MedAPE {ins['medape']:.1%} over {ins['rows']} rows; each "
                  f"method held out: MedAPE {out['medape']:.1%}, {out['within_1_5x']:.0%} within 1.5x")  # fmt: skip
     return "\n".join(lines)
 
