@@ -954,7 +954,15 @@ pub(crate) fn draft_layer_passes(l: &Layout, plan: &Plan) -> f64 {
 pub(crate) fn draft_segment_ops(l: &Layout, plan: &Plan, segs: &[crate::graph::Segment], out: &mut Vec<Op>) {
     out.clear();
     if let Some((d, dctx)) = drafter(l, plan) {
-        build_draft_step(&dctx, d.fused_inputs, &Geometry::Segments(segs), out);
+        // its first pass samples one token a sequence, where the target scores a decode's k + 1
+        let first: Vec<crate::graph::Segment> = segs
+            .iter()
+            .map(|s| crate::graph::Segment {
+                sampled: s.sampled.min(1),
+                ..*s
+            })
+            .collect();
+        build_draft_step(&dctx, d.fused_inputs, &Geometry::Segments(&first), out);
     }
 }
 

@@ -31,7 +31,7 @@ fn step_segments(off: u64, budget: u64, prompt: u64, prefix: u64) -> StepSegment
         count: 0,
         new: 0,
         prefix: 0,
-        samples: false,
+        sampled: 0,
     };
     let mut segs = StepSegments {
         segs: [none; 3],
@@ -43,7 +43,7 @@ fn step_segments(off: u64, budget: u64, prompt: u64, prefix: u64) -> StepSegment
             count: 1,
             new: n,
             prefix: prefix + off,
-            samples: off + n == prompt,
+            sampled: u64::from(off + n == prompt),
         });
         budget -= n;
     }
@@ -53,7 +53,7 @@ fn step_segments(off: u64, budget: u64, prompt: u64, prefix: u64) -> StepSegment
             count: whole,
             new: prompt,
             prefix,
-            samples: true,
+            sampled: 1,
         });
         budget -= whole * prompt;
     }
@@ -62,7 +62,7 @@ fn step_segments(off: u64, budget: u64, prompt: u64, prefix: u64) -> StepSegment
             count: 1,
             new: budget,
             prefix,
-            samples: budget == prompt,
+            sampled: u64::from(budget == prompt),
         });
     }
     segs

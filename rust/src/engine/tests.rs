@@ -112,7 +112,7 @@ fn decode_sum_matches_step_by_step_evaluation() {
             count: batch,
             new: 1,
             prefix: l - 1,
-            samples: true,
+            sampled: 1,
         }];
         build_step(&r.ctx, &Geometry::Segments(&segs), &mut ops);
         total += ops
@@ -177,7 +177,7 @@ proptest! {
             let n: u64 = s.iter().map(|x| x.count * x.new).sum();
             prop_assert!(n <= chunk && n > 0);
             tokens += n;
-            samples += s.iter().filter(|x| x.samples).map(|x| x.count).sum::<u64>();
+            samples += s.iter().map(|x| x.count * x.sampled).sum::<u64>();
         }
         prop_assert_eq!(tokens, batch * prompt);
         prop_assert_eq!(samples, batch);
@@ -1199,4 +1199,46 @@ fn a_narrower_value_head_shrinks_v_o_and_the_cache() {
     let e = run_model(&m, &plan(1, 1000, 1));
     let per_layer = row(&e, Phase::Prefill, OpKind::Attention).flops / 32.0;
     assert_eq!(per_layer, 2.0 * 32.0 * (192.0 + 128.0) * (1000.0 * 1001.0 / 2.0));
+}
+
+#[test]
+fn a_segment_scores_its_sampled_positions_at_the_lm_head() {
+    // a mixed step of one prompt's last chunk (100 tokens, one sampled) beside 4 speculating
+    // decodes verifying 2 drafts each (3 tokens, all 3 scored): the LM head is 1 + 4 x 3 = 13
+    // rows of a d x V GEMM, 2 d V FLOPs each (Llama-3.1-8B: d 4096, V 128,256)
+    let m = llama31_8b();
+    let r = resolve(&m, &h100(), &plan(1, 100, 2), proto()).unwrap();
+    let segs = [
+        Segment {
+            count: 1,
+            new: 100,
+            prefix: 0,
+            sampled: 1,
+        },
+        Segment {
+            count: 4,
+            new: 3,
+            prefix: 500,
+            sampled: 3,
+        },
+    ];
+    let mut ops = Vec::new();
+    build_step(&r.ctx, &Geometry::Segments(&segs), &mut ops);
+    let head: Vec<&Op> = ops.iter().filter(|o| o.kind == OpKind::LmHead).collect();
+    assert_eq!(head.len(), 1);
+    let want = 2.0 * 13.0 * 4096.0 * 128_256.0;
+    assert!(
+        (head[0].f0 * head[0].repeat / want - 1.0).abs() < 1e-12,
+        "{} vs {want}",
+        head[0].f0
+    );
+    // a chunk that is not a prompt's last takes no logits
+    let mid = [Segment {
+        count: 1,
+        new: 100,
+        prefix: 0,
+        sampled: 0,
+    }];
+    build_step(&r.ctx, &Geometry::Segments(&mid), &mut ops);
+    assert!(ops.iter().all(|o| o.kind != OpKind::LmHead));
 }

@@ -297,13 +297,15 @@ impl AttnPhase {
 }
 
 /// Tokens of one kind in a step: `count` sequences, each adding `new`
-/// tokens on top of `prefix` cached ones; `samples` when they emit a token.
+/// tokens on top of `prefix` cached ones, of which `sampled` take logits: 1 where they emit a
+/// token (a prompt's last chunk, a decode), k + 1 where a speculating decode's target scores its
+/// k drafts and the bonus token, 0 for a prompt chunk that is not its last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Segment {
     pub count: u64,
     pub new: u64,
     pub prefix: u64,
-    pub samples: bool,
+    pub sampled: u64,
 }
 
 /// What a step holds.
@@ -338,7 +340,7 @@ impl Geometry<'_> {
 
     fn samples(&self) -> f64 {
         match self {
-            Geometry::Segments(s) => s.iter().filter(|x| x.samples).map(|x| x.count as f64).sum(),
+            Geometry::Segments(s) => s.iter().map(|x| (x.count * x.sampled) as f64).sum(),
             Geometry::Decode { batch, sampled, .. } => (*batch * *sampled) as f64,
         }
     }
@@ -608,18 +610,14 @@ pub fn build_kernels(ctx: &BuildCtx, segs: &[Segment], out: &mut Vec<Op>) {
     place(ctx, t, false, out);
 }
 
-/// Tokens, sampling sequences and sequences of a prefill step: what every operator of it but
+/// Tokens, sampled positions and sequences of a prefill step: what every operator of it but
 /// the `varies_with_segments` kernels depends on.
 pub type StepShape = (u64, u64, u64);
 
 /// The `StepShape` of a prefill step's segments.
 pub fn step_shape(segs: &[Segment]) -> StepShape {
     segs.iter().fold((0, 0, 0), |(t, s, q), x| {
-        (
-            t + x.count * x.new,
-            s + if x.samples { x.count } else { 0 },
-            q + x.count,
-        )
+        (t + x.count * x.new, s + x.count * x.sampled, q + x.count)
     })
 }
 

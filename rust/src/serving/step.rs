@@ -176,7 +176,7 @@ impl<'a> StepPricer<'a> {
             count: 1,
             new: tokens,
             prefix: 0,
-            samples: true,
+            sampled: 1,
         }];
         let mut ops = Vec::with_capacity(64);
         build_step(self.layout.ctx(), &Geometry::Segments(&seg), &mut ops);
@@ -300,7 +300,7 @@ impl<'a> StepPricer<'a> {
             count: 1,
             new: tokens,
             prefix: 0,
-            samples: false,
+            sampled: 0,
         }];
         let c = self.shape_cost(&seg).experts;
         self.expert_steps.insert(tokens, c);
@@ -356,15 +356,16 @@ impl<'a> StepPricer<'a> {
     /// `mixed_step` in the parts of `StepParts`.
     pub fn mixed_parts(&mut self, prefill: &[Segment], contexts: &[u64], segs: &mut Vec<Segment>) -> StepParts {
         // the shape counts every token: a decode is one new token that samples (a speculating
-        // one verifies its k drafts beside it)
+        // one verifies its k drafts beside it, scoring each of its k + 1 positions)
         segs.clear();
         segs.extend_from_slice(prefill);
         if !contexts.is_empty() {
+            let q = self.plan.speculation.as_ref().map_or(1, |s| s.draft_tokens + 1);
             segs.push(Segment {
                 count: contexts.len() as u64,
-                new: self.plan.speculation.as_ref().map_or(1, |s| s.draft_tokens + 1),
+                new: q,
                 prefix: 0,
-                samples: true,
+                sampled: q,
             });
         }
         let shape = self.shape_cost(segs);

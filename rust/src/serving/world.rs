@@ -222,7 +222,7 @@ impl World<'_, '_> {
                         count: 1,
                         new: n,
                         prefix: r.computed,
-                        samples: r.computed + n == r.tokens(),
+                        sampled: u64::from(r.computed + n == r.tokens()),
                     });
                 }
             }
