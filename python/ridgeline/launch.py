@@ -256,9 +256,10 @@ def launch_for(sim: Any, kw: Mapping[str, Any], *, label: Optional[str] = None, 
                      "checkpoint")  # fmt: skip
     name = sim.model
     instances: list[Instance] = []
-    width = _node_size(sim.hardware)
     sizes = [int(p["tp"]) * int(p["attention_dp"]) * int(p["pp"]) for p in pools]
-    hosts = "nodeK" if sum(int(p["instances"]) * n for p, n in zip(pools, sizes)) > width else "localhost"
+    total = sum(int(p["instances"]) * n for p, n in zip(pools, sizes))
+    width = _node_size(sim.hardware) or total  # no scale-up domain known: the unit's one node, as priced
+    hosts = "nodeK" if total > width else "localhost"
     dev, node, used, port = 0, 0, 0, BASE_PORT + (1 if rt == "trtllm" and disagg else 0)
     for role, pool, size in zip(roles, pools, sizes):
         if size > width:
@@ -341,11 +342,12 @@ def _speculation(rt: str, kw: Mapping[str, Any]) -> dict[str, Any]:
     return {"trtllm": yc, "draft": draft and model == "DRAFT_MODEL"}
 
 
-def _node_size(hardware: str) -> int:
-    """The devices a node of ``hardware`` holds: its scale-up domain (1 where none is known)."""
+def _node_size(hardware: str) -> Optional[int]:
+    """The devices a node of ``hardware`` holds: its scale-up domain (None where none is known)."""
     from .catalog.store import default_catalog
 
-    return int(default_catalog().get(hardware).scaleup_domain or 1)
+    domain = default_catalog().get(hardware).scaleup_domain
+    return None if domain is None else int(domain)
 
 
 def _host(i: Instance, instances: Sequence[Instance]) -> str:

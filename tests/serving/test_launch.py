@@ -106,6 +106,10 @@ def test_a_unit_across_nodes_places_each_instance_on_a_node_and_routes_by_node()
     # an instance wider than a node is refused, naming what would be needed
     with pytest.raises(PlanError, match="an instance of 16 devices spans nodes of 8"):
         launch_config(LLAMA, "H200_SXM", runtime="vllm", tp=16, **SMALL)
+    # a device with no scale-up domain in the catalog (PCIe cards): the unit is one node, as priced
+    pcie = launch_config("meta-llama/Llama-3.1-8B", "L40S", runtime="vllm", tp=2, **SMALL)
+    assert [(i.node, i.devices) for i in pcie.instances] == [(0, (0, 1))]
+    assert "One unit on one node" in pcie.files()["launch.sh"]
 
 
 def test_refusals_name_the_way_out(tmp_path):
