@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 import ridgeline
+from ridgeline.calibration.speculation import shipped_host_terms
 from ridgeline.errors import DoesNotFitError
 from scipy.optimize import brentq
 
@@ -52,9 +53,7 @@ def host_seq_us(runtime: str, hw: str) -> float | None:
     """The speculating arm's host time a running sequence a step where the rig turns its overlap off."""
     rigs = [r for r in csv.DictReader((DATA / "speculation" / "pair_rigs.csv").open())
             if (r["ridgeline_runtime"], r["device"]) == (runtime, hw) and r["spec_overlap"] == "off"]  # fmt: skip
-    table = DATA / "calibration" / "speculation_fits.csv"
-    fits = {r["runtime"]: float(r["host_seq_us"]) for r in csv.DictReader(table.open())}
-    return fits[runtime] if rigs else None
+    return shipped_host_terms()[runtime] if rigs else None
 
 
 def speed_up(batch: int, al: float, k: int, runtime: str, hw: str, prompt: int, output: int) -> float:

@@ -260,7 +260,7 @@ def launch_for(sim: Any, kw: Mapping[str, Any], *, label: Optional[str] = None, 
     total = sum(int(p["instances"]) * n for p, n in zip(pools, sizes))
     width = _node_size(sim.hardware) or total  # no scale-up domain known: the unit's one node, as priced
     hosts = "nodeK" if total > width else "localhost"
-    dev, node, used, port = 0, 0, 0, BASE_PORT + (1 if rt == "trtllm" and disagg else 0)
+    node, used, port = 0, 0, BASE_PORT + (1 if rt == "trtllm" and disagg else 0)
     for role, pool, size in zip(roles, pools, sizes):
         if size > width:
             raise PlanError(
@@ -273,7 +273,7 @@ def launch_for(sim: Any, kw: Mapping[str, Any], *, label: Optional[str] = None, 
             ids = tuple(range(used, used + size))
             made = _instance(rt, name, role, pool, sched, ids, port, kv, quant, spec, len(instances), hosts)
             instances.append(dataclasses.replace(made, node=node))
-            dev, used, port = dev + size, used + size, port + 1
+            used, port = used + size, port + 1
     front = _trtllm_front(instances) if rt == "trtllm" and disagg else None
     if not disagg and len(instances) > 1:
         router = sim.cluster.get("router", "round_robin")
@@ -287,9 +287,9 @@ def launch_for(sim: Any, kw: Mapping[str, Any], *, label: Optional[str] = None, 
     manifest = {
         "plan": label or sim.cluster.get("describe", ""), "model": name, "hardware": sim.hardware,
         "runtime": f"{rt} {ver}", "calibration": sim.calibration, "copies": copies,
-        "devices_per_unit": dev, "workload": q,
+        "devices_per_unit": total, "workload": q,
         "predicted": {"ttft_p90_ms": _sig(sim.ttft_s["p90"] * 1e3), "tpot_p90_ms": _sig(sim.tpot_s["p90"] * 1e3),
-                      "output_tok_s_per_gpu": _sig(sim.output_tokens / sim.duration_s / dev)},
+                      "output_tok_s_per_gpu": _sig(sim.output_tokens / sim.duration_s / total)},
         "scheduler": {k: sched[k] for k in ("max_num_batched_tokens", "max_num_seqs", "memory_fraction",
                                             "max_model_len")} | {"source": sched["source"]},
         "pools": [{"role": i.role, "node": i.node, "devices": list(i.devices), "port": i.port,

@@ -69,8 +69,7 @@ def priced_pairs(
     out = []
     for r in rows:
         rec: dict[str, Any] = {"id": r["id"], "published": _float(r.get("speedup")), "predicted": None,
-                               "acceptance": None, "counted": True, "reason": None, "method": r["method"],
-                               "rig": (r["runtime"], r["hardware"])}  # fmt: skip
+                               "acceptance": None, "counted": True, "reason": None}  # fmt: skip
         try:
             plan, why = _plan(r, ctx)
             if plan is None:
@@ -90,12 +89,18 @@ def _context(host_seq_us: Optional[Mapping[str, float]]) -> dict[str, Any]:
 
     cat = default_catalog()
     if host_seq_us is None:
-        host_seq_us = {r["runtime"]: float(r["host_seq_us"]) for r in _table(FITS) if r["spec_overlap"] == "off"}
+        host_seq_us = shipped_host_terms()
     return {"rigs": {(r["runtime"], r["hardware"]): r for r in _table(_RIGS)},
             "targets": {r["target_model"]: r for r in _table(_TARGETS)},
             "lengths": (int(cat.constant("speculation_replay_prompt_tokens")),
                         int(cat.constant("speculation_replay_output_tokens"))),
             "host_seq_us": dict(host_seq_us)}  # fmt: skip
+
+
+def shipped_host_terms() -> dict[str, float]:
+    """By ridgeline runtime, the shipped host time a running sequence a speculating step where a
+    rig turns its overlap off (speculation_fits.csv)."""
+    return {r["runtime"]: float(r["host_seq_us"]) for r in _table(FITS) if r["spec_overlap"] == "off"}
 
 
 def _ladder_heads(rows: Sequence[Mapping[str, str]]) -> dict[int, Mapping[str, str]]:
@@ -226,7 +231,8 @@ def host_parts(rows: Optional[Sequence[Mapping[str, str]]] = None) -> list[dict[
     ``a + b / AL + h (c + d / AL)`` at acceptance length AL and host time h a step, beside its plain
     arm ``base`` (the parts are the differences of four estimates: the terms enter affinely)."""
     rows = list(rows) if rows is not None else _table(PAIRS)
-    ctx = _context({})
+    # every rig's runtime at no host time: the probes below set it
+    ctx = _context({r["ridgeline_runtime"]: 0.0 for r in _table(_RIGS)})
     first_of = _ladder_heads(rows)
     out = []
     for r in rows:
@@ -234,7 +240,6 @@ def host_parts(rows: Optional[Sequence[Mapping[str, str]]] = None) -> list[dict[
         rig = ctx["rigs"].get((r["runtime"], r["hardware"]))
         if head is None or rig is None or rig["spec_overlap"] != "off":
             continue
-        ctx["host_seq_us"][rig["ridgeline_runtime"]] = 0.0
         plan, _ = _plan(r, ctx)
         if plan is None:
             continue
@@ -367,7 +372,7 @@ def summary(recs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "slowdowns": len(slow), "slowdowns_below_1_1": sum(1 for r in slow if r["predicted"] < 1.1),
         "set_acceptance": sum(1 for r in recs if r["predicted"] is not None and not r["counted"]),
         "not_priced": dict(sorted(reasons.items(), key=lambda kv: -kv[1])),
-        "host_seq_us": {r["runtime"]: float(r["host_seq_us"]) for r in _table(FITS) if r["spec_overlap"] == "off"},
+        "host_seq_us": shipped_host_terms(),
     }  # fmt: skip
 
 
